@@ -1,0 +1,7 @@
+"""rlix: one GPU pool shared by several LLM RL post-training pipelines.
+
+`rlix.policy` is the pure scheduling core; `rlix.traces` knows rollout-length trace formats;
+`rlix.sim` (SimPy) and `rlix.executor` (Ray) are the two drivers of the core.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The Ray runtime that drives rlix.policy with real pipelines (`rlix-exec`)."""

@@ -1,0 +1,1 @@
+"""The SimPy cluster model that drives rlix.policy offline (`rlix-sim`)."""

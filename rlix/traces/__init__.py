@@ -1,0 +1,1 @@
+"""Rollout-length traces: schema, readers and writers, validation, generators, bundled traces."""
