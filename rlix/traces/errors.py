@@ -1,0 +1,43 @@
+"""The one error type of rlix.traces: bad input, reported as a single line naming where it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TraceError(ValueError):
+    """A trace, summary or run-output table that cannot be read, written or used.
+
+    `str(error)` is one line: ``FILE: row N (1-based data row, header not counted), column 'C':
+    what is wrong``. The parts that do not apply are left out. The fields stay available to
+    callers that want to point at the spot themselves.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | Path | None = None,
+        row: int | None = None,
+        column: str | None = None,
+    ) -> None:
+        self.message = message
+        self.file = None if file is None else str(file)
+        self.row = row
+        self.column = column
+        super().__init__(self._one_line())
+
+    def _one_line(self) -> str:
+        where = []
+        if self.file is not None:
+            where.append(self.file)
+        if self.row is not None:
+            where.append(f"row {self.row} (1-based data row, header not counted)")
+        if self.column is not None:
+            where.append(f"column {self.column!r}")
+        text = " ".join(self.message.split())  # keep it on one line whatever the cause said
+        return ": ".join([", ".join(where), text]) if where else text
+
+    def at(self, file: str | Path) -> TraceError:
+        """The same error, naming `file` (for errors raised before the file was known)."""
+        return TraceError(self.message, file=file, row=self.row, column=self.column)

@@ -1,0 +1,169 @@
+"""Reading and writing trace files: CSV, JSON Lines (or a JSON array) and Parquet.
+
+`read_trace` is the one entry point the simulator uses: it reads a file, applies a column map,
+recognises a run's recorded `rollouts` table, validates, and only then returns a DataFrame.
+Every failure is a TraceError naming the file; pandas and pyarrow do the parsing.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+
+from rlix.traces.columns import apply_column_map, as_column_map
+from rlix.traces.errors import TraceError
+from rlix.traces.schema import ROLLOUTS_AS_TRACE, TABLE_COLUMNS
+from rlix.traces.validate import validate_trace
+
+Format = Literal["csv", "jsonl", "json", "parquet"]
+FORMATS: tuple[Format, ...] = ("csv", "jsonl", "json", "parquet")
+_SUFFIXES: dict[str, Format] = {
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+_SNIFF_BYTES = 64 * 1024
+
+
+def format_of(path: str | Path, fmt: str | None = None) -> Format:
+    """The format named by `fmt`, or else by the file's suffix; TraceError if neither does."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise TraceError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}", file=path)
+        return fmt  # type: ignore[return-value]  # checked just above
+    suffix = Path(path).suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise TraceError(
+            f"cannot tell the format from the suffix {suffix or '(none)'!r}; "
+            f"use one of {', '.join(_SUFFIXES)} or name the format (--format)",
+            file=path,
+        )
+    return _SUFFIXES[suffix]
+
+
+def read_trace(
+    path: str | Path,
+    column_map: Mapping[str, str] | Iterable[str] | None = None,
+    format: str | None = None,
+) -> pd.DataFrame:
+    """Read and validate a trace; return a fresh DataFrame with canonical names and dtypes.
+
+    `column_map` maps rlix names to the file's (``{"response_tokens": "num_decode_tokens"}`` or
+    ``["response_tokens=num_decode_tokens"]``). A run's `rollouts` table is read as a trace of
+    its completed rollouts, with `pipeline_id` and `step_consumed` as `pipeline` and `step`.
+    Raises TraceError (one line, naming file, row and column) on any bad input.
+    """
+    mapping = as_column_map(column_map)
+    raw = read_frame(path, format)
+    if set(TABLE_COLUMNS["rollouts"]) <= set(raw.columns):
+        raw, mapping = _rollouts_as_trace(raw, mapping, path)
+    raw = apply_column_map(raw, mapping, file=path)
+    return validate_trace(raw, file=path)
+
+
+def write_trace(frame: pd.DataFrame, path: str | Path, format: str | None = None) -> Path:
+    """Write a trace (validated first, so what is written reads back); return the path."""
+    validate_trace(frame, file=path)
+    return write_frame(frame, path, format)
+
+
+def read_frame(path: str | Path, format: str | None = None) -> pd.DataFrame:
+    """Read any table file as it is, turning every failure into a TraceError naming it."""
+    path = Path(path)
+    head = _read_head(path)
+    fmt = format_of(path, format)
+    if not head:
+        raise TraceError("empty file: no header and no rows", file=path)
+    _check_content(head, fmt, path)
+    try:
+        if fmt == "csv":
+            return pd.read_csv(path)
+        if fmt == "parquet":
+            return pd.read_parquet(path, engine="pyarrow")
+        lines = fmt == "jsonl" or not head.lstrip().startswith(b"[")
+        # dtype=False: no guessing of dates or types; validation converts known columns.
+        return pd.read_json(path, lines=lines, dtype=False)
+    except pd.errors.EmptyDataError as error:
+        raise TraceError("empty table: no data rows", file=path) from error
+    except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError) as error:
+        raise TraceError(f"cannot parse as {fmt}: {_first_line(error)}", file=path) from error
+
+
+def write_frame(frame: pd.DataFrame, path: str | Path, format: str | None = None) -> Path:
+    """Write a table as it is in the format of `format` or of the suffix; return the path."""
+    path = Path(path)
+    fmt = format_of(path, format)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if fmt == "csv":
+            frame.to_csv(path, index=False)
+        elif fmt == "parquet":
+            frame.to_parquet(path, index=False, engine="pyarrow")
+        else:
+            text = frame.to_json(orient="records", lines=True, force_ascii=False)
+            if fmt == "json":  # one JSON array rather than one object per line
+                text = json.dumps([json.loads(line) for line in text.splitlines()])
+            path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise TraceError(f"cannot write: {_first_line(error)}", file=path) from error
+    return path
+
+
+def _read_head(path: Path) -> bytes:
+    if not path.exists():
+        raise TraceError("no such file", file=path)
+    if path.is_dir():
+        raise TraceError("is a directory, not a table file", file=path)
+    try:
+        with path.open("rb") as handle:
+            return handle.read(_SNIFF_BYTES)
+    except OSError as error:
+        raise TraceError(f"cannot read: {_first_line(error)}", file=path) from error
+
+
+def _check_content(head: bytes, fmt: Format, path: Path) -> None:
+    """Refuse binary data given as text and text given as Parquet, before pandas guesses."""
+    if fmt == "parquet":
+        if not head.startswith(b"PAR1"):
+            raise TraceError("not a Parquet file (it does not start with PAR1)", file=path)
+        return
+    try:
+        # An incremental decoder tolerates a character cut at the end of the sniffed bytes.
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError as error:
+        raise TraceError(f"binary or non-UTF-8 file, not {fmt} text", file=path) from error
+    if b"\x00" in head:
+        raise TraceError(f"binary file (NUL bytes), not {fmt} text", file=path)
+
+
+def _rollouts_as_trace(
+    raw: pd.DataFrame, mapping: dict[str, str], path: str | Path
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Keep a rollouts table's completed rows; take pipeline and step from its columns.
+
+    Requeued and aborted rows are dropped: a requeued trajectory appears again once completed,
+    and replaying both would count it twice. The index keeps file row positions for errors.
+    """
+    is_completed = raw["status"].astype("string").eq("completed").fillna(False).astype(bool)
+    completed = raw[is_completed]
+    if completed.empty:
+        raise TraceError("rollouts table has no completed rollouts to replay", file=path)
+    defaults = {
+        target: source
+        for target, source in ROLLOUTS_AS_TRACE.items()
+        if target not in mapping and target not in raw.columns
+    }
+    return completed, {**defaults, **mapping}
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]

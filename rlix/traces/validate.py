@@ -1,0 +1,160 @@
+"""Checks a raw table against the trace schema and returns it with canonical dtypes.
+
+Every known column is checked in full before anything is returned, and the error names the
+first bad row of the file (the smallest row over all columns), so nothing is half-loaded and the
+user is sent to the first line to fix. Row numbers are 1-based data rows, header not counted:
+the index of the raw frame is taken as the 0-based position of the row in the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rlix.traces.errors import TraceError
+from rlix.traces.schema import (
+    INPUT_COLUMNS,
+    INPUT_KINDS,
+    KIND_DTYPES,
+    MAX_TOKENS,
+    NULLABLE_TEXT,
+    REQUIRED_COLUMNS,
+    ColumnKind,
+)
+
+# Integers beyond this do not fit int64 after conversion from float.
+_INT64_SAFE = 2.0**62
+_TRUE = frozenset({"true", "1", "yes"})
+_FALSE = frozenset({"false", "0", "no"})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The first bad value of one column: where it is and what is wrong."""
+
+    label: int  # index label in the raw frame = 0-based row position in the file
+    column: str
+    message: str
+
+
+def validate_trace(raw: pd.DataFrame, file: str | Path | None = None) -> pd.DataFrame:
+    """Return a fresh, validated copy of `raw` with canonical names' dtypes; raise TraceError.
+
+    Known columns (schema.INPUT_COLUMNS) come first in schema order with canonical dtypes; other
+    columns are kept as they are after them. The result has a fresh 0..n-1 index.
+    """
+    if len(raw.columns) == 0 or len(raw) == 0:
+        raise TraceError("empty table: no data rows", file=file)
+    for name in REQUIRED_COLUMNS:
+        if name not in raw.columns:
+            raise TraceError(
+                f"missing required column {name!r} (columns are: {_listing(raw.columns)}); "
+                f"name the column that holds it with --column {name}=SOURCE",
+                file=file,
+            )
+    converted: dict[str, pd.Series] = {}
+    problems: list[Problem] = []
+    for name in INPUT_COLUMNS:
+        if name in raw.columns:
+            series, problem = check_column(raw[name], name, INPUT_KINDS[name])
+            converted[name] = series
+            if problem is not None:
+                problems.append(problem)
+    if problems:
+        first = min(problems, key=lambda p: (p.label, INPUT_COLUMNS.index(p.column)))
+        raise TraceError(first.message, file=file, row=first.label + 1, column=first.column)
+    extras = [c for c in raw.columns if c not in converted]
+    out = pd.DataFrame(converted)
+    for name in extras:
+        out[name] = raw[name].copy()
+    return out.reset_index(drop=True)
+
+
+def check_column(raw: pd.Series, name: str, kind: ColumnKind) -> tuple[pd.Series, Problem | None]:
+    """Convert one column to its kind's dtype, or report its first bad value."""
+    if kind == "text":
+        return _check_text(raw, name)
+    if kind == "flag":
+        return _check_flag(raw, name)
+    return _check_number(raw, name, kind)
+
+
+def _check_number(raw: pd.Series, name: str, kind: ColumnKind) -> tuple[pd.Series, Problem | None]:
+    missing = raw.isna()
+    if pd.api.types.is_bool_dtype(raw):
+        # JSON true/false would otherwise pass as 1/0.
+        values = pd.Series(np.nan, index=raw.index)
+    else:
+        values = pd.to_numeric(raw, errors="coerce").astype("float64")
+    is_integer = kind != "seconds"
+    # Checks in the order a user would fix them; the first that flags a row names its fault.
+    checks: list[tuple[pd.Series, Callable[[object], str]]] = [
+        (missing, lambda v: "missing value (empty or NaN)"),
+        (values.isna() & ~missing, lambda v: f"{v!r} is not a number"),
+        (~np.isfinite(values.fillna(0)), lambda v: f"{v} is not a finite number"),
+    ]
+    if is_integer:
+        checks.append((values != np.floor(values.fillna(0)), lambda v: f"{v} is not an integer"))
+    if kind in ("length", "count"):
+        checks.append((values <= 0, lambda v: f"{v} is not positive (must be at least 1)"))
+    elif kind != "integer":
+        checks.append((values < 0, lambda v: f"{v} is negative"))
+    if kind == "length":
+        checks.append(
+            (values > MAX_TOKENS, lambda v: f"{v} tokens is absurd (more than {MAX_TOKENS:,})")
+        )
+    elif is_integer:
+        checks.append((values.abs() > _INT64_SAFE, lambda v: f"{v} is too large for an integer"))
+    problem = _first_problem(raw, name, checks)
+    if problem is not None:
+        return raw, problem
+    return values.astype(KIND_DTYPES[kind]), None
+
+
+def _check_text(raw: pd.Series, name: str) -> tuple[pd.Series, Problem | None]:
+    text = raw.astype("string").str.strip()
+    if name not in NULLABLE_TEXT:
+        empty = text.isna() | (text == "")
+        problem = _first_problem(raw, name, [(empty, lambda v: "missing value (empty)")])
+        if problem is not None:
+            return raw, problem
+    return text.mask(text == "", pd.NA), None
+
+
+def _check_flag(raw: pd.Series, name: str) -> tuple[pd.Series, Problem | None]:
+    if pd.api.types.is_bool_dtype(raw) and not raw.isna().any():
+        return raw.astype("bool"), None
+    words = raw.astype("string").str.strip().str.lower()
+    bad = ~(words.isin(_TRUE) | words.isin(_FALSE)).fillna(False)
+    problem = _first_problem(raw, name, [(bad, lambda v: f"{v!r} is not true or false")])
+    if problem is not None:
+        return raw, problem
+    return words.isin(_TRUE).astype("bool"), None
+
+
+def _first_problem(
+    raw: pd.Series, name: str, checks: list[tuple[pd.Series, Callable[[object], str]]]
+) -> Problem | None:
+    """The earliest row flagged by any check; on ties the earlier check names the fault."""
+    best: tuple[int, int] | None = None
+    for order, (mask, _) in enumerate(checks):
+        mask = mask.fillna(False).astype(bool)
+        if mask.any():
+            position = int(np.argmax(mask.to_numpy()))
+            if best is None or position < best[0]:
+                best = (position, order)
+    if best is None:
+        return None
+    position, order = best
+    value = raw.iloc[position]
+    return Problem(int(raw.index[position]), name, checks[order][1](value))
+
+
+def _listing(columns: pd.Index, limit: int = 12) -> str:
+    names = [str(c) for c in columns]
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
