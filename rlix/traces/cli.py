@@ -1,0 +1,228 @@
+"""`rlix-sim trace ...`: inspect, generate and fit rollout-length traces from the command line.
+
+`rlix.sim.cli` calls `register` with its sub-command table. Bad input prints one line,
+``rlix-sim: error: ...``, and exits with status 2; ``--traceback`` or ``RLIX_DEBUG=1`` shows
+the Python traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from rlix.traces.errors import TraceError
+from rlix.traces.fit import fit_trace
+from rlix.traces.generate import KINDS, generate
+from rlix.traces.io import FORMATS, read_trace, write_trace
+from rlix.traces.stats import LengthStats, TraceStats, trace_stats
+
+Run = Callable[[argparse.Namespace], int]
+_RAW = argparse.RawDescriptionHelpFormatter
+
+TRACE_EPILOG = """\
+examples:
+  rlix-sim trace inspect rollouts.parquet
+  rlix-sim trace inspect azure_conv_2023.csv --column response_tokens=num_decode_tokens \\
+      --column prompt_tokens=num_prefill_tokens
+  rlix-sim trace generate agentic --rows 4096 --seed 1 --out agentic.parquet
+  rlix-sim trace fit verl_summary.csv --out fitted.parquet
+
+A trace is a table (CSV, JSONL or Parquet) with one row per rollout and at least a
+response_tokens column; optional: prompt_tokens, pipeline, adapter, step, group, num_turns,
+tool_time_s, capped. A run's rollouts table is itself a trace (its completed rows).
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the `trace` command and its actions to the `rlix-sim` sub-command table."""
+    trace = subparsers.add_parser(
+        "trace",
+        help="inspect, generate or fit rollout-length traces",
+        description="Work with rollout-length traces: the files the simulator replays.",
+        epilog=TRACE_EPILOG,
+        formatter_class=_RAW,
+    )
+    actions = trace.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
+    _add_inspect(actions)
+    _add_generate(actions)
+    _add_fit(actions)
+
+
+def _common() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--traceback",
+        action="store_true",
+        help="on error, show the Python traceback (also: RLIX_DEBUG=1)",
+    )
+    return parent
+
+
+def _column_option(parser: argparse.ArgumentParser, example: str) -> None:
+    parser.add_argument(
+        "--column",
+        action="append",
+        default=[],
+        metavar="NAME=SRC",
+        help=f"take column NAME from the file's column SRC, e.g. {example} (repeatable)",
+    )
+
+
+def _add_inspect(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = actions.add_parser(
+        "inspect",
+        parents=[_common()],
+        formatter_class=_RAW,
+        help="length statistics of a trace",
+        description="Print rows, mean, p50/p90/p99/max of response_tokens, the share of tokens "
+        "in the longest 10%% of samples, the cap-hit share, and the same per pipeline.",
+        epilog="examples:\n  rlix-sim trace inspect trace.parquet --json\n"
+        "  rlix-sim trace inspect azure_conv_2023.csv --column response_tokens=num_decode_tokens",
+    )
+    parser.add_argument("file", metavar="FILE", help="trace file: .csv, .jsonl, .json, .parquet")
+    _column_option(parser, "response_tokens=GeneratedTokens")
+    parser.add_argument("--format", choices=FORMATS, help="read as this format, not by suffix")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=_guarded(_run_inspect))
+
+
+def _add_generate(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = actions.add_parser(
+        "generate",
+        parents=[_common()],
+        formatter_class=_RAW,
+        help="write a synthetic trace (agentic or math)",
+        description="Write a seeded synthetic trace: `agentic` (long tail, ~40%% of tokens in "
+        "the longest 10%%, 32k cap, multi-turn with tool time) or `math` (RLVR-like, lighter "
+        "tail, 4k cap). The same seed gives the same file.",
+        epilog="example:\n  rlix-sim trace generate agentic --rows 4096 --seed 1 "
+        "--pipeline agent-a --out agentic.parquet",
+    )
+    parser.add_argument("kind", choices=KINDS, help="trace shape")
+    parser.add_argument("--rows", type=int, default=4096, help="samples (default 4096)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--pipeline", help="add a pipeline column with this name")
+    parser.add_argument("--max-tokens", type=int, help="length cap (default: the shape's)")
+    _output_options(parser)
+    parser.set_defaults(run=_guarded(_run_generate))
+
+
+def _add_fit(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = actions.add_parser(
+        "fit",
+        parents=[_common()],
+        formatter_class=_RAW,
+        help="fit a trace to a per-step summary log (verl style)",
+        description="Fit a capped lognormal per step to a summary log with per-step mean, max "
+        "and clip ratio of response length (verl: response_length/mean, response_length/max, "
+        "response_length/clip_ratio; or mean, max, clip_ratio), then sample a trace from it.",
+        epilog="example:\n  rlix-sim trace fit summary.csv --samples-per-step 8192 "
+        "--out fitted.parquet\n  rlix-sim trace fit log.jsonl --column mean=len_mean "
+        "--out fitted.csv",
+    )
+    parser.add_argument("summary", metavar="SUMMARY", help="summary log: .csv, .jsonl, .parquet")
+    parser.add_argument(
+        "--samples-per-step",
+        type=int,
+        default=1024,
+        help="samples per step, as in the logged run (prompts × group size; default 1024)",
+    )
+    parser.add_argument("--max-tokens", type=int, help="length cap (default: from the log)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    _column_option(parser, "mean=response_length_mean")
+    _output_options(parser)
+    parser.set_defaults(run=_guarded(_run_fit))
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, metavar="FILE", help="where to write the trace")
+    parser.add_argument("--format", choices=FORMATS, help="write this format, not by suffix")
+
+
+def _guarded(run: Run) -> Run:
+    """Turn a TraceError into one line on stderr and exit status 2."""
+
+    @functools.wraps(run)
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except TraceError as error:
+            if args.traceback or os.environ.get("RLIX_DEBUG") == "1":
+                raise
+            print(f"rlix-sim: error: {error}", file=sys.stderr)
+            return 2
+
+    return guarded
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    stats = trace_stats(read_trace(args.file, args.column, args.format))
+    if args.json:
+        print(json.dumps(stats.as_dict()))
+    else:
+        print(format_stats(args.file, stats))
+    return 0
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    trace = generate(
+        args.kind, args.rows, args.seed, pipeline=args.pipeline, max_tokens=args.max_tokens
+    )
+    path = write_trace(trace, args.out, args.format)
+    print(f"wrote {path}: {_brief(trace_stats(trace))}")
+    return 0
+
+
+def _run_fit(args: argparse.Namespace) -> int:
+    trace = fit_trace(
+        args.summary,
+        samples_per_step=args.samples_per_step,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        column_map=args.column,
+    )
+    path = write_trace(trace, args.out, args.format)
+    print(f"wrote {path}: {_brief(trace_stats(trace))}")
+    return 0
+
+
+def format_stats(name: str, stats: TraceStats) -> str:
+    """The human-readable report of `rlix-sim trace inspect`."""
+    cap_note = (
+        "from the capped column"
+        if stats.cap_source == "capped column"
+        else (f"samples at the max length {stats.max:,}; the trace has no capped column")
+    )
+    lines = [
+        f"{name}: {stats.rows:,} rows",
+        f"  response_tokens  mean {stats.mean:,.1f}  p50 {stats.p50:,.0f}  "
+        f"p90 {stats.p90:,.0f}  p99 {stats.p99:,.0f}  max {stats.max:,}",
+        f"  longest 10% of samples carry {stats.top10_token_share:.1%} of tokens",
+        f"  cap hits {stats.cap_hit_share:.2%} ({cap_note})",
+    ]
+    if stats.pipelines:
+        lines.append(
+            f"  {'pipeline':<20}{'rows':>8}{'mean':>10}{'p50':>8}{'p90':>8}"
+            f"{'p99':>8}{'max':>8}{'top10%':>8}{'cap':>8}"
+        )
+        lines += [f"  {pipeline:<20.20}{_row(part)}" for pipeline, part in stats.pipelines.items()]
+    return "\n".join(lines)
+
+
+def _row(s: LengthStats) -> str:
+    return (
+        f"{s.rows:>8,}{s.mean:>10,.1f}{s.p50:>8,.0f}{s.p90:>8,.0f}{s.p99:>8,.0f}"
+        f"{s.max:>8,}{s.top10_token_share:>8.1%}{s.cap_hit_share:>8.2%}"
+    )
+
+
+def _brief(stats: TraceStats) -> str:
+    return (
+        f"{stats.rows:,} rows, mean {stats.mean:,.0f}, max {stats.max:,}, "
+        f"top-10% token share {stats.top10_token_share:.1%}, "
+        f"cap hits {stats.cap_hit_share:.2%}"
+    )

@@ -1,0 +1,194 @@
+"""Fit a per-step capped lognormal to a step-level summary log and sample a trace from it.
+
+verl-style loggers write, per step, `response_length/mean`, `response_length/max` and
+`response_length/clip_ratio` (the share of samples at the cap L). Each step is modelled as
+L_ij = min(exp(N(mu, sigma²)), L), and (mu, sigma) are solved from the step's figures with
+Phi the standard normal CDF (WORKLOADS.md, "From a step summary"):
+
+    clip = 1 − Phi((ln L − mu) / sigma)                                              (1)
+    mean = exp(mu + sigma²/2) · Phi((ln L − mu − sigma²) / sigma) + L · clip          (2)
+
+- 0 < clip < 1: (1) gives mu = ln L − sigma·z with z = Phi⁻¹(1 − clip); (2) then falls
+  monotonically in sigma from L to L·clip, so sigma is found by bisection.
+- clip = 0: (1) says nothing, so the step's max stands in: the largest of n samples sits near
+  the 1 − 1/(n+1) quantile, ln max = mu + sigma·z_n with z_n = Phi⁻¹(1 − 1/(n+1)) and n the
+  samples per step; (2) is solved for sigma in (0, z_n] the same way.
+- clip = 1: every sample is at the cap (sigma = 0, mu = ln L).
+
+L is the largest `max` of any step with clip > 0 (at the cap, max = L), else the largest max.
+Samples use stratified uniforms (one per 1/n slice of (0, 1), shuffled) pushed through the
+inverse CDF, so each step's sampled clip ratio and mean match the fit up to rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+
+from rlix.traces.columns import apply_column_map, as_column_map
+from rlix.traces.errors import TraceError
+from rlix.traces.io import read_frame
+from rlix.traces.validate import check_column
+
+_NORMAL = NormalDist()
+_SIGMA_MAX = 10.0
+# Names a summary column may have, verl's first; the first one present is used.
+SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
+    "step": ("step", "training/global_step", "global_step"),
+    "mean": ("response_length/mean", "response_length_mean", "mean"),
+    "max": ("response_length/max", "response_length_max", "max"),
+    "clip_ratio": ("response_length/clip_ratio", "response_length_clip_ratio", "clip_ratio"),
+}
+
+
+def capped_clip(mu: float, sigma: float, cap: float) -> float:
+    """Equation (1): the share of samples at the cap."""
+    if sigma == 0:
+        return 1.0 if mu >= math.log(cap) else 0.0
+    return 1.0 - _NORMAL.cdf((math.log(cap) - mu) / sigma)
+
+
+def capped_mean(mu: float, sigma: float, cap: float) -> float:
+    """Equation (2): the mean of min(exp(N(mu, sigma²)), cap)."""
+    if sigma == 0:
+        return min(math.exp(mu), cap)
+    below = math.exp(mu + sigma**2 / 2) * _NORMAL.cdf((math.log(cap) - mu - sigma**2) / sigma)
+    return below + cap * capped_clip(mu, sigma, cap)
+
+
+def read_summary(path: str | Path, column_map: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Read a step summary (CSV, JSONL or Parquet) as columns step, mean, max, clip_ratio.
+
+    Column names are found through SUMMARY_ALIASES (verl's `response_length/mean` etc.);
+    `column_map` maps these four names to the file's. Without a step column, rows are steps 0..n-1.
+    """
+    raw = read_frame(path)
+    mapping = dict(column_map or {})
+    for target, aliases in SUMMARY_ALIASES.items():
+        found = next((a for a in aliases if a in raw.columns), None)
+        if target not in mapping and found is not None:
+            mapping[target] = found
+    for target in ("mean", "max", "clip_ratio"):
+        if target not in mapping:
+            raise TraceError(
+                f"summary has no {target} column (looked for {', '.join(SUMMARY_ALIASES[target])})",
+                file=path,
+            )
+    raw = apply_column_map(raw, mapping, file=path)
+    if raw.empty:
+        raise TraceError("empty table: no data rows", file=path)
+    if "step" not in raw.columns:
+        raw["step"] = np.arange(len(raw))
+    kinds = {"step": "index", "mean": "seconds", "max": "length", "clip_ratio": "seconds"}
+    out = {}
+    for name, kind in kinds.items():
+        out[name], problem = check_column(raw[name], name, kind)  # type: ignore[arg-type]
+        if problem is not None:
+            raise TraceError(problem.message, file=path, row=problem.label + 1, column=name)
+    return pd.DataFrame(out).reset_index(drop=True)
+
+
+def fit_summary(
+    summary: pd.DataFrame,
+    *,
+    samples_per_step: int = 1024,
+    max_tokens: int | None = None,
+    file: str | Path | None = None,
+) -> pd.DataFrame:
+    """Per-step (mu, sigma) of a capped lognormal; columns step, mu, sigma, max_tokens."""
+    clipping = summary.loc[summary["clip_ratio"] > 0, "max"]
+    cap = max_tokens or int(clipping.max() if len(clipping) else summary["max"].max())
+    rows = []
+    for position, record in enumerate(summary.itertuples(index=False)):
+        try:
+            mu, sigma = _fit_step(
+                float(record.mean),
+                float(record.max),
+                float(record.clip_ratio),
+                cap,
+                samples_per_step,
+            )
+        except TraceError as error:
+            raise TraceError(error.message, file=file, row=position + 1) from None
+        rows.append({"step": int(record.step), "mu": mu, "sigma": sigma, "max_tokens": cap})
+    return pd.DataFrame(rows)
+
+
+def _fit_step(mean: float, top: float, clip: float, cap: int, n: int) -> tuple[float, float]:
+    if not 0 <= clip <= 1:
+        raise TraceError(f"clip ratio {clip} is not between 0 and 1")
+    if clip == 1:
+        return math.log(cap), 0.0
+    if mean > top:
+        raise TraceError(f"mean {mean:g} is above the step's max {top:g}")
+    if not clip * cap < mean < cap:
+        raise TraceError(
+            f"mean {mean:g} cannot come from a cap of {cap} with clip ratio {clip:g} "
+            f"(it must lie between {clip * cap:g} and {cap})"
+        )
+    if clip > 0:
+        z = _NORMAL.inv_cdf(1 - clip)
+        anchor, high = math.log(cap), _SIGMA_MAX
+    else:
+        z = _NORMAL.inv_cdf(1 - 1 / (n + 1))
+        anchor, high = math.log(min(top, cap)), z
+    sigma = _bisect(lambda s: capped_mean(anchor - s * z, s, cap) - mean, 1e-9, high)
+    return anchor - sigma * z, sigma
+
+
+def _bisect(func: Callable[[float], float], low: float, high: float, steps: int = 100) -> float:
+    """The root of a decreasing `func` on [low, high], or the end nearer to it."""
+    if func(low) <= 0:
+        return low
+    if func(high) >= 0:
+        return high
+    for _ in range(steps):
+        middle = (low + high) / 2
+        if func(middle) > 0:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def sample_fit(fit: pd.DataFrame, *, samples_per_step: int = 1024, seed: int = 0) -> pd.DataFrame:
+    """A trace of `samples_per_step` samples per fitted step: step, response_tokens, capped."""
+    rng = np.random.default_rng(seed)
+    inverse = np.vectorize(_NORMAL.inv_cdf, otypes=[float])
+    parts = []
+    for record in fit.itertuples(index=False):
+        uniform = (np.arange(samples_per_step) + rng.random(samples_per_step)) / samples_per_step
+        z = inverse(np.clip(rng.permutation(uniform), 1e-12, 1 - 1e-12))
+        raw = np.exp(record.mu + record.sigma * z)
+        lengths = np.clip(np.rint(raw), 1, record.max_tokens).astype("int64")
+        parts.append(
+            pd.DataFrame(
+                {
+                    "step": record.step,
+                    "response_tokens": lengths,
+                    "capped": lengths >= record.max_tokens,
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True).astype({"step": "int64"})
+
+
+def fit_trace(
+    path: str | Path,
+    *,
+    samples_per_step: int = 1024,
+    max_tokens: int | None = None,
+    seed: int = 0,
+    column_map: Mapping[str, str] | Iterable[str] | None = None,
+) -> pd.DataFrame:
+    """Read a step summary, fit it and sample a trace from the fit (see the module docstring)."""
+    if samples_per_step < 1:
+        raise TraceError(f"samples per step must be at least 1, not {samples_per_step}")
+    summary = read_summary(path, as_column_map(column_map, targets=SUMMARY_ALIASES))
+    fit = fit_summary(summary, samples_per_step=samples_per_step, max_tokens=max_tokens, file=path)
+    return sample_fit(fit, samples_per_step=samples_per_step, seed=seed)
