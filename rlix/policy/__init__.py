@@ -1,0 +1,54 @@
+"""rlix.policy: the pure scheduling core (standard library only).
+
+Drivers build a `Scheduler`, feed it `events` and carry out its `decisions`; see
+`rlix.policy.core` for the theory of operation.
+"""
+
+from rlix.policy.core import Scheduler
+from rlix.policy.decisions import (
+    AllowRollout,
+    Decision,
+    Expand,
+    Grant,
+    Hold,
+    Revoke,
+    Shrink,
+)
+from rlix.policy.errors import EventError, InvariantViolation, PolicyError, SpecError
+from rlix.policy.events import (
+    ClusterReleased,
+    ClusterReleasedAndRequested,
+    ClusterRequested,
+    DecisionApplied,
+    DecisionFailed,
+    Event,
+    GpuLost,
+    GpuRestored,
+    PipelineAdmitted,
+    PipelineRegistered,
+    PipelineRemoved,
+    RolloutProgressed,
+    Tick,
+    TrainStepFinished,
+)
+from rlix.policy.policies import POLICIES, Policy, get_policy
+from rlix.policy.specs import (
+    BASE_ADAPTER,
+    ROLLOUT_CLUSTER,
+    ClusterSpec,
+    PipelineKind,
+    PipelineSpec,
+    PolicyConfig,
+    Priority,
+    Topology,
+)
+
+__all__ = [
+    "BASE_ADAPTER", "POLICIES", "ROLLOUT_CLUSTER", "AllowRollout", "ClusterReleased",
+    "ClusterReleasedAndRequested", "ClusterRequested", "ClusterSpec", "Decision",
+    "DecisionApplied", "DecisionFailed", "Event", "EventError", "Expand", "GpuLost",
+    "GpuRestored", "Grant", "Hold", "InvariantViolation", "PipelineAdmitted", "PipelineKind",
+    "PipelineRegistered", "PipelineRemoved", "PipelineSpec", "Policy", "PolicyConfig",
+    "PolicyError", "Priority", "Revoke", "RolloutProgressed", "Scheduler", "Shrink", "SpecError",
+    "Tick", "Topology", "TrainStepFinished", "get_policy",
+]

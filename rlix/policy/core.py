@@ -1,0 +1,151 @@
+"""The policy core: a sans-IO state machine that decides who holds which GPU.
+
+Theory of operation
+-------------------
+A driver (the SimPy model or the Ray executor) owns time and the GPUs; the core owns the
+decisions. The driver hands in one past-tense fact at a time (`Scheduler.handle(event)`), and
+gets back the decisions of one *round*, in the order they must be carried out. Nothing in here
+reads a clock, draws a random number, starts a thread or touches I/O, so a run is a pure
+function of its event sequence and the simulator predicts exactly what the executor does.
+
+Handling an event has three phases:
+
+1. Validate. The event is checked against the state in full (unknown pipeline, request before
+   admit, a second pending request, negative progress, `now` going backwards, ...). A bad event
+   raises `EventError` before anything changes.
+2. Apply. The fact updates the state: a release frees GPUs, progress updates demand, a report
+   settles a two-phase decision (see `rlix.policy.ledger`), a lost GPU revokes its holder.
+3. Round. The active policy runs one decision round over the whole state:
+   a. staleness pacing: adapters whose weights advanced may roll out further ahead;
+   b. rollout ranks of pipelines that stopped rolling out are shrunk ("release");
+   c. non-rollout requests are served by priority, then arrival (`rlix.policy.admission`):
+      gang grants, preempting rollout ranks only when that makes the grant happen now, and
+      reserving the GPUs of blocked requests so later, lower work cannot overtake them;
+   d. rollout GPUs are split among the pipelines still rolling out (`rlix.policy.rollout`).
+
+Decisions that move GPUs count as done when emitted (so one GPU is never promised twice) and
+are settled later by `DecisionApplied` / `DecisionFailed`. Ties always break by priority, then
+the core's arrival number, then pipeline id, so a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rlix.policy import lifecycle
+from rlix.policy.admission import Reservations, serve_requests
+from rlix.policy.decisions import Decision
+from rlix.policy.errors import EventError
+from rlix.policy.events import Event
+from rlix.policy.ledger import Ledger
+from rlix.policy.policies import Policy, get_policy
+from rlix.policy.specs import PolicyConfig, Topology
+from rlix.policy.state import ClusterState, PipelineState, RankStatus, Request
+
+if TYPE_CHECKING:
+    from rlix.policy.invariants import InvariantChecker
+
+
+class Scheduler:
+    """One GPU pool, many pipelines, one policy. Feed it events; carry out its decisions."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        policy: str | Policy = "rlix",
+        config: PolicyConfig | None = None,
+        check_invariants: bool = False,
+    ) -> None:
+        topology.validate()
+        self.topology = topology
+        self.policy = get_policy(policy) if isinstance(policy, str) else policy
+        self.config = config or PolicyConfig()
+        self.cluster = ClusterState(topology)
+        self.pipelines: dict[str, PipelineState] = {}
+        #: Pending non-rollout requests in service order (priority, arrival number, pipeline).
+        self.queue: list[Request] = []
+        self.ledger = Ledger(self)
+        self.now = 0.0
+        self.next_seq = 0
+        #: The rollout split of the last round: target GPUs and ideal (unrounded) GPUs.
+        self.targets: dict[str, int] = {}
+        self.ideal: dict[str, float] = {}
+        self.reservations = Reservations()
+        self.runnable: frozenset[str] = frozenset()
+        self._checker: InvariantChecker | None = None
+        if check_invariants:
+            from rlix.policy.invariants import InvariantChecker
+
+            self._checker = InvariantChecker(self)
+        self._handlers: dict[type[Event], Callable[[Any, Any], None]] = lifecycle.HANDLERS
+
+    # --- the driver's interface -------------------------------------------------------------
+
+    def handle(self, event: Event) -> list[Decision]:
+        """Take one fact, run one decision round, return its decisions in execution order."""
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            raise EventError("event", type(event).__name__, "unknown event type")
+        if not isinstance(event.now, int | float) or event.now != event.now:
+            raise EventError("now", event.now, "must be a number")
+        if event.now < self.now:
+            raise EventError("now", event.now, f"goes backwards (last event was at {self.now})")
+        previous_now, self.now = self.now, float(event.now)
+        try:
+            handler(self, event)  # validates in full before it changes anything
+        except Exception:
+            self.now = previous_now
+            raise
+        self._round()
+        decisions = self.ledger.take_output()
+        if self._checker is not None:
+            self._checker.after_round(event, decisions)
+        return decisions
+
+    def pipeline(self, pipeline_id: str) -> PipelineState:
+        try:
+            return self.pipelines[pipeline_id]
+        except KeyError:
+            raise EventError("pipeline_id", pipeline_id, "unknown pipeline") from None
+
+    # --- helpers shared by the event handlers and the policies ----------------------------
+
+    def new_seq(self) -> int:
+        seq = self.next_seq
+        self.next_seq += 1
+        return seq
+
+    def enqueue(self, request: Request) -> None:
+        self.pipelines[request.pipeline_id].pending[request.cluster] = request
+        bisect.insort(self.queue, request, key=lambda r: r.order)
+
+    def requeue(self, request: Request, retry_after_s: float) -> None:
+        request.retry_after_s = retry_after_s
+        request.hold_reason = ""
+        self.enqueue(request)
+
+    def rolling_pipelines(self) -> list[PipelineState]:
+        """Pipelines rolling out that the policy lets run, in admission order."""
+        rollers = [p for p in self.pipelines.values() if p.rolling and p.pipeline_id in self.runnable]
+        rollers.sort(key=lambda p: p.admitted_seq)
+        return rollers
+
+    # --- the round --------------------------------------------------------------------------
+
+    def _round(self) -> None:
+        self.runnable = self.policy.runnable(self)
+        self._release_idle_ranks()
+        self.reservations = serve_requests(self, self.policy)
+        self.policy.plan_rollout(self)
+
+    def _release_idle_ranks(self) -> None:
+        for pipeline in self.pipelines.values():
+            if pipeline.rolling and pipeline.pipeline_id in self.runnable:
+                continue
+            for rank in list(pipeline.active.values()):
+                if rank.status is RankStatus.ACTIVE:
+                    self.ledger.shrink(rank, "release")
+                else:
+                    rank.release_when_applied = True

@@ -1,0 +1,82 @@
+"""Decisions: the imperatives the policy core hands back to its driver.
+
+Grant, Expand and Shrink move GPUs and are two-phase: the core counts them as done at once
+(so it never hands out a GPU twice) and the driver reports `DecisionApplied` or `DecisionFailed`.
+The driver carries the decisions of one round out in the order given; a decision whose
+`requires` names a decision that failed must itself be reported failed, without being carried
+out. Revoke, AllowRollout and Hold are notifications: nothing to roll back, no report needed
+(a report for them is accepted and ignored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    decision_id: int
+    pipeline_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Grant(Decision):
+    """Give a cluster its whole device mapping (a non-rollout stage, or init at priority 0)."""
+
+    cluster: str
+    priority: int
+    gpus: tuple[int, ...]
+    requires: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Expand(Decision):
+    """Start rollout rank `dp_rank` on its bundle (load the newest inference weights)."""
+
+    dp_rank: int
+    gpus: tuple[int, ...]
+    requires: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Shrink(Decision):
+    """Stop rollout rank `dp_rank` and free its bundle. In-flight trajectories are re-queued.
+
+    `reason` is "preempt" (for a higher-priority grant), "rebalance" (for another pipeline's
+    rollout share) or "release" (the pipeline's rollout demand ended).
+    """
+
+    dp_rank: int
+    gpus: tuple[int, ...]
+    reason: str
+    requires: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Revoke(Decision):
+    """A holding lost a GPU: abort that stage or rank. A non-rollout request is re-queued at its
+    old place, and granted again when its mapping is whole."""
+
+    cluster: str
+    gpus: tuple[int, ...]
+    dp_rank: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AllowRollout(Decision):
+    """Staleness pacing: rollout for train steps <= `max_step` of this adapter may run."""
+
+    adapter: str
+    max_step: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hold(Decision):
+    """A request waits; `reason` says why (for logs and dashboards)."""
+
+    cluster: str
+    priority: int
+    reason: str
+
+
+TWO_PHASE = (Grant, Expand, Shrink)

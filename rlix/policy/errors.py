@@ -1,0 +1,40 @@
+"""Typed errors raised by the policy core on bad input.
+
+Every error names the offending field and value. The core validates an event completely before
+it changes anything, so after an error its state is exactly what it was before the event.
+"""
+
+from __future__ import annotations
+
+
+class PolicyError(Exception):
+    """Base class of everything the policy core raises on bad input."""
+
+
+class SpecError(PolicyError, ValueError):
+    """A topology or pipeline spec is invalid (a field has a bad value)."""
+
+    def __init__(self, field: str, value: object, problem: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        super().__init__(f"{field}={value!r}: {problem}")
+
+
+class EventError(PolicyError, ValueError):
+    """An event is inconsistent with the core's state (unknown id, wrong order, ...)."""
+
+    def __init__(self, field: str, value: object, problem: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        super().__init__(f"{field}={value!r}: {problem}")
+
+
+class InvariantViolation(PolicyError, AssertionError):
+    """The invariant checker found a state or a run that breaks one of the ten invariants."""
+
+    def __init__(self, number: int, detail: str) -> None:
+        self.number = number
+        self.detail = detail
+        super().__init__(f"invariant {number} violated: {detail}")

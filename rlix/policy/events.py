@@ -1,0 +1,123 @@
+"""Events: the past-tense facts a driver hands to the policy core.
+
+Every event carries the driver's `now` (seconds, float, never decreasing). The core never reads
+a clock; `now` is all it knows of time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlix.policy.specs import PipelineSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineRegistered(Event):
+    """A pipeline spec was submitted; it is validated and known, but holds nothing yet."""
+
+    spec: PipelineSpec
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineAdmitted(Event):
+    """A registered pipeline may now request GPUs (the policy may still gate it)."""
+
+    pipeline_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineRemoved(Event):
+    """A pipeline finished or failed and its actors are dead: all its GPUs are free."""
+
+    pipeline_id: str
+    failed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRequested(Event):
+    """A pipeline asks for a cluster at a stage priority.
+
+    `actor_infer` at Priority.ROLLOUT starts rollout demand, with `estimate` units of rollout
+    work (e.g. trajectories or tokens); rollout ranks then expand and shrink elastically.
+    Any cluster at priorities 0-5 is granted its whole device mapping at once (gang).
+    """
+
+    pipeline_id: str
+    cluster: str
+    priority: int
+    estimate: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterReleased(Event):
+    """A pipeline gave back a cluster. For a non-rollout cluster its GPUs are free now; for
+    `actor_infer` the rollout demand ends and the core shrinks every active rank."""
+
+    pipeline_id: str
+    cluster: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterReleasedAndRequested(Event):
+    """Release one cluster and request another as one atomic transition (nobody can slip in
+    between except an older request that the released GPUs were reserved for)."""
+
+    pipeline_id: str
+    released: str
+    requested: str
+    priority: int
+    estimate: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutProgressed(Event):
+    """Rollout work still to do for one adapter of a pipeline (the sum over adapters is the
+    pipeline's demand)."""
+
+    pipeline_id: str
+    remaining: float
+    adapter: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainStepFinished(Event):
+    """A train step finished: weights of `version` now exist for that adapter."""
+
+    pipeline_id: str
+    version: int
+    adapter: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionApplied(Event):
+    """The driver carried out decision `decision_id`."""
+
+    decision_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionFailed(Event):
+    """The driver could not carry out decision `decision_id`; it changed nothing on the GPUs."""
+
+    decision_id: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLost(Event):
+    gpu: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRestored(Event):
+    gpu: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tick(Event):
+    """Time passed; lets backed-off retries happen."""

@@ -1,0 +1,220 @@
+"""Emitting decisions and settling them: the two-phase bookkeeping of the core.
+
+A decision that moves GPUs changes the core's state the moment it is emitted, so the next
+decision in the same round already sees it. Its undo is implied by its kind:
+
+- Grant: the holding goes away, its GPUs are free, the request returns to the queue at its
+  old place (same arrival number) after a back-off.
+- Expand: the rank is inactive again, its GPUs free, and it is not retried before a back-off.
+- Shrink: the rank is active again on its bundle.
+
+A GPU freed by a Shrink that is still in flight is "releasing": whoever takes it next gets the
+Shrink in its `requires`, and a failed Shrink first fails everything that required it, so undo
+always finds the GPUs it needs free. Reports for decisions already settled (or belonging to a
+removed pipeline) are ignored, which makes settling idempotent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlix.policy.decisions import (
+    AllowRollout,
+    Decision,
+    Expand,
+    Grant,
+    Hold,
+    Revoke,
+    Shrink,
+)
+from rlix.policy.state import ClusterHold, HoldStatus, Rank, RankStatus, Request
+
+if TYPE_CHECKING:
+    from rlix.policy.core import Scheduler
+
+
+class Ledger:
+    """Owns decision ids, the in-flight table and the output list of the current round."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.next_id = 1
+        self.inflight: dict[int, tuple[Decision, ClusterHold | Rank]] = {}
+        self.dependents: dict[int, list[int]] = {}
+        self.out: list[Decision] = []
+
+    def _new_id(self) -> int:
+        decision_id = self.next_id
+        self.next_id += 1
+        return decision_id
+
+    def _requires(self, gpus: tuple[int, ...], extra: list[int]) -> tuple[int, ...]:
+        releasing = self.sched.cluster.releasing_by
+        needed = set(extra)
+        for gpu in gpus:
+            shrink_id = releasing.get(gpu)
+            if shrink_id is not None:
+                needed.add(shrink_id)
+        return tuple(sorted(needed))
+
+    def _track(self, decision: Decision, holder: ClusterHold | Rank, requires: tuple[int, ...]) -> None:
+        self.inflight[decision.decision_id] = (decision, holder)
+        for needed in requires:
+            if needed in self.inflight:
+                self.dependents.setdefault(needed, []).append(decision.decision_id)
+        self.out.append(decision)
+
+    # --- emitting -------------------------------------------------------------------------
+
+    def grant(self, request: Request, gpus: tuple[int, ...], extra_requires: list[int]) -> Grant:
+        sched = self.sched
+        requires = self._requires(gpus, extra_requires)
+        decision = Grant(self._new_id(), request.pipeline_id, request.cluster, request.priority, gpus, requires)
+        hold = ClusterHold(request.pipeline_id, request.cluster, request.priority, gpus, request)
+        hold.decision_id = decision.decision_id
+        sched.cluster.take(gpus, hold)
+        pipeline = sched.pipelines[request.pipeline_id]
+        del pipeline.pending[request.cluster]
+        pipeline.holdings[request.cluster] = hold
+        sched.queue.remove(request)
+        self._track(decision, hold, requires)
+        return decision
+
+    def expand(self, rank: Rank) -> Expand:
+        sched = self.sched
+        requires = self._requires(rank.gpus, [])
+        decision = Expand(self._new_id(), rank.pipeline_id, rank.dp_rank, rank.gpus, requires)
+        sched.cluster.take(rank.gpus, rank)
+        rank.status = RankStatus.EXPANDING
+        rank.decision_id = decision.decision_id
+        pipeline = sched.pipelines[rank.pipeline_id]
+        pipeline.num_active_gpus += len(rank.gpus)
+        pipeline.active[rank.dp_rank] = rank
+        self._track(decision, rank, requires)
+        return decision
+
+    def shrink(self, rank: Rank, reason: str) -> Shrink:
+        assert rank.status is RankStatus.ACTIVE, "only active ranks are shrunk"
+        sched = self.sched
+        decision = Shrink(self._new_id(), rank.pipeline_id, rank.dp_rank, rank.gpus, reason)
+        self._deactivate(rank)
+        releasing = sched.cluster.releasing_by
+        for gpu in rank.gpus:
+            releasing[gpu] = decision.decision_id
+        rank.decision_id = decision.decision_id
+        self._track(decision, rank, ())
+        return decision
+
+    def _deactivate(self, rank: Rank) -> None:
+        sched = self.sched
+        sched.cluster.free(rank.gpus, rank)
+        rank.status = RankStatus.INACTIVE
+        pipeline = sched.pipelines[rank.pipeline_id]
+        pipeline.num_active_gpus -= len(rank.gpus)
+        del pipeline.active[rank.dp_rank]
+
+    def hold(self, request: Request, reason: str) -> None:
+        if request.hold_reason != reason:
+            request.hold_reason = reason
+            self.out.append(Hold(self._new_id(), request.pipeline_id, request.cluster, request.priority, reason))
+
+    def allow_rollout(self, pipeline_id: str, adapter: str, max_step: int) -> None:
+        self.out.append(AllowRollout(self._new_id(), pipeline_id, adapter, max_step))
+
+    def revoke(self, holder: ClusterHold | Rank) -> None:
+        """A GPU under `holder` was lost: drop the holding at once (it is a fact, not a plan)."""
+        sched = self.sched
+        self.inflight.pop(holder.decision_id, None)
+        if isinstance(holder, Rank):
+            self.out.append(Revoke(self._new_id(), holder.pipeline_id, "actor_infer", holder.gpus, holder.dp_rank))
+            if holder.status is not RankStatus.INACTIVE:
+                self._deactivate(holder)
+            holder.release_when_applied = False
+            return
+        self.out.append(Revoke(self._new_id(), holder.pipeline_id, holder.cluster, holder.gpus))
+        self._drop_hold(holder)
+        sched.requeue(holder.request, retry_after_s=sched.now)
+
+    def _drop_hold(self, hold: ClusterHold) -> None:
+        sched = self.sched
+        sched.cluster.free(hold.gpus, hold)
+        del sched.pipelines[hold.pipeline_id].holdings[hold.cluster]
+
+    # --- settling -------------------------------------------------------------------------
+
+    def applied(self, decision_id: int) -> None:
+        entry = self.inflight.pop(decision_id, None)
+        if entry is None:
+            return
+        decision, holder = entry
+        self.dependents.pop(decision_id, None)
+        if isinstance(decision, Grant):
+            assert isinstance(holder, ClusterHold)
+            holder.status = HoldStatus.HELD
+        elif isinstance(decision, Expand):
+            assert isinstance(holder, Rank)
+            holder.status = RankStatus.ACTIVE
+            if holder.release_when_applied:
+                holder.release_when_applied = False
+                self.shrink(holder, "release")
+        elif isinstance(decision, Shrink):
+            self._clear_releasing(decision)
+
+    def _clear_releasing(self, decision: Shrink) -> None:
+        releasing = self.sched.cluster.releasing_by
+        for gpu in decision.gpus:
+            if releasing.get(gpu) == decision.decision_id:
+                del releasing[gpu]
+
+    def failed(self, decision_id: int) -> None:
+        entry = self.inflight.pop(decision_id, None)
+        if entry is None:
+            return
+        decision, holder = entry
+        for dependent in self.dependents.pop(decision_id, []):
+            self.failed(dependent)
+        sched = self.sched
+        backoff_until = sched.now + sched.config.retry_backoff_s
+        if isinstance(decision, Grant):
+            assert isinstance(holder, ClusterHold)
+            self._drop_hold(holder)
+            sched.requeue(holder.request, retry_after_s=backoff_until)
+        elif isinstance(decision, Expand):
+            assert isinstance(holder, Rank)
+            self._deactivate(holder)
+            holder.release_when_applied = False
+            holder.retry_after_s = backoff_until
+        elif isinstance(decision, Shrink):
+            assert isinstance(holder, Rank)
+            self._undo_shrink(decision, holder)
+
+    def _undo_shrink(self, decision: Shrink, rank: Rank) -> None:
+        sched = self.sched
+        self._clear_releasing(decision)
+        if any(gpu in sched.cluster.offline for gpu in rank.gpus):
+            # The rank cannot come back whole: it lost a GPU while its shrink was in flight.
+            self.out.append(Revoke(self._new_id(), rank.pipeline_id, "actor_infer", rank.gpus, rank.dp_rank))
+            return
+        sched.cluster.take(rank.gpus, rank)
+        rank.status = RankStatus.ACTIVE
+        pipeline = sched.pipelines[rank.pipeline_id]
+        pipeline.num_active_gpus += len(rank.gpus)
+        pipeline.active[rank.dp_rank] = rank
+
+    def forget_pipeline(self, pipeline_id: str) -> None:
+        """Drop the in-flight decisions of a removed pipeline (its actors are dead, so its
+        shrinks count as done for anyone who required them)."""
+        releasing = self.sched.cluster.releasing_by
+        for decision_id, (decision, _holder) in list(self.inflight.items()):
+            if decision.pipeline_id != pipeline_id:
+                continue
+            del self.inflight[decision_id]
+            self.dependents.pop(decision_id, None)
+            if isinstance(decision, Shrink):
+                for gpu in decision.gpus:
+                    if releasing.get(gpu) == decision_id:
+                        del releasing[gpu]
+
+    def take_output(self) -> list[Decision]:
+        out, self.out = self.out, []
+        return out

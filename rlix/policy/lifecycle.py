@@ -1,0 +1,243 @@
+"""Event handlers: validate one fact against the state in full, then apply it.
+
+Each handler raises `EventError` (or `SpecError`) before its first change, so a rejected event
+leaves the scheduler exactly as it was. The decision round runs after the handler, in the core.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rlix.policy import events as ev
+from rlix.policy.errors import EventError
+from rlix.policy.specs import ROLLOUT_CLUSTER, Priority
+from rlix.policy.state import HoldStatus, PipelineState, Rank, RankStatus, Request
+
+if TYPE_CHECKING:
+    from rlix.policy.core import Scheduler
+
+
+# --- pipelines ------------------------------------------------------------------------------
+
+
+def on_registered(sched: Scheduler, event: ev.PipelineRegistered) -> None:
+    spec = event.spec
+    spec.validate(sched.topology)
+    if spec.pipeline_id in sched.pipelines:
+        raise EventError("pipeline_id", spec.pipeline_id, "already registered")
+    pipeline = PipelineState(spec=spec, registered_seq=sched.new_seq())
+    rollout = spec.rollout
+    for dp_rank in range(rollout.num_ranks):
+        bundle = rollout.bundle(dp_rank)
+        rank = Rank(spec.pipeline_id, dp_rank, bundle, sched.cluster.slot_for(bundle))
+        pipeline.ranks.append(rank)
+        pipeline.rank_by_slot[rank.slot] = rank
+    for adapter in spec.adapter_names:
+        pipeline.versions[adapter] = 0
+    sched.pipelines[spec.pipeline_id] = pipeline
+
+
+def on_admitted(sched: Scheduler, event: ev.PipelineAdmitted) -> None:
+    pipeline = sched.pipeline(event.pipeline_id)
+    if pipeline.admitted:
+        raise EventError("pipeline_id", event.pipeline_id, "already admitted")
+    pipeline.admitted_seq = sched.new_seq()
+    for adapter in pipeline.spec.adapter_names:
+        _pace(sched, pipeline, adapter)
+
+
+def on_removed(sched: Scheduler, event: ev.PipelineRemoved) -> None:
+    pipeline = sched.pipeline(event.pipeline_id)
+    sched.ledger.forget_pipeline(pipeline.pipeline_id)
+    cluster = sched.cluster
+    for hold in list(pipeline.holdings.values()):
+        cluster.free(hold.gpus, hold)
+    for rank in list(pipeline.active.values()):
+        cluster.free(rank.gpus, rank)
+        rank.status = RankStatus.INACTIVE
+    for request in pipeline.pending.values():
+        sched.queue.remove(request)
+    del sched.pipelines[pipeline.pipeline_id]
+
+
+# --- requests and releases ------------------------------------------------------------------
+
+
+def _check_request(
+    sched: Scheduler, pipeline: PipelineState, cluster: str, priority: int, estimate: float | None,
+    releasing: str | None = None,
+) -> None:
+    pid = pipeline.pipeline_id
+    if not pipeline.admitted:
+        raise EventError("pipeline_id", pid, "request before the pipeline was admitted")
+    if cluster not in pipeline.spec.clusters:
+        raise EventError("cluster", cluster, f"pipeline {pid} has no such cluster")
+    if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 6:
+        raise EventError("priority", priority, "must be an integer stage priority 0..6")
+    if priority == Priority.ROLLOUT and cluster != ROLLOUT_CLUSTER:
+        raise EventError("priority", priority, f"only {ROLLOUT_CLUSTER} is requested at the rollout priority")
+    if estimate is not None and not (isinstance(estimate, int | float) and math.isfinite(estimate) and estimate >= 0):
+        raise EventError("estimate", estimate, "must be a finite number >= 0")
+    if cluster in pipeline.pending:
+        raise EventError("cluster", cluster, f"pipeline {pid} already has a pending request for it")
+    if cluster in pipeline.holdings and cluster != releasing:
+        raise EventError("cluster", cluster, f"pipeline {pid} already holds it (release it first)")
+    if cluster == ROLLOUT_CLUSTER and pipeline.rolling and releasing != ROLLOUT_CLUSTER:
+        raise EventError("cluster", cluster, f"pipeline {pid} is already rolling out")
+
+
+def _apply_request(
+    sched: Scheduler, pipeline: PipelineState, cluster: str, priority: int, estimate: float | None
+) -> None:
+    if priority == Priority.ROLLOUT:
+        pipeline.rolling = True
+        pipeline.estimate = 1.0 if estimate is None else float(estimate)
+        pipeline.remaining = {}
+        return
+    sched.enqueue(Request(pipeline.pipeline_id, cluster, priority, sched.new_seq(), sched.now))
+
+
+def on_requested(sched: Scheduler, event: ev.ClusterRequested) -> None:
+    pipeline = sched.pipeline(event.pipeline_id)
+    _check_request(sched, pipeline, event.cluster, event.priority, event.estimate)
+    if event.cluster == ROLLOUT_CLUSTER and event.priority != Priority.ROLLOUT and pipeline.rolling:
+        raise EventError("cluster", event.cluster, "cannot gang-request actor_infer while rolling out")
+    _apply_request(sched, pipeline, event.cluster, event.priority, event.estimate)
+
+
+def _check_release(pipeline: PipelineState, cluster: str) -> None:
+    pid = pipeline.pipeline_id
+    hold = pipeline.holdings.get(cluster)
+    if hold is not None:
+        if hold.status is not HoldStatus.HELD:
+            raise EventError("cluster", cluster, f"the grant to {pid} was not applied yet")
+        return
+    if cluster == ROLLOUT_CLUSTER and pipeline.rolling:
+        return
+    raise EventError("cluster", cluster, f"pipeline {pid} does not hold it")
+
+
+def _apply_release(sched: Scheduler, pipeline: PipelineState, cluster: str) -> None:
+    hold = pipeline.holdings.pop(cluster, None)
+    if hold is not None:
+        sched.cluster.free(hold.gpus, hold)
+        return
+    pipeline.rolling = False
+    pipeline.remaining = {}
+    pipeline.estimate = 0.0  # the round shrinks the active ranks ("release")
+
+
+def on_released(sched: Scheduler, event: ev.ClusterReleased) -> None:
+    pipeline = sched.pipeline(event.pipeline_id)
+    _check_release(pipeline, event.cluster)
+    _apply_release(sched, pipeline, event.cluster)
+
+
+def on_released_and_requested(sched: Scheduler, event: ev.ClusterReleasedAndRequested) -> None:
+    pipeline = sched.pipeline(event.pipeline_id)
+    _check_release(pipeline, event.released)
+    _check_request(sched, pipeline, event.requested, event.priority, event.estimate, releasing=event.released)
+    _apply_release(sched, pipeline, event.released)
+    _apply_request(sched, pipeline, event.requested, event.priority, event.estimate)
+
+
+# --- rollout progress and staleness ---------------------------------------------------------
+
+
+def _adapter(pipeline: PipelineState, adapter: str | None) -> str:
+    name = pipeline.adapter_or_base(adapter)
+    if name not in pipeline.versions:
+        raise EventError("adapter", adapter, f"pipeline {pipeline.pipeline_id} has no such adapter")
+    return name
+
+
+def on_progressed(sched: Scheduler, event: ev.RolloutProgressed) -> None:
+    pipeline = sched.pipeline(event.pipeline_id)
+    if not pipeline.rolling:
+        raise EventError("pipeline_id", event.pipeline_id, "progress reported while not rolling out")
+    remaining = event.remaining
+    if not (isinstance(remaining, int | float) and math.isfinite(remaining) and remaining >= 0):
+        raise EventError("remaining", remaining, "must be a finite number >= 0")
+    pipeline.remaining[_adapter(pipeline, event.adapter)] = float(remaining)
+
+
+def on_step_finished(sched: Scheduler, event: ev.TrainStepFinished) -> None:
+    pipeline = sched.pipeline(event.pipeline_id)
+    adapter = _adapter(pipeline, event.adapter)
+    version = event.version
+    if not isinstance(version, int) or isinstance(version, bool) or version <= pipeline.versions[adapter]:
+        raise EventError("version", version, f"must be an integer above {pipeline.versions[adapter]}")
+    pipeline.versions[adapter] = version
+    if pipeline.admitted:
+        _pace(sched, pipeline, adapter)
+
+
+def _pace(sched: Scheduler, pipeline: PipelineState, adapter: str) -> None:
+    """Staleness pacing: rollout for step s may start once version s - k exists."""
+    max_step = pipeline.versions[adapter] + pipeline.spec.staleness_of(adapter)
+    if pipeline.allowed_step.get(adapter) != max_step:
+        pipeline.allowed_step[adapter] = max_step
+        sched.ledger.allow_rollout(pipeline.pipeline_id, adapter, max_step)
+
+
+# --- decision reports, GPUs, time -----------------------------------------------------------
+
+
+def _check_decision_id(sched: Scheduler, decision_id: int) -> None:
+    if not isinstance(decision_id, int) or not 1 <= decision_id < sched.ledger.next_id:
+        raise EventError("decision_id", decision_id, "no decision with this id was issued")
+
+
+def on_applied(sched: Scheduler, event: ev.DecisionApplied) -> None:
+    _check_decision_id(sched, event.decision_id)
+    sched.ledger.applied(event.decision_id)
+
+
+def on_failed(sched: Scheduler, event: ev.DecisionFailed) -> None:
+    _check_decision_id(sched, event.decision_id)
+    sched.ledger.failed(event.decision_id)
+
+
+def _check_gpu(sched: Scheduler, gpu: int) -> None:
+    if not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < sched.topology.num_gpus:
+        raise EventError("gpu", gpu, f"not a GPU of this cluster [0, {sched.topology.num_gpus})")
+
+
+def on_gpu_lost(sched: Scheduler, event: ev.GpuLost) -> None:
+    _check_gpu(sched, event.gpu)
+    if event.gpu in sched.cluster.offline:
+        raise EventError("gpu", event.gpu, "already lost")
+    holder = sched.cluster.owner[event.gpu]
+    sched.cluster.set_offline(event.gpu, True)
+    if holder is not None:
+        sched.ledger.revoke(holder)
+
+
+def on_gpu_restored(sched: Scheduler, event: ev.GpuRestored) -> None:
+    _check_gpu(sched, event.gpu)
+    if event.gpu not in sched.cluster.offline:
+        raise EventError("gpu", event.gpu, "is not lost")
+    sched.cluster.set_offline(event.gpu, False)
+
+
+def on_tick(sched: Scheduler, event: ev.Tick) -> None:
+    """Nothing to apply: the round retries whatever a back-off was holding."""
+
+
+HANDLERS: dict[type[ev.Event], Callable[[Any, Any], None]] = {
+    ev.PipelineRegistered: on_registered,
+    ev.PipelineAdmitted: on_admitted,
+    ev.PipelineRemoved: on_removed,
+    ev.ClusterRequested: on_requested,
+    ev.ClusterReleased: on_released,
+    ev.ClusterReleasedAndRequested: on_released_and_requested,
+    ev.RolloutProgressed: on_progressed,
+    ev.TrainStepFinished: on_step_finished,
+    ev.DecisionApplied: on_applied,
+    ev.DecisionFailed: on_failed,
+    ev.GpuLost: on_gpu_lost,
+    ev.GpuRestored: on_gpu_restored,
+    ev.Tick: on_tick,
+}

@@ -1,0 +1,109 @@
+"""The policies behind one interface, selectable by name.
+
+- `rlix` (default): reservation for blocked requests, no futile preemption, the normalised,
+  sticky proportional split with donor choice, and work-conserving fill.
+- `gap-ratio`: a model of RLix's reference behaviour (futile preemption, no reservation, the
+  un-normalised gap-ratio split with its one-bundle floor), for comparison.
+- `static`: no sharing. Each pipeline owns a dedicated partition (the union of its clusters'
+  mappings); a pipeline whose partition overlaps one admitted earlier waits until that one is
+  removed. Inside its partition its rollout uses every free bundle.
+- `sequential`: one pipeline at a time on the whole pool, in admission order.
+
+A policy also declares which of the ten invariants it guarantees, so that the checker holds
+each policy to its own promises (the RLix model, by design, breaks 4, 5 and 6).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rlix.policy.errors import SpecError
+from rlix.policy.gap_ratio import plan_gap_ratio
+from rlix.policy.rollout import fill_free, plan_rlix
+
+if TYPE_CHECKING:
+    from rlix.policy.core import Scheduler
+
+ALL_INVARIANTS = frozenset(range(1, 11))
+
+
+class Policy:
+    """Base policy: every admitted pipeline may run; subclasses plan rollout."""
+
+    name: ClassVar[str] = ""
+    reserve_blocked: ClassVar[bool] = True
+    futile_preemption: ClassVar[bool] = False
+    guarantees: ClassVar[frozenset[int]] = ALL_INVARIANTS
+
+    def runnable(self, sched: Scheduler) -> frozenset[str]:
+        return frozenset(p.pipeline_id for p in sched.pipelines.values() if p.admitted)
+
+    def plan_rollout(self, sched: Scheduler) -> None:
+        raise NotImplementedError
+
+
+class RlixPolicy(Policy):
+    name = "rlix"
+
+    def plan_rollout(self, sched: Scheduler) -> None:
+        plan_rlix(sched)
+
+
+class GapRatioPolicy(Policy):
+    name = "gap-ratio"
+    reserve_blocked = False
+    futile_preemption = True
+    guarantees = ALL_INVARIANTS - {4, 5, 6}
+
+    def plan_rollout(self, sched: Scheduler) -> None:
+        plan_gap_ratio(sched)
+
+
+class _ExclusivePolicy(Policy):
+    """Pipelines never share GPUs; a runnable pipeline's rollout takes every free bundle."""
+
+    guarantees = ALL_INVARIANTS - {6}  # there is no split to track
+
+    def plan_rollout(self, sched: Scheduler) -> None:
+        rollers = sched.rolling_pipelines()
+        sched.targets = {p.pipeline_id: len(p.ranks) * p.tp for p in rollers}
+        sched.ideal = {pid: float(t) for pid, t in sched.targets.items()}
+        fill_free(sched, rollers)
+
+
+class StaticPolicy(_ExclusivePolicy):
+    name = "static"
+
+    def runnable(self, sched: Scheduler) -> frozenset[str]:
+        admitted = sorted((p for p in sched.pipelines.values() if p.admitted), key=lambda p: p.admitted_seq)
+        taken: set[int] = set()
+        running: list[str] = []
+        for pipeline in admitted:
+            footprint = pipeline.spec.footprint
+            if taken.isdisjoint(footprint):
+                running.append(pipeline.pipeline_id)
+            taken |= footprint  # a waiting pipeline also blocks later overlapping ones (FIFO)
+        return frozenset(running)
+
+
+class SequentialPolicy(_ExclusivePolicy):
+    name = "sequential"
+
+    def runnable(self, sched: Scheduler) -> frozenset[str]:
+        admitted = [p for p in sched.pipelines.values() if p.admitted]
+        if not admitted:
+            return frozenset()
+        first = min(admitted, key=lambda p: p.admitted_seq)
+        return frozenset({first.pipeline_id})
+
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (RlixPolicy, GapRatioPolicy, StaticPolicy, SequentialPolicy)
+}
+
+
+def get_policy(name: str) -> Policy:
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise SpecError("policy", name, f"unknown policy (known: {sorted(POLICIES)})") from None

@@ -1,0 +1,191 @@
+"""Typed, validated specs: the cluster topology, stage priorities and pipelines.
+
+Specs are plain frozen dataclasses (standard library only). `validate()` on each raises a
+`SpecError` naming the field and value; the core calls it before it registers anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+
+from rlix.policy.errors import SpecError
+
+
+class Priority(IntEnum):
+    """Stage priorities: a lower number is served first. Only ROLLOUT is preemptible."""
+
+    INIT = 0
+    ACTOR_TRAIN = 1
+    CRITIC_TRAIN = 2
+    OLD_LOG_PROBS = 3
+    REF_LOG_PROBS = 4
+    VALUE = 5
+    ROLLOUT = 6
+
+
+class PipelineKind(StrEnum):
+    FULL_FINETUNE = "full_finetune"
+    MULTI_LORA = "multi_lora"
+
+
+ROLLOUT_CLUSTER = "actor_infer"
+CLUSTER_NAMES = ("actor_train", "actor_infer", "critic", "reference")
+#: The adapter name a full-finetune pipeline uses in events and tables (it has one model).
+BASE_ADAPTER = "base"
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """`num_nodes` nodes of `gpus_per_node` GPUs; GPU g lives on node g // gpus_per_node."""
+
+    num_nodes: int
+    gpus_per_node: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    def node_of(self, gpu: int) -> int:
+        return gpu // self.gpus_per_node
+
+    def validate(self) -> None:
+        for name in ("num_nodes", "gpus_per_node"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(f"topology.{name}", value, "must be a positive integer")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """A cluster's tensor-parallel size and device mapping.
+
+    Rollout rank r owns the fixed bundle `mapping[r*tp:(r+1)*tp]`.
+    """
+
+    tp: int
+    mapping: tuple[int, ...]
+
+    @property
+    def num_ranks(self) -> int:
+        return len(self.mapping) // self.tp
+
+    def bundle(self, rank: int) -> tuple[int, ...]:
+        return self.mapping[rank * self.tp : (rank + 1) * self.tp]
+
+    def validate(self, where: str, topology: Topology) -> None:
+        tp = self.tp
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise SpecError(f"{where}.tp", tp, "must be a positive integer")
+        if not self.mapping:
+            raise SpecError(f"{where}.mapping", self.mapping, "must name at least one GPU")
+        seen: set[int] = set()
+        for gpu in self.mapping:
+            if not isinstance(gpu, int) or isinstance(gpu, bool):
+                raise SpecError(f"{where}.mapping", gpu, "GPU ids must be integers")
+            if not 0 <= gpu < topology.num_gpus:
+                raise SpecError(
+                    f"{where}.mapping", gpu, f"GPU id outside the cluster [0, {topology.num_gpus})"
+                )
+            if gpu in seen:
+                raise SpecError(f"{where}.mapping", gpu, "duplicate GPU in the device mapping")
+            seen.add(gpu)
+        if len(self.mapping) % tp:
+            raise SpecError(
+                f"{where}.tp", tp, f"does not divide the mapping length {len(self.mapping)}"
+            )
+        for rank in range(self.num_ranks):
+            nodes = {topology.node_of(g) for g in self.bundle(rank)}
+            if len(nodes) > 1:
+                raise SpecError(
+                    f"{where}.mapping",
+                    self.bundle(rank),
+                    f"TP bundle of rank {rank} spans nodes {sorted(nodes)}",
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSpec:
+    """One RL pipeline: its clusters, adapters, staleness bounds and job weight.
+
+    `max_staleness` is one bound for every adapter, or a bound per adapter name. A trajectory
+    consumed by train step s must come from weights of version >= s - k (k = 0: on-policy).
+    `weight` scales the pipeline's share of rollout GPUs (1.0 = by remaining work alone).
+    """
+
+    pipeline_id: str
+    kind: PipelineKind
+    clusters: dict[str, ClusterSpec]
+    adapters: tuple[str, ...] = ()
+    max_staleness: int | dict[str, int] = 0
+    weight: float = 1.0
+
+    @property
+    def rollout(self) -> ClusterSpec:
+        return self.clusters[ROLLOUT_CLUSTER]
+
+    @property
+    def adapter_names(self) -> tuple[str, ...]:
+        return self.adapters if self.kind is PipelineKind.MULTI_LORA else (BASE_ADAPTER,)
+
+    def staleness_of(self, adapter: str) -> int:
+        if isinstance(self.max_staleness, dict):
+            return self.max_staleness[adapter]
+        return self.max_staleness
+
+    @property
+    def footprint(self) -> frozenset[int]:
+        """Every GPU any of the pipeline's clusters may use."""
+        return frozenset(g for c in self.clusters.values() for g in c.mapping)
+
+    def validate(self, topology: Topology) -> None:
+        pid = self.pipeline_id
+        if not isinstance(pid, str) or not pid:
+            raise SpecError("pipeline_id", pid, "must be a non-empty string")
+        if not isinstance(self.kind, PipelineKind):
+            raise SpecError(f"{pid}.kind", self.kind, f"must be one of {[k.value for k in PipelineKind]}")
+        if ROLLOUT_CLUSTER not in self.clusters:
+            raise SpecError(f"{pid}.clusters", sorted(self.clusters), "every pipeline needs actor_infer")
+        for name, cluster in self.clusters.items():
+            if name not in CLUSTER_NAMES:
+                raise SpecError(f"{pid}.clusters", name, f"unknown cluster (known: {CLUSTER_NAMES})")
+            cluster.validate(f"{pid}.clusters.{name}", topology)
+        self._validate_adapters()
+        if not (isinstance(self.weight, int | float) and math.isfinite(self.weight) and self.weight > 0):
+            raise SpecError(f"{pid}.weight", self.weight, "must be a positive finite number")
+
+    def _validate_adapters(self) -> None:
+        pid = self.pipeline_id
+        if self.kind is PipelineKind.MULTI_LORA:
+            if not self.adapters:
+                raise SpecError(f"{pid}.adapters", self.adapters, "a multi_lora pipeline needs adapters")
+            if len(set(self.adapters)) != len(self.adapters):
+                raise SpecError(f"{pid}.adapters", self.adapters, "duplicate adapter name")
+        elif self.adapters:
+            raise SpecError(f"{pid}.adapters", self.adapters, "only multi_lora pipelines have adapters")
+        bounds = self.max_staleness
+        if isinstance(bounds, dict):
+            missing = set(self.adapter_names) - set(bounds)
+            extra = set(bounds) - set(self.adapter_names)
+            if missing or extra:
+                raise SpecError(
+                    f"{pid}.max_staleness", bounds, f"must name each adapter once (missing {sorted(missing)}, unknown {sorted(extra)})"
+                )
+            values = list(bounds.values())
+        else:
+            values = [bounds]
+        for value in values:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(f"{pid}.max_staleness", value, "must be an integer >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Tunables shared by the policies (all times in the driver's seconds)."""
+
+    #: After a failed decision, the same rank or request is not retried before this long.
+    retry_backoff_s: float = 5.0
+    #: Extra stickiness, in bundles, before an active rank is moved to another pipeline.
+    #: 0 keeps only sticky rounding (see rlix.policy.split).
+    rebalance_margin_bundles: float = 0.0

@@ -1,0 +1,199 @@
+"""The core's view of the cluster: who holds which GPU, ranks, requests, in-flight decisions.
+
+The state is plain mutable objects owned by one `Scheduler`. Ownership changes go through the
+few methods of `ClusterState` (`take`, `free`, `set_offline`) so the free-slot index stays
+exact. A "slot" is one distinct TP bundle (a tuple of GPU ids); ranks of different pipelines
+whose bundles are the same GPUs share a slot, which is what makes finding a free bundle for a
+pipeline cheap: intersect the free slots with the pipeline's slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from rlix.policy.specs import BASE_ADAPTER, PipelineSpec, Topology
+
+
+class RankStatus(Enum):
+    INACTIVE = "inactive"
+    EXPANDING = "expanding"  # Expand emitted, not yet applied
+    ACTIVE = "active"
+
+
+class HoldStatus(Enum):
+    GRANTING = "granting"  # Grant emitted, not yet applied
+    HELD = "held"
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """A pending non-rollout request. `seq` is the arrival number assigned by the core; it is
+    kept when a failed grant re-queues the request, so FIFO order survives failures."""
+
+    pipeline_id: str
+    cluster: str
+    priority: int
+    seq: int
+    arrived_s: float
+    retry_after_s: float = float("-inf")
+    hold_reason: str = ""
+
+    @property
+    def order(self) -> tuple[int, int, str]:
+        return (self.priority, self.seq, self.pipeline_id)
+
+
+@dataclass(slots=True, eq=False)
+class ClusterHold:
+    """A non-rollout cluster holding its whole mapping (also init of actor_infer)."""
+
+    pipeline_id: str
+    cluster: str
+    priority: int
+    gpus: tuple[int, ...]
+    request: Request
+    status: HoldStatus = HoldStatus.GRANTING
+    decision_id: int = -1
+
+
+@dataclass(slots=True, eq=False)
+class Rank:
+    """A rollout data-parallel rank on its fixed bundle."""
+
+    pipeline_id: str
+    dp_rank: int
+    gpus: tuple[int, ...]
+    slot: int
+    status: RankStatus = RankStatus.INACTIVE
+    decision_id: int = -1
+    retry_after_s: float = float("-inf")
+    release_when_applied: bool = False
+
+
+Holder = ClusterHold | Rank
+
+
+@dataclass(slots=True, eq=False)
+class PipelineState:
+    spec: PipelineSpec
+    registered_seq: int
+    admitted_seq: int = -1
+    ranks: list[Rank] = field(default_factory=list)
+    rank_by_slot: dict[int, Rank] = field(default_factory=dict)
+    holdings: dict[str, ClusterHold] = field(default_factory=dict)
+    pending: dict[str, Request] = field(default_factory=dict)
+    rolling: bool = False
+    estimate: float = 0.0
+    remaining: dict[str, float] = field(default_factory=dict)
+    num_active_gpus: int = 0  # GPUs of EXPANDING or ACTIVE ranks
+    active: dict[int, Rank] = field(default_factory=dict)  # EXPANDING or ACTIVE, by dp_rank
+    versions: dict[str, int] = field(default_factory=dict)
+    allowed_step: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def pipeline_id(self) -> str:
+        return self.spec.pipeline_id
+
+    @property
+    def admitted(self) -> bool:
+        return self.admitted_seq >= 0
+
+    @property
+    def tp(self) -> int:
+        return self.spec.rollout.tp
+
+    @property
+    def demand(self) -> float:
+        """Rollout work still to do: reported progress if any, else the request's estimate."""
+        if not self.rolling:
+            return 0.0
+        if self.remaining:
+            return sum(self.remaining.values())
+        return self.estimate
+
+    def adapter_or_base(self, adapter: str | None) -> str:
+        return BASE_ADAPTER if adapter is None else adapter
+
+
+class ClusterState:
+    """GPU ownership plus the free-slot index, for one topology."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        num_gpus = topology.num_gpus
+        self.owner: list[Holder | None] = [None] * num_gpus
+        #: GPUs still physically held by a rank whose Shrink is in flight: gpu -> shrink id.
+        self.releasing_by: dict[int, int] = {}
+        self.offline: set[int] = set()
+        self.num_free = num_gpus
+        #: Bumped whenever a GPU becomes free, so cached free-bundle searches know to redo.
+        self.free_epoch = 0
+        self.slot_gpus: list[tuple[int, ...]] = []
+        self.slot_of_bundle: dict[tuple[int, ...], int] = {}
+        self.slots_by_gpu: list[list[int]] = [[] for _ in range(num_gpus)]
+        self.slot_num_busy: list[int] = []
+        self.free_slots: set[int] = set()
+        #: slot -> slots sharing a GPU with it (itself included); filled lazily.
+        self.overlap_cache: dict[int, set[int]] = {}
+
+    def slot_for(self, bundle: tuple[int, ...]) -> int:
+        slot = self.slot_of_bundle.get(bundle)
+        if slot is not None:
+            return slot
+        slot = len(self.slot_gpus)
+        self.overlap_cache.clear()
+        self.slot_gpus.append(bundle)
+        self.slot_of_bundle[bundle] = slot
+        busy = 0
+        for gpu in bundle:
+            self.slots_by_gpu[gpu].append(slot)
+            if self.owner[gpu] is not None or gpu in self.offline:
+                busy += 1
+        self.slot_num_busy.append(busy)
+        if busy == 0:
+            self.free_slots.add(slot)
+        return slot
+
+    def is_free(self, gpu: int) -> bool:
+        return self.owner[gpu] is None and gpu not in self.offline
+
+    def _mark_busy(self, gpu: int) -> None:
+        self.num_free -= 1
+        busy = self.slot_num_busy
+        for slot in self.slots_by_gpu[gpu]:
+            if busy[slot] == 0:
+                self.free_slots.discard(slot)
+            busy[slot] += 1
+
+    def _mark_free(self, gpu: int) -> None:
+        self.num_free += 1
+        self.free_epoch += 1
+        busy = self.slot_num_busy
+        for slot in self.slots_by_gpu[gpu]:
+            busy[slot] -= 1
+            if busy[slot] == 0:
+                self.free_slots.add(slot)
+
+    def take(self, gpus: tuple[int, ...], holder: Holder) -> None:
+        for gpu in gpus:
+            assert self.is_free(gpu), f"GPU {gpu} is not free"
+            self.owner[gpu] = holder
+            self._mark_busy(gpu)
+
+    def free(self, gpus: tuple[int, ...], holder: Holder) -> None:
+        for gpu in gpus:
+            assert self.owner[gpu] is holder, f"GPU {gpu} is not held by {holder}"
+            self.owner[gpu] = None
+            if gpu not in self.offline:
+                self._mark_free(gpu)
+
+    def set_offline(self, gpu: int, offline: bool) -> None:
+        if offline and gpu not in self.offline:
+            self.offline.add(gpu)
+            if self.owner[gpu] is None:
+                self._mark_busy(gpu)
+        elif not offline and gpu in self.offline:
+            self.offline.discard(gpu)
+            if self.owner[gpu] is None:
+                self._mark_free(gpu)
