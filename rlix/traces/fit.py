@@ -33,6 +33,7 @@ import pandas as pd
 from rlix.traces.columns import apply_column_map, as_column_map
 from rlix.traces.errors import TraceError
 from rlix.traces.io import read_frame
+from rlix.traces.schema import ColumnKind
 from rlix.traces.validate import check_column
 
 _NORMAL = NormalDist()
@@ -84,12 +85,26 @@ def read_summary(path: str | Path, column_map: Mapping[str, str] | None = None) 
         raise TraceError("empty table: no data rows", file=path)
     if "step" not in raw.columns:
         raw["step"] = np.arange(len(raw))
-    kinds = {"step": "index", "mean": "seconds", "max": "length", "clip_ratio": "seconds"}
+    kinds: dict[str, ColumnKind] = {
+        "step": "index",
+        "mean": "seconds",
+        "max": "length",
+        "clip_ratio": "seconds",
+    }
     out = {}
     for name, kind in kinds.items():
-        out[name], problem = check_column(raw[name], name, kind)  # type: ignore[arg-type]
+        out[name], problem = check_column(raw[name], name, kind)
         if problem is not None:
             raise TraceError(problem.message, file=path, row=problem.label + 1, column=name)
+    above_one = out["clip_ratio"] > 1
+    if above_one.any():
+        position = int(above_one.to_numpy().argmax())
+        raise TraceError(
+            f"clip ratio {out['clip_ratio'].iloc[position]:g} is not between 0 and 1",
+            file=path,
+            row=int(raw.index[position]) + 1,
+            column="clip_ratio",
+        )
     return pd.DataFrame(out).reset_index(drop=True)
 
 
@@ -120,8 +135,6 @@ def fit_summary(
 
 
 def _fit_step(mean: float, top: float, clip: float, cap: int, n: int) -> tuple[float, float]:
-    if not 0 <= clip <= 1:
-        raise TraceError(f"clip ratio {clip} is not between 0 and 1")
     if clip == 1:
         return math.log(cap), 0.0
     if mean > top:

@@ -136,7 +136,8 @@ def _lengths(
     mu = math.log(shape.median_tokens) + shape.drift * step / max(steps - 1, 1)
     difficulty = rng.normal(0.0, shape.sigma_prompt, int(group[-1]) + 1)[group]
     noise = rng.normal(0.0, shape.sigma_sample, len(group))
-    return np.clip(np.rint(np.exp(mu + difficulty + noise)), 1, cap).astype("int64")
+    lengths: np.ndarray = np.clip(np.rint(np.exp(mu + difficulty + noise)), 1, cap)
+    return lengths.astype("int64")
 
 
 def _turns_and_tools(

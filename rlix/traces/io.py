@@ -38,7 +38,7 @@ def format_of(path: str | Path, fmt: str | None = None) -> Format:
     if fmt is not None:
         if fmt not in FORMATS:
             raise TraceError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}", file=path)
-        return fmt  # type: ignore[return-value]  # checked just above
+        return fmt
     suffix = Path(path).suffix.lower()
     if suffix not in _SUFFIXES:
         raise TraceError(

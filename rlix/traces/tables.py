@@ -19,6 +19,7 @@ from rlix.traces.schema import (
     ROLLOUT_STATUSES,
     TABLE_COLUMNS,
     TABLE_NAMES,
+    ColumnKind,
     TableName,
 )
 from rlix.traces.validate import check_column
@@ -58,7 +59,8 @@ def read_table(path: str | Path, name: TableName | None = None) -> pd.DataFrame:
             raise TraceError("name the table to read from a run folder", file=path)
         candidates = [table_path(path, name, fmt) for fmt in ("parquet", "csv")]
         path = next((p for p in candidates if p.exists()), candidates[0])
-    return conform_table(read_frame(path), _table_name(name or path.stem, path), path)
+    table = _table_name(name or path.stem, path)
+    return conform_table(read_frame(path), table, path)
 
 
 def conform_table(frame: pd.DataFrame, name: TableName, file: str | Path) -> pd.DataFrame:
@@ -88,7 +90,7 @@ def _cast(series: pd.Series, column: str, dtype: str, file: str | Path) -> pd.Se
         text = series.astype("string")
         return text.mask(text == "", pd.NA)
     # Integers may be negative here: dp_rank is -1 for non-rollout clusters.
-    kind = "seconds" if dtype == "float64" else "integer"
+    kind: ColumnKind = "seconds" if dtype == "float64" else "integer"
     checked, problem = check_column(series, column, kind)
     if problem is not None:
         raise TraceError(problem.message, file=file, row=problem.label + 1, column=column)
@@ -122,4 +124,4 @@ def _table_name(name: str, file: str | Path | None = None) -> TableName:
         raise TraceError(
             f"unknown run table {name!r}; run tables are {', '.join(TABLE_NAMES)}", file=file
         )
-    return name  # type: ignore[return-value]  # checked just above
+    return name

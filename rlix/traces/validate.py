@@ -85,11 +85,9 @@ def check_column(raw: pd.Series, name: str, kind: ColumnKind) -> tuple[pd.Series
 
 def _check_number(raw: pd.Series, name: str, kind: ColumnKind) -> tuple[pd.Series, Problem | None]:
     missing = raw.isna()
-    if pd.api.types.is_bool_dtype(raw):
-        # JSON true/false would otherwise pass as 1/0.
-        values = pd.Series(np.nan, index=raw.index)
-    else:
-        values = pd.to_numeric(raw, errors="coerce").astype("float64")
+    values = pd.to_numeric(raw, errors="coerce").astype("float64")
+    # JSON true/false would otherwise pass as 1/0; flag them as not numbers.
+    values = values.mask(_booleans(raw))
     is_integer = kind != "seconds"
     # Checks in the order a user would fix them; the first that flags a row names its fault.
     checks: list[tuple[pd.Series, Callable[[object], str]]] = [
@@ -113,6 +111,15 @@ def _check_number(raw: pd.Series, name: str, kind: ColumnKind) -> tuple[pd.Serie
     if problem is not None:
         return raw, problem
     return values.astype(KIND_DTYPES[kind]), None
+
+
+def _booleans(raw: pd.Series) -> pd.Series:
+    """Which values are booleans (a whole bool column, or single ones in a mixed column)."""
+    if pd.api.types.is_bool_dtype(raw):
+        return pd.Series(True, index=raw.index)
+    if raw.dtype == object:
+        return raw.map(lambda v: isinstance(v, bool | np.bool_)).astype(bool)
+    return pd.Series(False, index=raw.index)
 
 
 def _check_text(raw: pd.Series, name: str) -> tuple[pd.Series, Problem | None]:

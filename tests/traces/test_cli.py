@@ -1,0 +1,125 @@
+"""`rlix-sim trace inspect | generate | fit`: output, one-line errors, exit codes, help."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlix.sim.cli import main
+from rlix.traces import read_trace
+
+from .conftest import AZURE_MAP
+
+
+def test_inspect_azure_json(azure_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    columns = [arg for entry in AZURE_MAP for arg in ("--column", entry)]
+    code, out, err = run_cli("trace", "inspect", azure_path, *columns, "--json")
+    assert (code, err) == (0, "")
+    stats = json.loads(out)
+    assert list(stats)[:7] == ["rows", "mean", "p50", "p90", "p99", "max", "top10_token_share"]
+    # The figures /work/shared/traces/README.md gives for this log.
+    assert (stats["rows"], stats["p50"], stats["p99"], stats["max"]) == (19_366, 129, 601, 1000)
+    assert 0.2 < stats["top10_token_share"] < 0.3  # a short tail, unlike agentic RL
+
+
+def test_inspect_text_with_pipelines(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "t.csv"
+    path.write_text("pipeline,response_tokens\na,10\nb,30\nb,40\n")
+    code, out, _ = run_cli("trace", "inspect", path)
+    assert code == 0
+    assert "3 rows" in out and "longest 10% of samples carry" in out
+    assert "\n  a " in out and "\n  b " in out
+
+
+def test_generate_is_deterministic_and_readable(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    paths = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
+    for path in paths:
+        code, out, _ = run_cli(
+            "trace",
+            "generate",
+            "agentic",
+            "--rows",
+            500,
+            "--seed",
+            9,
+            "--pipeline",
+            "agent",
+            "--out",
+            path,
+        )
+        assert code == 0 and out.startswith(f"wrote {path}")
+    pd.testing.assert_frame_equal(read_trace(paths[0]), read_trace(paths[1]))
+    assert read_trace(paths[0])["pipeline"].unique().tolist() == ["agent"]
+
+
+def test_fit(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    summary = tmp_path / "summary.csv"
+    summary.write_text(
+        "step,response_length/mean,response_length/max,response_length/clip_ratio\n"
+        "0,900,4096,0.01\n1,1100,4096,0.03\n"
+    )
+    out_path = tmp_path / "fitted.jsonl"
+    code, _, _ = run_cli("trace", "fit", summary, "--samples-per-step", 500, "--out", out_path)
+    assert code == 0
+    assert len(read_trace(out_path)) == 1000
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["trace", "inspect", "{tmp}/absent.csv"], "absent.csv: no such file"),
+        (["trace", "inspect", "{tmp}/bad.csv"], "row 2 (1-based data row"),
+        (["trace", "inspect", "{tmp}/bad.csv", "--column", "steps=x"], "column map target"),
+        (["trace", "fit", "{tmp}/bad.csv", "--out", "{tmp}/o.csv"], "summary has no mean"),
+        (["trace", "generate", "math", "--rows", "0", "--out", "{tmp}/o.csv"], "rows must be"),
+    ],
+)
+def test_errors_are_one_line_and_exit_2(
+    tmp_path: Path,
+    run_cli,
+    args: list[str],
+    fragment: str,  # type: ignore[no-untyped-def]
+) -> None:
+    (tmp_path / "bad.csv").write_text("response_tokens\n3\n-1\n")
+    code, out, err = run_cli(*[a.format(tmp=tmp_path) for a in args])
+    assert code == 2 and out == ""
+    assert err.startswith("rlix-sim: error: ") and err.count("\n") == 1
+    assert fragment in err
+
+
+def test_traceback_on_request(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    from rlix.traces import TraceError
+
+    with pytest.raises(TraceError):
+        run_cli("trace", "inspect", tmp_path / "absent.csv", "--traceback")
+
+
+def test_installed_entry_point_exit_code(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("rlix-sim")
+    if not script.exists():
+        pytest.skip(f"rlix-sim entry point not installed next to {sys.executable}")
+    env = {k: v for k, v in os.environ.items() if k != "RLIX_DEBUG"}
+    done = subprocess.run(
+        [script, "trace", "inspect", tmp_path / "absent.csv"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("absent.csv: no such file")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("action", [[], ["inspect"], ["generate"], ["fit"]])
+def test_help_teaches_with_examples(action: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["trace", *action, "--help"])
+    assert done.value.code == 0
+    assert "rlix-sim trace " in capsys.readouterr().out.split("example")[1]

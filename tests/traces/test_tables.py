@@ -1,0 +1,124 @@
+"""Run-output tables: written and read back in both formats; rollouts replay as a trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pandas.testing as pdt
+import pytest
+
+from rlix.traces import TABLE_COLUMNS, TraceError, read_table, read_trace, write_table
+
+
+def allocations() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "pipeline_id": ["p1", "p1", "p2"],
+            "cluster": ["actor_train", "rollout", "rollout"],
+            "priority": [1, 6, 6],
+            "dp_rank": [-1, 0, 1],
+            "gpu": [0, 1, 2],
+            "t_start": [0.0, 1.5, 2.0],
+            "t_end": [10.0, 12.0, 13.25],
+        }
+    )
+
+
+def steps() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "pipeline_id": ["p1", "p2"],
+            "adapter": ["", "lora-a"],
+            "step": [0, 0],
+            "t_start": [0.0, 0.5],
+            "t_end": [30.0, 31.0],
+            "rollout_s": [20.0, 21.0],
+        }
+    )
+
+
+def rollouts() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "pipeline_id": ["p1", "p1", "p1", "p2"],
+            "adapter": [None, None, None, "lora-a"],
+            "trajectory_id": [0, 1, 1, 2],
+            "step_consumed": [0, 0, 0, 3],
+            "weight_version": [0, 0, 0, 2],
+            "prompt_tokens": [100, 120, 120, 90],
+            "response_tokens": [500, 0, 800, 40],
+            "t_start": [0.0, 0.0, 5.0, 1.0],
+            "t_end": [4.0, 5.0, 9.0, 2.0],
+            "preemptions": [0, 1, 0, 0],
+            "status": ["completed", "requeued", "completed", "completed"],
+        }
+    )
+
+
+TABLES = {"allocations": allocations, "steps": steps, "rollouts": rollouts}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+@pytest.mark.parametrize("name", list(TABLES))
+def test_round_trip(tmp_path: Path, name: str, fmt: str) -> None:
+    frame = TABLES[name]()
+    path = write_table(frame, tmp_path, name, fmt)  # type: ignore[arg-type]
+    assert path == tmp_path / f"{name}.{fmt}"
+    back = read_table(path)
+    assert list(back.columns)[: len(TABLE_COLUMNS[name])] == list(TABLE_COLUMNS[name])
+    pdt.assert_frame_equal(back, read_table(tmp_path, name))  # type: ignore[arg-type]
+    for column, dtype in TABLE_COLUMNS[name].items():
+        assert str(back[column].dtype) == dtype, column
+    expected = frame.copy()
+    for column in expected.columns:
+        if column in TABLE_COLUMNS[name] and TABLE_COLUMNS[name][column] == "string":
+            text = expected[column].astype("string")
+            expected[column] = text.mask(text == "", pd.NA)
+    pdt.assert_frame_equal(back, expected, check_dtype=False)
+
+
+def test_recorded_rollouts_replay_as_trace(tmp_path: Path) -> None:
+    path = write_table(rollouts(), tmp_path, "rollouts")
+    trace = read_trace(path)
+    # Only completed rollouts; the requeued attempt (0 tokens so far) is not replayed twice.
+    assert trace["response_tokens"].tolist() == [500, 800, 40]
+    assert trace["pipeline"].tolist() == ["p1", "p1", "p2"]
+    assert trace["step"].tolist() == [0, 0, 3]
+
+
+def test_rollouts_trace_errors_use_file_rows(tmp_path: Path) -> None:
+    frame = rollouts()
+    frame.loc[3, "prompt_tokens"] = -1
+    path = tmp_path / "rollouts.csv"
+    frame.to_csv(path, index=False)
+    with pytest.raises(TraceError) as caught:
+        read_trace(path)
+    assert (caught.value.row, caught.value.column) == (4, "prompt_tokens")
+
+
+def test_missing_required_column(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="lacks required column"):
+        write_table(allocations().drop(columns="gpu"), tmp_path, "allocations")
+
+
+def test_bad_status_and_completed_without_tokens(tmp_path: Path) -> None:
+    frame = rollouts()
+    frame.loc[2, "status"] = "done"
+    with pytest.raises(TraceError, match="'done' is not one of") as caught:
+        write_table(frame, tmp_path, "rollouts")
+    assert caught.value.row == 3
+    frame = rollouts()
+    frame.loc[0, "response_tokens"] = 0
+    with pytest.raises(TraceError, match="completed rollout"):
+        write_table(frame, tmp_path, "rollouts")
+
+
+def test_bad_value_and_unknown_table(tmp_path: Path) -> None:
+    frame = allocations()
+    frame["gpu"] = frame["gpu"].astype(object)
+    frame.loc[1, "gpu"] = "x"
+    with pytest.raises(TraceError, match="'x' is not a number"):
+        write_table(frame, tmp_path, "allocations")
+    with pytest.raises(TraceError, match="unknown run table"):
+        read_table(tmp_path / "summary.parquet")

@@ -1,0 +1,118 @@
+"""Every kind of bad input is one clear TraceError naming the file, and row and column where
+they apply; nothing is returned half-loaded."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlix.traces import TraceError, read_trace, validate_trace
+
+ROW = "(1-based data row, header not counted)"
+
+
+def read_error(path: Path, column_map: list[str] | None = None) -> TraceError:
+    with pytest.raises(TraceError) as caught:
+        read_trace(path, column_map)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(str(path))
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("text", "row", "column", "fragment"),
+    [
+        ("response_tokens\n5\n2.5\n", 2, "response_tokens", "2.5 is not an integer"),
+        ("response_tokens\n5\n7\n0\n", 3, "response_tokens", "0 is not positive"),
+        ("response_tokens\n-4\n", 1, "response_tokens", "-4 is not positive"),
+        ("response_tokens\n5\n10000001\n", 2, "response_tokens", "absurd (more than 10,000,000)"),
+        ("response_tokens\n5\nNaN\n", 2, "response_tokens", "missing value"),
+        ("response_tokens,step\n5,0\n,1\n", 2, "response_tokens", "missing value"),
+        ("response_tokens\n5\nlots\n", 2, "response_tokens", "'lots' is not a number"),
+        ("response_tokens\n5\ninf\n", 2, "response_tokens", "not a finite number"),
+        ("response_tokens,prompt_tokens\n5,0\n", 1, "prompt_tokens", "0 is not positive"),
+        ("response_tokens,step\n5,-1\n", 1, "step", "-1 is negative"),
+        ("response_tokens,num_turns\n5,0\n", 1, "num_turns", "0 is not positive"),
+        ("response_tokens,tool_time_s\n5,-0.5\n", 1, "tool_time_s", "-0.5 is negative"),
+        ("response_tokens,pipeline\n5,a\n6,\n", 2, "pipeline", "missing value"),
+        ("response_tokens,capped\n5,maybe\n", 1, "capped", "'maybe' is not true or false"),
+    ],
+)
+def test_bad_value_names_row_and_column(
+    tmp_path: Path, text: str, row: int, column: str, fragment: str
+) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    error = read_error(path)
+    assert (error.row, error.column) == (row, column)
+    assert f"row {row} {ROW}, column {column!r}: " in str(error)
+    assert fragment in str(error)
+
+
+def test_first_bad_row_wins_across_columns(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("prompt_tokens,response_tokens\n1,1\n1,1\n1,-2\n0,1\n")
+    error = read_error(path)
+    assert (error.row, error.column) == (3, "response_tokens")
+
+
+def test_bad_value_in_jsonl_and_parquet(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"response_tokens": 3}\n{"response_tokens": true}\n')
+    assert read_error(path).row == 2
+    path = tmp_path / "bad.parquet"
+    pd.DataFrame({"response_tokens": [3.0, 4.0, 4.5]}).to_parquet(path)
+    assert read_error(path).row == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("empty.csv", b"", "empty file"),
+        ("header.csv", b"response_tokens\n", "empty table"),
+        ("empty.jsonl", b"\n", "empty table"),
+        ("binary.csv", bytes(range(256)) * 8, "binary or non-UTF-8 file"),
+        ("nul.jsonl", b'{"response_tokens": 1}\x00\x00', "binary file"),
+        ("text.parquet", b"response_tokens\n1\n", "not a Parquet file"),
+        ("cut.parquet", b"PAR1 truncated", "cannot parse as parquet"),
+        ("ragged.csv", b"response_tokens\n1\n2,3,4\n", "cannot parse as csv"),
+        ("broken.jsonl", b'{"response_tokens": 1\n', "cannot parse as jsonl"),
+        ("trace.txt", b"response_tokens\n1\n", "cannot tell the format"),
+        ("other.csv", b"tokens\n5\n", "missing required column 'response_tokens'"),
+    ],
+)
+def test_bad_file(tmp_path: Path, name: str, content: bytes, fragment: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert fragment in str(read_error(path))
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    assert "no such file" in str(read_error(tmp_path / "absent.csv"))
+    assert "is a directory" in str(read_error(tmp_path))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = tmp_path / "locked.csv"
+    path.write_text("response_tokens\n1\n")
+    path.chmod(0)
+    assert "cannot read" in str(read_error(path))
+
+
+def test_mapped_column_that_does_not_exist(tmp_path: Path) -> None:
+    path = tmp_path / "log.csv"
+    path.write_text("GeneratedTokens\n5\n")
+    error = read_error(path, ["response_tokens=Generated"])
+    assert "has no column 'Generated'" in str(error)
+
+
+def test_validate_leaves_input_untouched() -> None:
+    raw = pd.DataFrame({"response_tokens": ["5", "6"]})
+    trace = validate_trace(raw)
+    assert trace["response_tokens"].tolist() == [5, 6]
+    assert raw["response_tokens"].tolist() == ["5", "6"]
