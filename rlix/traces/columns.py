@@ -13,6 +13,7 @@ import pandas as pd
 
 from rlix.traces.errors import TraceError
 from rlix.traces.schema import INPUT_COLUMNS
+from rlix.traces.validate import column_listing
 
 ColumnMap = dict[str, str]
 
@@ -65,10 +66,9 @@ def apply_column_map(
     """
     for target, source in column_map.items():
         if source not in raw.columns:
-            columns = ", ".join(str(c) for c in raw.columns)
             raise TraceError(
                 f"column map {target}={source}: the file has no column {source!r} "
-                f"(columns are: {columns})",
+                f"(columns are: {column_listing(raw.columns)})",
                 file=file,
             )
     targets = set(column_map)

@@ -42,7 +42,7 @@ class Problem:
 
 
 def validate_trace(raw: pd.DataFrame, file: str | Path | None = None) -> pd.DataFrame:
-    """Return a fresh, validated copy of `raw` with canonical names' dtypes; raise TraceError.
+    """Return a fresh, validated copy of `raw` with canonical dtypes; raise TraceError.
 
     Known columns (schema.INPUT_COLUMNS) come first in schema order with canonical dtypes; other
     columns are kept as they are after them. The result has a fresh 0..n-1 index.
@@ -52,7 +52,7 @@ def validate_trace(raw: pd.DataFrame, file: str | Path | None = None) -> pd.Data
     for name in REQUIRED_COLUMNS:
         if name not in raw.columns:
             raise TraceError(
-                f"missing required column {name!r} (columns are: {_listing(raw.columns)}); "
+                f"missing required column {name!r} (columns are: {column_listing(raw.columns)}); "
                 f"name the column that holds it with --column {name}=SOURCE",
                 file=file,
             )
@@ -161,7 +161,8 @@ def _first_problem(
     return Problem(int(raw.index[position]), name, checks[order][1](value))
 
 
-def _listing(columns: pd.Index, limit: int = 12) -> str:
+def column_listing(columns: pd.Index, limit: int = 12) -> str:
+    """The file's column names for an error message, shortened past `limit`."""
     names = [str(c) for c in columns]
     shown = ", ".join(names[:limit])
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
