@@ -7,9 +7,8 @@ current GPUs a_p and at most n_p ranks:
 2. One bundle minimum while the budget allows: if the bundles of all demanding pipelines do not
    fit, pipelines already holding GPUs keep one bundle first, then the others in admission
    order, until the budget runs out.
-3. Water-filling: ideal x_p = B' * s_p / sum(s) over the pipelines not yet fixed; a pipeline
-   whose ideal is below one bundle is fixed at one bundle, above its n_p ranks at n_p ranks, and
-   the rest is shared again, until nothing changes.
+3. Water-filling: ideal x_p = clamp(lam * s_p, one bundle, n_p bundles), with one common
+   lam such that the ideals sum to B (or everyone is at n_p bundles).
 4. Rounding by largest remainder in whole bundles, so the targets never sum past B: everyone
    gets floor(x_p / tp_p) bundles, then the leftover is handed out one bundle each, first to
    pipelines that already hold at least the rounded-up amount (sticky rounding: a tiny change
@@ -57,26 +56,41 @@ def _floor_bundles(claims: list[Claim], budget: int) -> tuple[list[Claim], int]:
 
 
 def _water_fill(claims: list[Claim], budget: int) -> dict[str, float]:
-    ideal: dict[str, float] = {}
-    open_claims = list(claims)
-    left = float(budget)
-    while open_claims:
-        total = sum(c.demand * c.tp * c.weight for c in open_claims)
-        fixed = False
-        for claim in open_claims:
-            x = left * claim.demand * claim.tp * claim.weight / total
-            bound = min(max(x, float(claim.tp)), float(claim.max_ranks * claim.tp))
-            if bound != x:
-                ideal[claim.pipeline_id] = bound
-                left -= bound
-                open_claims.remove(claim)
-                fixed = True
-                break
-        if not fixed:
-            for claim in open_claims:
-                ideal[claim.pipeline_id] = left * claim.demand * claim.tp * claim.weight / total
-            break
-    return ideal
+    """Ideal GPUs x_p = clamp(lam * s_p, one bundle, all ranks), with lam chosen so that the
+    x_p sum to the budget (or everyone is at its cap). f(lam) is piecewise linear and
+    non-decreasing, so a binary search over its breakpoints finds the right piece."""
+    shares = [c.demand * c.tp * c.weight for c in claims]
+    lows = [float(c.tp) for c in claims]
+    highs = [float(c.max_ranks * c.tp) for c in claims]
+    if sum(highs) <= budget:
+        return {c.pipeline_id: h for c, h in zip(claims, highs, strict=True)}
+
+    def filled(lam: float) -> float:
+        return sum(min(max(lam * s, lo), hi) for s, lo, hi in zip(shares, lows, highs, strict=True))
+
+    points = sorted({b / s for s, lo, hi in zip(shares, lows, highs, strict=True) for b in (lo, hi)})
+    lo_index, hi_index = 0, len(points) - 1  # filled(points[0]) = sum(lows) <= budget < filled(last)
+    while hi_index - lo_index > 1:
+        mid = (lo_index + hi_index) // 2
+        if filled(points[mid]) <= budget:
+            lo_index = mid
+        else:
+            hi_index = mid
+    probe = (points[lo_index] + points[hi_index]) / 2
+    fixed, slope = 0.0, 0.0
+    for s, lo, hi in zip(shares, lows, highs, strict=True):
+        value = probe * s
+        if value <= lo:
+            fixed += lo
+        elif value >= hi:
+            fixed += hi
+        else:
+            slope += s
+    lam = (budget - fixed) / slope if slope > 0 else points[lo_index]
+    return {
+        c.pipeline_id: min(max(lam * s, lo), hi)
+        for c, s, lo, hi in zip(claims, shares, lows, highs, strict=True)
+    }
 
 
 def split_rollout(claims: list[Claim], budget: int) -> Split:

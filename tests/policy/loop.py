@@ -1,0 +1,152 @@
+"""A tiny deterministic event loop that drives the core with toy pipelines (tests only).
+
+Each job: init (its actor_train at priority 0), then per step: roll out `work` units (each
+active rollout GPU does `rate` units per second), old log-probs and actor training as gang
+stages on actor_train, then the next step. Decisions are applied the instant they are made,
+except that the loop can be told to fail some of them. Time moves in ticks of `dt_s`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from rlix.policy import (
+    ClusterReleased,
+    ClusterReleasedAndRequested,
+    ClusterRequested,
+    Decision,
+    DecisionApplied,
+    DecisionFailed,
+    Event,
+    Expand,
+    Grant,
+    PipelineAdmitted,
+    PipelineRegistered,
+    PipelineRemoved,
+    PipelineSpec,
+    Priority,
+    RolloutProgressed,
+    Scheduler,
+    Shrink,
+    Tick,
+    TrainStepFinished,
+)
+from rlix.policy.decisions import AllowRollout
+
+
+@dataclass
+class Job:
+    spec: PipelineSpec
+    num_steps: int
+    work: float
+    train_s: float = 2.0
+    step: int = 0
+    phase: str = "new"  # new, init, rollout, logprobs, train, done
+    remaining: float = 0.0
+    busy_until: float = 0.0
+    allowed_step: int = -1
+    finished_at: float | None = None
+    granted: set[str] = field(default_factory=set)
+
+    @property
+    def pipeline_id(self) -> str:
+        return self.spec.pipeline_id
+
+
+class Loop:
+    def __init__(self, sched: Scheduler, jobs: list[Job], dt_s: float = 1.0, rate: float = 1.0,
+                 fail_every: int = 0) -> None:
+        self.sched = sched
+        self.jobs = {j.pipeline_id: j for j in jobs}
+        self.dt_s = dt_s
+        self.rate = rate
+        self.fail_every = fail_every
+        self.now = 0.0
+        self.num_decisions = 0
+        self.log: list[tuple[float, Decision]] = []
+        self.failed_ids: set[int] = set()
+
+    def send(self, event: Event) -> None:
+        pending: deque[Event] = deque([event])
+        while pending:
+            for decision in self.sched.handle(pending.popleft()):
+                self.log.append((self.now, decision))
+                pending.extend(self._carry_out(decision))
+
+    def _carry_out(self, decision: Decision) -> list[Event]:
+        job = self.jobs.get(decision.pipeline_id)
+        if isinstance(decision, AllowRollout) and job is not None:
+            job.allowed_step = max(job.allowed_step, decision.max_step)
+        if not isinstance(decision, Grant | Expand | Shrink):
+            return []
+        self.num_decisions += 1
+        if self.failed_ids.intersection(decision.requires):
+            self.failed_ids.add(decision.decision_id)
+            return [DecisionFailed(self.now, decision.decision_id, "a requirement failed")]
+        if self.fail_every and self.num_decisions % self.fail_every == 0:
+            self.failed_ids.add(decision.decision_id)
+            return [DecisionFailed(self.now, decision.decision_id, "injected")]
+        if isinstance(decision, Grant) and job is not None:
+            job.granted.add(decision.cluster)
+        return [DecisionApplied(self.now, decision.decision_id)]
+
+    def start(self) -> None:
+        for job in self.jobs.values():
+            self.send(PipelineRegistered(self.now, job.spec))
+            self.send(PipelineAdmitted(self.now, job.pipeline_id))
+            self.send(ClusterRequested(self.now, job.pipeline_id, "actor_train", Priority.INIT))
+            job.phase = "init"
+
+    def run(self, max_time_s: float) -> dict[str, float]:
+        self.start()
+        while self.now < max_time_s and any(j.phase != "done" for j in self.jobs.values()):
+            self.now += self.dt_s
+            for job in self.jobs.values():
+                self._advance(job)
+            self.send(Tick(self.now))
+        return {pid: j.finished_at for pid, j in self.jobs.items() if j.finished_at is not None}
+
+    def _take_grant(self, job: Job, cluster: str) -> bool:
+        if cluster in job.granted:
+            job.granted.discard(cluster)
+            return True
+        return False
+
+    def _advance(self, job: Job) -> None:
+        pid = job.pipeline_id
+        if job.phase == "init" and self._take_grant(job, "actor_train"):
+            job.phase = "wait_rollout"
+        if job.phase == "wait_rollout" and job.allowed_step >= job.step:
+            job.phase, job.remaining = "rollout", job.work
+            self.send(ClusterReleasedAndRequested(self.now, pid, "actor_train", "actor_infer", Priority.ROLLOUT, job.work))
+        elif job.phase == "rollout":
+            pipeline = self.sched.pipelines[pid]
+            done = sum(len(r.gpus) for r in pipeline.active.values()) * self.rate * self.dt_s
+            job.remaining = max(0.0, job.remaining - done)
+            if job.remaining > 0:
+                self.send(RolloutProgressed(self.now, pid, job.remaining))
+            else:
+                job.phase = "logprobs"
+                self.send(ClusterReleasedAndRequested(self.now, pid, "actor_infer", "actor_train", Priority.OLD_LOG_PROBS))
+        elif job.phase == "logprobs" and self._take_grant(job, "actor_train"):
+            job.phase = "train"
+            self.send(ClusterReleasedAndRequested(self.now, pid, "actor_train", "actor_train", Priority.ACTOR_TRAIN))
+        elif job.phase == "train" and self._take_grant(job, "actor_train"):
+            job.phase, job.busy_until = "training", self.now + job.train_s
+        elif job.phase == "training" and self.now >= job.busy_until:
+            job.step += 1
+            for adapter in job.spec.adapter_names:
+                self.send(TrainStepFinished(self.now, pid, job.step, None if adapter == "base" else adapter))
+            if job.step >= job.num_steps:
+                self.send(ClusterReleased(self.now, pid, "actor_train"))
+                self.send(PipelineRemoved(self.now, pid))
+                job.phase, job.finished_at = "done", self.now
+            else:
+                job.phase = "wait_rollout"
+                self._advance(job)
+
+
+def sequential_bound_s(jobs: list[Job], rate: float = 1.0) -> float:
+    """Time to run every job alone, one after the other, on one GPU: a generous liveness bound."""
+    return sum(j.num_steps * (j.work / rate + j.train_s + 8) + 8 for j in jobs) * 2 + 50

@@ -1,0 +1,100 @@
+"""The proportional split: normalised, within one bundle of ideal, floors, caps, stickiness."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlix.policy.split import Claim, split_rollout
+
+
+@st.composite
+def claims(draw: st.DrawFn) -> list[Claim]:
+    n = draw(st.integers(1, 8))
+    return [
+        Claim(
+            pipeline_id=f"p{i}",
+            demand=draw(st.sampled_from([0.0, 1.0, 3.0, 10.0, 250.0, 1000.0])),
+            tp=draw(st.sampled_from([1, 2, 4, 8])),
+            weight=draw(st.sampled_from([1.0, 0.5, 2.0])),
+            num_active_gpus=draw(st.integers(0, 16)),
+            max_ranks=draw(st.integers(0, 16)),
+            order=i,
+        )
+        for i in range(n)
+    ]
+
+
+@settings(max_examples=400)
+@given(claims(), st.integers(0, 128))
+def test_targets_fit_the_budget_in_whole_bundles(cs: list[Claim], budget: int) -> None:
+    split = split_rollout(cs, budget)
+    assert sum(split.targets.values()) <= budget
+    for c in cs:
+        target = split.targets[c.pipeline_id]
+        assert target % c.tp == 0
+        assert target <= c.max_ranks * c.tp
+        if c.demand == 0:
+            assert target == 0
+
+
+@settings(max_examples=400)
+@given(claims(), st.integers(0, 128))
+def test_one_bundle_each_while_capacity_allows(cs: list[Claim], budget: int) -> None:
+    demanding = [c for c in cs if c.demand > 0 and c.max_ranks > 0]
+    split = split_rollout(cs, budget)
+    if sum(c.tp for c in demanding) <= budget:
+        assert all(split.targets[c.pipeline_id] >= c.tp for c in demanding)
+
+
+@settings(max_examples=400)
+@given(claims(), st.integers(0, 128))
+def test_within_one_bundle_of_the_ideal(cs: list[Claim], budget: int) -> None:
+    demanding = [c for c in cs if c.demand > 0 and c.max_ranks > 0]
+    split = split_rollout(cs, budget)
+    if sum(c.tp for c in demanding) > budget:
+        return
+    for c in demanding:
+        assert abs(split.targets[c.pipeline_id] - split.ideal[c.pipeline_id]) < c.tp + 1e-6
+    # The ideal is proportional to demand x tp x weight among pipelines not at a bound.
+    free = [c for c in demanding if c.tp < split.ideal[c.pipeline_id] < c.max_ranks * c.tp]
+    for a in free:
+        for b in free:
+            lhs = split.ideal[a.pipeline_id] * b.demand * b.tp * b.weight
+            rhs = split.ideal[b.pipeline_id] * a.demand * a.tp * a.weight
+            assert abs(lhs - rhs) <= 1e-6 * max(lhs, rhs, 1.0)
+
+
+def test_hand_checked_split() -> None:
+    # 8 GPUs, demand 100 vs 300 at TP 1: ideal 2 and 6.
+    split = split_rollout(
+        [Claim("a", 100, 1, 1.0, 0, 8, 0), Claim("b", 300, 1, 1.0, 0, 8, 1)], 8
+    )
+    assert split.targets == {"a": 2, "b": 6}
+    # Three equal pipelines on 8 GPUs: ideal 2.67 each; two get 3, one gets 2, sum 8.
+    split = split_rollout([Claim(p, 10, 1, 1.0, 0, 8, i) for i, p in enumerate("abc")], 8)
+    assert sorted(split.targets.values()) == [2, 3, 3] and sum(split.targets.values()) == 8
+    # RLix's rounding would give 3+3+3 = 9 > 8.
+
+
+def test_sticky_rounding_keeps_the_holder_of_the_extra_bundle() -> None:
+    # a and b tie for the last bundle; whoever holds it keeps it, whatever the tiny change.
+    def run(a_demand: float, a_holds: int, b_holds: int) -> dict[str, int]:
+        return split_rollout(
+            [Claim("a", a_demand, 1, 1.0, a_holds, 8, 0), Claim("b", 100, 1, 1.0, b_holds, 8, 1),
+             Claim("c", 100, 1, 1.0, 2, 8, 2)], 8
+        ).targets
+    assert run(100.5, a_holds=2, b_holds=3)["b"] == 3  # b holds ceil: sticky beats a's bigger remainder
+    assert run(99.5, a_holds=3, b_holds=2)["a"] == 3
+    assert run(100.5, a_holds=2, b_holds=2)["a"] == 3  # nobody holds it: largest remainder wins
+
+
+def test_more_pipelines_than_bundles_favours_holders_then_admission_order() -> None:
+    cs = [Claim(f"p{i}", 10, 4, 1.0, 4 if i == 2 else 0, 2, i) for i in range(4)]
+    split = split_rollout(cs, 8)
+    assert split.targets == {"p0": 4, "p1": 0, "p2": 4, "p3": 0}
+
+
+def test_capped_pipeline_gives_its_excess_to_others() -> None:
+    split = split_rollout([Claim("small", 1000, 1, 1.0, 0, 2, 0), Claim("big", 10, 1, 1.0, 0, 16, 1)], 16)
+    assert split.targets == {"small": 2, "big": 14}

@@ -1,0 +1,301 @@
+"""Hypothesis stateful tests: random interleavings of every event kind, for every policy.
+
+The scheduler runs with `check_invariants=True`, so each of the ten invariants a policy
+guarantees is checked after every event. Bad events must raise a typed error and leave the
+state exactly as it was. RLIX_HYPOTHESIS_EXAMPLES sets the examples per policy (default 500).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from rlix.policy import (
+    ROLLOUT_CLUSTER,
+    ClusterReleased,
+    ClusterReleasedAndRequested,
+    ClusterRequested,
+    ClusterSpec,
+    DecisionApplied,
+    DecisionFailed,
+    Event,
+    Expand,
+    GpuLost,
+    GpuRestored,
+    Grant,
+    PipelineAdmitted,
+    PipelineKind,
+    PipelineRegistered,
+    PipelineRemoved,
+    PipelineSpec,
+    PolicyError,
+    RolloutProgressed,
+    Scheduler,
+    Shrink,
+    Tick,
+    Topology,
+    TrainStepFinished,
+)
+from rlix.policy.state import HoldStatus
+from tests.policy.builders import pipeline_specs, topologies
+from tests.policy.digest import digest
+
+EXAMPLES = int(os.environ.get("RLIX_HYPOTHESIS_EXAMPLES", "500"))
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    policy_name = "rlix"
+
+    @initialize(topology=topologies())
+    def setup(self, topology: Topology) -> None:
+        self.topology = topology
+        self.sched = Scheduler(topology, self.policy_name, check_invariants=True)
+        self.now = 0.0
+        self.num_registered = 0
+        self.outstanding: dict[int, Grant | Expand | Shrink] = {}
+        self.failed: set[int] = set()
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def send(self, event: Event) -> None:
+        for decision in self.sched.handle(event):
+            if isinstance(decision, Grant | Expand | Shrink):
+                self.outstanding[decision.decision_id] = decision
+
+    def send_bad(self, event: Event) -> None:
+        before = digest(self.sched)
+        with pytest.raises(PolicyError):
+            self.sched.handle(event)
+        assert digest(self.sched) == before, f"{event} changed the state before failing"
+
+    def pipelines(self, admitted: bool | None = None) -> list[str]:
+        return sorted(
+            pid for pid, p in self.sched.pipelines.items() if admitted is None or p.admitted == admitted
+        )
+
+    # --- pipelines ---------------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def register(self, data: st.DataObject) -> None:
+        pid = f"p{self.num_registered}"
+        self.num_registered += 1
+        self.send(PipelineRegistered(self.now, data.draw(pipeline_specs(self.topology, pid))))
+
+    @rule(data=st.data(), rolling=st.booleans())
+    def register_and_admit(self, data: st.DataObject, rolling: bool) -> None:
+        """The common case, so that interesting states (several pipelines rolling) come often."""
+        self.register(data)
+        pid = f"p{self.num_registered - 1}"
+        self.send(PipelineAdmitted(self.now, pid))
+        if rolling:
+            estimate = data.draw(st.integers(1, 500))
+            self.send(ClusterRequested(self.now, pid, ROLLOUT_CLUSTER, 6, estimate))
+
+    @precondition(lambda self: self.pipelines(admitted=False))
+    @rule(data=st.data())
+    def admit(self, data: st.DataObject) -> None:
+        self.send(PipelineAdmitted(self.now, data.draw(st.sampled_from(self.pipelines(admitted=False)))))
+
+    @precondition(lambda self: self.pipelines())
+    @rule(data=st.data(), failed=st.booleans())
+    def remove(self, data: st.DataObject, failed: bool) -> None:
+        pid = data.draw(st.sampled_from(self.pipelines()))
+        self.send(PipelineRemoved(self.now, pid, failed))
+        for decision_id in [d for d, dec in self.outstanding.items() if dec.pipeline_id == pid]:
+            del self.outstanding[decision_id]
+
+    # --- requests and releases --------------------------------------------------------------
+
+    def _requestable(self, pid: str) -> list[tuple[str, int]]:
+        pipeline = self.sched.pipelines[pid]
+        options = []
+        for name in pipeline.spec.clusters:
+            if name in pipeline.pending or name in pipeline.holdings:
+                continue
+            if name == ROLLOUT_CLUSTER:
+                if not pipeline.rolling:
+                    options.append((name, 6))
+                    options.append((name, 0))
+            else:
+                options.extend((name, priority) for priority in (0, 1, 2, 3, 4, 5))
+        return options
+
+    @precondition(lambda self: self.pipelines(admitted=True))
+    @rule(data=st.data(), estimate=st.one_of(st.none(), st.integers(0, 500)))
+    def request(self, data: st.DataObject, estimate: int | None) -> None:
+        pid = data.draw(st.sampled_from(self.pipelines(admitted=True)))
+        options = self._requestable(pid)
+        if options:
+            cluster, priority = data.draw(st.sampled_from(options))
+            self.send(ClusterRequested(self.now, pid, cluster, priority, estimate))
+
+    def _releasable(self) -> list[tuple[str, str]]:
+        found = []
+        for pid, pipeline in self.sched.pipelines.items():
+            found += [(pid, c) for c, h in pipeline.holdings.items() if h.status is HoldStatus.HELD]
+            if pipeline.rolling:
+                found.append((pid, ROLLOUT_CLUSTER))
+        return sorted(found)
+
+    @precondition(lambda self: self._releasable())
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        pid, cluster = data.draw(st.sampled_from(self._releasable()))
+        self.send(ClusterReleased(self.now, pid, cluster))
+
+    @precondition(lambda self: self._releasable())
+    @rule(data=st.data(), estimate=st.integers(1, 300))
+    def release_and_request(self, data: st.DataObject, estimate: int) -> None:
+        pid, released = data.draw(st.sampled_from(self._releasable()))
+        pipeline = self.sched.pipelines[pid]
+        options = [(released, 6 if released == ROLLOUT_CLUSTER else 1)] + self._requestable(pid)
+        cluster, priority = data.draw(st.sampled_from(options))
+        if cluster == ROLLOUT_CLUSTER and priority != 6 and pipeline.rolling and released != cluster:
+            return
+        self.send(ClusterReleasedAndRequested(self.now, pid, released, cluster, priority, estimate))
+
+    @precondition(lambda self: any(p.rolling for p in self.sched.pipelines.values()))
+    @rule(data=st.data(), remaining=st.integers(0, 1000))
+    def progress(self, data: st.DataObject, remaining: int) -> None:
+        pid = data.draw(st.sampled_from(sorted(p for p, s in self.sched.pipelines.items() if s.rolling)))
+        adapters = list(self.sched.pipelines[pid].spec.adapters) or [None]
+        self.send(RolloutProgressed(self.now, pid, remaining, data.draw(st.sampled_from(adapters))))
+
+    @precondition(lambda self: self.pipelines())
+    @rule(data=st.data())
+    def step_finished(self, data: st.DataObject) -> None:
+        pid = data.draw(st.sampled_from(self.pipelines()))
+        pipeline = self.sched.pipelines[pid]
+        adapter = data.draw(st.sampled_from(sorted(pipeline.versions)))
+        event_adapter = None if adapter == "base" else adapter
+        self.send(TrainStepFinished(self.now, pid, pipeline.versions[adapter] + 1, event_adapter))
+
+    # --- carrying decisions out -------------------------------------------------------------
+
+    def _appliable(self) -> list[int]:
+        return sorted(
+            d for d, dec in self.outstanding.items()
+            if not any(r in self.outstanding or r in self.failed for r in dec.requires)
+        )
+
+    @precondition(lambda self: self._appliable())
+    @rule(data=st.data())
+    def apply(self, data: st.DataObject) -> None:
+        decision_id = data.draw(st.sampled_from(self._appliable()))
+        del self.outstanding[decision_id]
+        self.send(DecisionApplied(self.now, decision_id))
+
+    @precondition(lambda self: self._appliable())
+    @rule()
+    def apply_all(self) -> None:
+        """The driver catches up: everything it can carry out is applied, in order."""
+        while appliable := self._appliable():
+            del self.outstanding[appliable[0]]
+            self.send(DecisionApplied(self.now, appliable[0]))
+
+    @precondition(lambda self: self.outstanding)
+    @rule(data=st.data())
+    def fail(self, data: st.DataObject) -> None:
+        decision_id = data.draw(st.sampled_from(sorted(self.outstanding)))
+        doomed = [decision_id]
+        while doomed:
+            current = doomed.pop()
+            if current not in self.outstanding:
+                continue
+            del self.outstanding[current]
+            self.failed.add(current)
+            self.send(DecisionFailed(self.now, current, "injected"))
+            doomed += [d for d, dec in self.outstanding.items() if current in dec.requires]
+
+    @precondition(lambda self: self.failed)
+    @rule(data=st.data())
+    def report_twice(self, data: st.DataObject) -> None:
+        """A repeated failure report is a no-op."""
+        decision_id = data.draw(st.sampled_from(sorted(self.failed)))
+        before = digest(self.sched)["inflight"]
+        self.send(DecisionFailed(self.now, decision_id))
+        assert set(before) <= set(digest(self.sched)["inflight"])
+
+    # --- GPUs and time ----------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def gpu_lost_or_back(self, data: st.DataObject) -> None:
+        gpu = data.draw(st.integers(0, self.topology.num_gpus - 1))
+        if gpu in self.sched.cluster.offline:
+            self.send(GpuRestored(self.now, gpu))
+        elif len(self.sched.cluster.offline) < 2:
+            self.send(GpuLost(self.now, gpu))
+
+    @rule(dt=st.sampled_from([0.0, 0.5, 3.0, 10.0]))
+    def tick(self, dt: float) -> None:
+        self.now += dt
+        self.send(Tick(self.now))
+
+    # --- bad input ------------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def bad_event(self, data: st.DataObject) -> None:
+        self.send_bad(data.draw(st.sampled_from(self._bad_events())))
+
+    def _bad_events(self) -> list[Event]:
+        now = self.now
+        topo = self.topology
+        bad: list[Event] = [
+            ClusterRequested(now, "nobody", "actor_train", 1),
+            RolloutProgressed(now, "nobody", 1),
+            DecisionApplied(now, 10**9),
+            GpuLost(now, topo.num_gpus),
+            GpuRestored(now, -1),
+            PipelineRegistered(now, _spec("dup-gpu", ClusterSpec(1, (0, 0)))),
+            PipelineRegistered(now, _spec("tp-not-dividing", ClusterSpec(2, (0,)))),
+        ]
+        if now >= 1:
+            bad.append(Tick(now - 1))
+        if topo.num_nodes > 1:
+            gpn = topo.gpus_per_node
+            bad.append(PipelineRegistered(now, _spec(f"cross-{gpn}", ClusterSpec(2, (gpn - 1, gpn)))))
+        for pid, pipeline in self.sched.pipelines.items():
+            bad.append(PipelineRegistered(now, pipeline.spec))  # duplicate id
+            bad.append(ClusterRequested(now, pid, "no_such_cluster", 1))
+            bad.append(TrainStepFinished(now, pid, 0, None if pipeline.spec.adapters == () else pipeline.spec.adapters[0]))
+            if not pipeline.admitted:
+                bad.append(ClusterRequested(now, pid, "actor_train", 1))
+            for cluster in pipeline.pending:
+                bad.append(ClusterRequested(now, pid, cluster, 3))
+            if pipeline.rolling:
+                bad.append(RolloutProgressed(now, pid, -1))
+            else:
+                bad.append(RolloutProgressed(now, pid, 5))
+            if "critic" not in pipeline.holdings:
+                bad.append(ClusterReleased(now, pid, "critic"))
+        return bad
+
+    @invariant()
+    def core_checked(self) -> None:
+        # Every handle() ran the invariant checker; here only that time never went backwards.
+        assert self.sched.now <= self.now or not hasattr(self, "sched")
+
+
+def _spec(pid: str, rollout: ClusterSpec) -> PipelineSpec:
+    return PipelineSpec(pid, PipelineKind.FULL_FINETUNE, {"actor_infer": rollout})
+
+
+def _machine(policy: str) -> type[SchedulerMachine]:
+    machine = type(f"Machine_{policy.replace('-', '_')}", (SchedulerMachine,), {"policy_name": policy})
+    machine.TestCase.settings = settings(
+        max_examples=EXAMPLES,
+        stateful_step_count=30,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    return machine
+
+
+TestRlix = _machine("rlix").TestCase
+TestGapRatio = _machine("gap-ratio").TestCase
+TestStatic = _machine("static").TestCase
+TestSequential = _machine("sequential").TestCase
