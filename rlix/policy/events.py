@@ -77,7 +77,7 @@ class ClusterReleasedAndRequested(Event):
 @dataclass(frozen=True, slots=True)
 class RolloutProgressed(Event):
     """Rollout work still to do for one adapter of a pipeline (the sum over adapters is the
-    pipeline's demand)."""
+    pipeline's demand). With `adapter=None` a multi-LoRA pipeline reports one total."""
 
     pipeline_id: str
     remaining: float

@@ -138,8 +138,9 @@ def check_shrink_reasons(decisions: list[Decision], strict: bool) -> None:
 
 
 def check_no_overtaking(sched: Scheduler, decisions: list[Decision]) -> None:
-    """Invariant 5: a blocked request's GPUs go to no later request and to no rollout, except
-    to the pipelines whose holdings block it."""
+    """Invariant 5: a GPU wanted by blocked requests goes, this round, to no later request and
+    to no rollout, unless the taker's holdings block the oldest of those requests (it must be
+    able to move on for that request to be served)."""
     given: list[tuple[tuple[int, int], str, tuple[int, ...]]] = []
     for d in decisions:
         if isinstance(d, Grant):
@@ -150,22 +151,28 @@ def check_no_overtaking(sched: Scheduler, decisions: list[Decision]) -> None:
             given.append(((7, 0), d.pipeline_id, d.gpus))
     if not given:
         return
-    for request in sched.queue:
+    granted_now = {d.decision_id for d in decisions if isinstance(d, Grant)}
+    oldest: dict[int, tuple[tuple[int, int], str, frozenset[str]]] = {}
+    for request in sched.queue:  # in service order: the first to want a GPU is the oldest
         if request.pipeline_id not in sched.runnable:
             continue
-        mapping = set(sched.pipelines[request.pipeline_id].spec.clusters[request.cluster].mapping)
-        blockers = {
+        mapping = sched.pipelines[request.pipeline_id].spec.clusters[request.cluster].mapping
+        order = (request.priority, request.seq)
+        # A holder granted this round after the request (in service order) cannot excuse itself.
+        blockers = frozenset(
             h.pipeline_id for g in mapping
             if isinstance(h := sched.cluster.owner[g], ClusterHold)
-        }
-        for order, pipeline_id, gpus in given:
-            if order < (request.priority, request.seq) or pipeline_id in blockers:
+            and (h.decision_id not in granted_now or (h.request.priority, h.request.seq) < order)
+        )
+        for gpu in mapping:
+            oldest.setdefault(gpu, (order, f"{request.pipeline_id}/{request.cluster}", blockers))
+    for order, pipeline_id, gpus in given:
+        for gpu in gpus:
+            if gpu not in oldest:
                 continue
-            if pipeline_id == request.pipeline_id and order[0] < 7:
-                continue
-            if mapping.intersection(gpus):
-                _fail(5, f"{pipeline_id} was given GPUs {sorted(mapping.intersection(gpus))} "
-                         f"that blocked request {request.pipeline_id}/{request.cluster} needs")
+            request_order, who, blockers = oldest[gpu]
+            if order > request_order and pipeline_id not in blockers:
+                _fail(5, f"{pipeline_id} was given GPU {gpu} that the older blocked request {who} needs")
 
 
 def check_split(sched: Scheduler) -> None:

@@ -50,6 +50,8 @@ class Ledger:
 
     def _requires(self, gpus: tuple[int, ...], extra: list[int]) -> tuple[int, ...]:
         releasing = self.sched.cluster.releasing_by
+        if not releasing:
+            return tuple(sorted(extra))
         needed = set(extra)
         for gpu in gpus:
             shrink_id = releasing.get(gpu)

@@ -160,7 +160,13 @@ def on_progressed(sched: Scheduler, event: ev.RolloutProgressed) -> None:
     remaining = event.remaining
     if not (isinstance(remaining, int | float) and math.isfinite(remaining) and remaining >= 0):
         raise EventError("remaining", remaining, "must be a finite number >= 0")
-    pipeline.remaining[_adapter(pipeline, event.adapter)] = float(remaining)
+    if event.adapter is None and pipeline.spec.adapters:
+        # A multi-LoRA pipeline may report one total instead of one figure per adapter.
+        pipeline.remaining = {"*": float(remaining)}
+        return
+    adapter = _adapter(pipeline, event.adapter)
+    pipeline.remaining.pop("*", None)
+    pipeline.remaining[adapter] = float(remaining)
 
 
 def on_step_finished(sched: Scheduler, event: ev.TrainStepFinished) -> None:

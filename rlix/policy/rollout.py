@@ -10,7 +10,8 @@ this round, then:
    preempting it would waste almost-complete trajectories). A rank touched in a round is not
    touched again in it.
 2. Fill: GPUs still free are lent to rolling pipelines that can use them, so nothing idles
-   that could work; the next round takes them back if a target calls for it.
+   that could work; a later move takes them back if a target calls for it. A pipeline that
+   was lent GPUs may now be above target, so moves and fill repeat until nothing is lent.
 
 Finding a free bundle is an intersection of the free-slot set with the pipeline's slots, and
 finding a donor rank looks only at donors' active ranks, so a round costs about the number of
@@ -30,29 +31,39 @@ if TYPE_CHECKING:
 
 
 def rollout_budget(sched: Scheduler, rollers: list[PipelineState]) -> int:
-    """GPUs in the rollers' mappings that are free to them or already held by their ranks."""
+    """GPUs in the rollers' mappings that are free or held by rollout ranks, less reserved ones."""
     if not rollers:
         return 0
     cluster = sched.cluster
-    reservations = sched.reservations
     owner = cluster.owner
     offline = cluster.offline
-    slots: set[int] = set()
-    for pipeline in rollers:
-        slots.update(pipeline.rank_by_slot)
-    usable: set[int] = set()
-    for slot in slots:
-        usable.update(cluster.slot_gpus[slot])
+    reserved = sched.reservations.reserved_for
     budget = 0
-    for gpu in usable:
+    for gpu in _rollout_union(sched, rollers):
+        # A reserved GPU does not count even under a rank: the request it waits for will take it.
+        if gpu in reserved:
+            continue
         holder = owner[gpu]
         if holder is None:
-            if gpu in offline or gpu in reservations.reserved_for:
-                continue
-            budget += 1
-        elif isinstance(holder, Rank):
+            if gpu not in offline:
+                budget += 1
+        elif type(holder) is Rank:
             budget += 1
     return budget
+
+
+def _rollout_union(sched: Scheduler, rollers: list[PipelineState]) -> tuple[int, ...]:
+    """Every GPU some roller's rollout mapping covers; cached while the set of rollers holds."""
+    key = frozenset(p.pipeline_id for p in rollers)
+    cached = sched.cluster.union_cache
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    union: set[int] = set()
+    for pipeline in rollers:
+        union.update(pipeline.spec.rollout.mapping)
+    gpus = tuple(sorted(union))
+    sched.cluster.union_cache = (key, gpus)
+    return gpus
 
 
 def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
@@ -78,7 +89,9 @@ class RoundPlanner:
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
-        self._free_candidates: dict[str, tuple[int, list[Rank]]] = {}
+        # pipeline -> (next dp_rank to look at, how much of cluster.freed_log it has seen)
+        self._cursor: dict[str, tuple[int, int]] = {}
+        sched.cluster.freed_log.clear()
 
     def _usable_by(self, rank: Rank, pipeline_id: str) -> bool:
         if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > self.sched.now:
@@ -89,48 +102,55 @@ class RoundPlanner:
         return True
 
     def free_fit(self, pipeline: PipelineState) -> Rank | None:
-        """The lowest inactive rank of `pipeline` whose bundle is entirely free."""
+        """The lowest inactive rank of `pipeline` whose bundle is entirely free.
+
+        Within a round bundles mostly go from free to taken, so a cursor walks the ranks
+        once; a bundle freed behind the cursor (`cluster.freed_log`) moves it back."""
         cluster = self.sched.cluster
-        cached = self._free_candidates.get(pipeline.pipeline_id)
-        if cached is None or (not cached[1] and cached[0] != cluster.free_epoch):
-            free = cluster.free_slots
+        free, log = cluster.free_slots, cluster.freed_log
+        pid = pipeline.pipeline_id
+        cursor, seen = self._cursor.get(pid, (0, 0))
+        if seen < len(log):
             mine = pipeline.rank_by_slot
-            if len(free) < len(mine):
-                found = [mine[s] for s in free if s in mine]
-            else:
-                found = [r for s, r in mine.items() if s in free]
-            found.sort(key=lambda r: r.dp_rank, reverse=True)
-            cached = self._free_candidates[pipeline.pipeline_id] = (cluster.free_epoch, found)
-        candidates = cached[1]
-        while candidates:
-            rank = candidates.pop()
-            if rank.slot in cluster.free_slots and self._usable_by(rank, pipeline.pipeline_id):
-                return rank
-        if cached[0] != cluster.free_epoch:
-            return self.free_fit(pipeline)  # GPUs were freed since the search: look again
-        return None
+            for slot in log[seen:]:
+                rank = mine.get(slot)
+                if rank is not None and rank.dp_rank < cursor:
+                    cursor = rank.dp_rank
+        ranks = pipeline.ranks
+        found: Rank | None = None
+        while cursor < len(ranks):
+            rank = ranks[cursor]
+            cursor += 1
+            if rank.slot in free and self._usable_by(rank, pid):
+                found = rank
+                break
+        self._cursor[pid] = (cursor, len(log))
+        return found
 
     def donor_fit(self, pipeline: PipelineState, donors: list[PipelineState]) -> tuple[Rank, list[Rank]] | None:
-        """A rank of `pipeline` whose bundle is free or held by donors' active ranks, needing
-        the fewest donor ranks, from the donor with the most work left, lowest rank first."""
+        """A rank of `pipeline` whose bundle is free or held by donors' active ranks: the
+        first that takes a single rank of the donor with the most work left, else the one
+        that needs the fewest donor ranks."""
         mine = pipeline.rank_by_slot
-        best: tuple[tuple[int, int], Rank, list[Rank]] | None = None
+        donor_ids = {d.pipeline_id for d in donors}
+        partial = self.sched.cluster.partial_overlap
+        best: tuple[int, Rank, list[Rank]] | None = None
         for donor in donors:
-            for donor_rank in list(donor.active.values()):
+            for donor_rank in donor.active.values():
                 if donor_rank.status is not RankStatus.ACTIVE:
                     continue
-                for slot in self._overlapping(donor_rank.slot):
+                slots = self._overlapping(donor_rank.slot) if donor_rank.slot in partial else (donor_rank.slot,)
+                for slot in slots:
                     rank = mine.get(slot)
                     if rank is None or not self._usable_by(rank, pipeline.pipeline_id):
                         continue
-                    victims = self._victims(rank, donors)
+                    victims = self._victims(rank, donor_ids)
                     if victims is None:
                         continue
-                    score = (len(victims), rank.dp_rank)
-                    if best is None or score < best[0]:
-                        best = (score, rank, victims)
-            if best is not None and best[0][0] == 1:
-                break  # one victim from the most-loaded donor: nothing scores better
+                    if len(victims) == 1:
+                        return rank, victims
+                    if best is None or len(victims) < best[0]:
+                        best = (len(victims), rank, victims)
         return None if best is None else (best[1], best[2])
 
     def _overlapping(self, slot: int) -> set[int]:
@@ -142,9 +162,8 @@ class RoundPlanner:
             cache[slot] = found
         return found
 
-    def _victims(self, rank: Rank, donors: list[PipelineState]) -> list[Rank] | None:
+    def _victims(self, rank: Rank, donor_ids: set[str]) -> list[Rank] | None:
         cluster = self.sched.cluster
-        donor_ids = {d.pipeline_id for d in donors}
         victims: dict[int, Rank] = {}
         for gpu in rank.gpus:
             holder = cluster.owner[gpu]
@@ -152,7 +171,7 @@ class RoundPlanner:
                 if gpu in cluster.offline:
                     return None
                 continue
-            if not isinstance(holder, Rank) or holder.status is not RankStatus.ACTIVE:
+            if type(holder) is not Rank or holder.status is not RankStatus.ACTIVE:
                 return None
             if holder.pipeline_id not in donor_ids:
                 return None
@@ -171,6 +190,16 @@ def plan_rlix(sched: Scheduler) -> None:
         return
     compute_split(sched, rollers)
     planner = RoundPlanner(sched)
+    # Lending free GPUs can put a pipeline above its target, which makes it a donor for a
+    # pipeline that could not be served before; so move, fill, and move again until the fill
+    # has nothing left to lend (each pass lends at least one bundle, so this ends).
+    while True:
+        _move_to_targets(sched, rollers, planner)
+        if not fill_free(sched, rollers, planner):
+            break
+
+
+def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner) -> None:
     ledger = sched.ledger
     margin = sched.config.rebalance_margin_bundles
     targets = sched.targets
@@ -195,7 +224,6 @@ def plan_rlix(sched: Scheduler) -> None:
             continue
         if _short(sched, pipeline):
             heapq.heappush(heap, (_deficit_key(sched, pipeline), pipeline.admitted_seq, pipeline))
-    fill_free(sched, rollers, planner)
 
 
 def _deficit_key(sched: Scheduler, pipeline: PipelineState) -> float:
@@ -203,16 +231,18 @@ def _deficit_key(sched: Scheduler, pipeline: PipelineState) -> float:
     return -(target - pipeline.num_active_gpus) / max(target, 1)
 
 
-def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner | None = None) -> None:
-    """Lend every free bundle a rolling pipeline can use, most under-served pipeline first."""
+def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner | None = None) -> bool:
+    """Lend every free bundle a rolling pipeline can use, most under-served pipeline first.
+    Returns whether anything was lent."""
     if not sched.cluster.free_slots:
-        return
+        return False
     planner = planner or RoundPlanner(sched)
     ledger = sched.ledger
     order = sorted(
         (p for p in rollers if p.demand > 0),
         key=lambda p: (p.num_active_gpus / max(p.demand * p.tp * p.spec.weight, 1e-12), p.admitted_seq),
     )
+    lent = False
     progress = True
     while progress and sched.cluster.free_slots:
         progress = False
@@ -220,4 +250,5 @@ def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlan
             rank = planner.free_fit(pipeline)
             if rank is not None:
                 ledger.expand(rank)
-                progress = True
+                progress = lent = True
+    return lent

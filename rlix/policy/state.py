@@ -91,9 +91,10 @@ class PipelineState:
     versions: dict[str, int] = field(default_factory=dict)
     allowed_step: dict[str, int] = field(default_factory=dict)
 
-    @property
-    def pipeline_id(self) -> str:
-        return self.spec.pipeline_id
+    pipeline_id: str = field(init=False)  # copied from the spec: read on every hot path
+
+    def __post_init__(self) -> None:
+        self.pipeline_id = self.spec.pipeline_id
 
     @property
     def admitted(self) -> bool:
@@ -127,8 +128,10 @@ class ClusterState:
         self.releasing_by: dict[int, int] = {}
         self.offline: set[int] = set()
         self.num_free = num_gpus
-        #: Bumped whenever a GPU becomes free, so cached free-bundle searches know to redo.
-        self.free_epoch = 0
+        #: Slots that became free, in order; the round planner reads and clears it.
+        self.freed_log: list[int] = []
+        #: Slots sharing some GPU with a different slot (bundles not aligned to each other).
+        self.partial_overlap: set[int] = set()
         self.slot_gpus: list[tuple[int, ...]] = []
         self.slot_of_bundle: dict[tuple[int, ...], int] = {}
         self.slots_by_gpu: list[list[int]] = [[] for _ in range(num_gpus)]
@@ -136,6 +139,8 @@ class ClusterState:
         self.free_slots: set[int] = set()
         #: slot -> slots sharing a GPU with it (itself included); filled lazily.
         self.overlap_cache: dict[int, set[int]] = {}
+        #: (roller ids, the union of their rollout mappings); see rlix.policy.rollout.
+        self.union_cache: tuple[frozenset[str], tuple[int, ...]] | None = None
 
     def slot_for(self, bundle: tuple[int, ...]) -> int:
         slot = self.slot_of_bundle.get(bundle)
@@ -147,6 +152,8 @@ class ClusterState:
         self.slot_of_bundle[bundle] = slot
         busy = 0
         for gpu in bundle:
+            for other in self.slots_by_gpu[gpu]:
+                self.partial_overlap.update((slot, other))
             self.slots_by_gpu[gpu].append(slot)
             if self.owner[gpu] is not None or gpu in self.offline:
                 busy += 1
@@ -168,18 +175,26 @@ class ClusterState:
 
     def _mark_free(self, gpu: int) -> None:
         self.num_free += 1
-        self.free_epoch += 1
         busy = self.slot_num_busy
         for slot in self.slots_by_gpu[gpu]:
             busy[slot] -= 1
             if busy[slot] == 0:
                 self.free_slots.add(slot)
+                self.freed_log.append(slot)
 
     def take(self, gpus: tuple[int, ...], holder: Holder) -> None:
+        # Hot path (every grant and expansion): the free-slot bookkeeping is inlined.
+        owner, offline = self.owner, self.offline
+        busy, free_slots, slots_by_gpu = self.slot_num_busy, self.free_slots, self.slots_by_gpu
         for gpu in gpus:
-            assert self.is_free(gpu), f"GPU {gpu} is not free"
-            self.owner[gpu] = holder
-            self._mark_busy(gpu)
+            if owner[gpu] is not None or gpu in offline:
+                raise AssertionError(f"GPU {gpu} is not free")
+            owner[gpu] = holder
+            for slot in slots_by_gpu[gpu]:
+                if busy[slot] == 0:
+                    free_slots.discard(slot)
+                busy[slot] += 1
+        self.num_free -= len(gpus)
 
     def free(self, gpus: tuple[int, ...], holder: Holder) -> None:
         for gpu in gpus:

@@ -2,8 +2,10 @@
 
 Each job: init (its actor_train at priority 0), then per step: roll out `work` units (each
 active rollout GPU does `rate` units per second), old log-probs and actor training as gang
-stages on actor_train, then the next step. Decisions are applied the instant they are made,
-except that the loop can be told to fail some of them. Time moves in ticks of `dt_s`.
+stages on actor_train, then the next step. Decisions made during one tick are carried out at
+the start of the next (so a policy that undoes its own work every round costs time, as it
+would on a real cluster); the loop can be told to fail some of them. Time moves in ticks of
+`dt_s`.
 """
 
 from __future__ import annotations
@@ -66,13 +68,18 @@ class Loop:
         self.num_decisions = 0
         self.log: list[tuple[float, Decision]] = []
         self.failed_ids: set[int] = set()
+        self.to_carry_out: deque[Decision] = deque()
 
     def send(self, event: Event) -> None:
-        pending: deque[Event] = deque([event])
-        while pending:
-            for decision in self.sched.handle(pending.popleft()):
-                self.log.append((self.now, decision))
-                pending.extend(self._carry_out(decision))
+        for decision in self.sched.handle(event):
+            self.log.append((self.now, decision))
+            self.to_carry_out.append(decision)
+
+    def carry_out_pending(self) -> None:
+        decisions, self.to_carry_out = self.to_carry_out, deque()
+        for decision in decisions:
+            for report in self._carry_out(decision):
+                self.send(report)
 
     def _carry_out(self, decision: Decision) -> list[Event]:
         job = self.jobs.get(decision.pipeline_id)
@@ -87,7 +94,7 @@ class Loop:
         if self.fail_every and self.num_decisions % self.fail_every == 0:
             self.failed_ids.add(decision.decision_id)
             return [DecisionFailed(self.now, decision.decision_id, "injected")]
-        if isinstance(decision, Grant) and job is not None:
+        if isinstance(decision, Grant) and job is not None and decision.pipeline_id in self.sched.pipelines:
             job.granted.add(decision.cluster)
         return [DecisionApplied(self.now, decision.decision_id)]
 
@@ -102,6 +109,7 @@ class Loop:
         self.start()
         while self.now < max_time_s and any(j.phase != "done" for j in self.jobs.values()):
             self.now += self.dt_s
+            self.carry_out_pending()
             for job in self.jobs.values():
                 self._advance(job)
             self.send(Tick(self.now))

@@ -192,8 +192,12 @@ class SchedulerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._appliable())
     @rule()
     def apply_all(self) -> None:
-        """The driver catches up: everything it can carry out is applied, in order."""
-        while appliable := self._appliable():
+        """The driver catches up: what it can carry out is applied, in order. Bounded, because
+        under the RLix model a blocked request makes every round shrink and re-expand."""
+        for _ in range(64):
+            appliable = self._appliable()
+            if not appliable:
+                break
             del self.outstanding[appliable[0]]
             self.send(DecisionApplied(self.now, appliable[0]))
 

@@ -1,0 +1,159 @@
+"""Planning latency of one full decision round, at cluster scale.
+
+For each (GPUs, pipelines, TP): nodes of 8 GPUs; every pipeline's rollout mapping covers half
+the cluster (a contiguous run of nodes starting at a random node, wrapping), so mappings
+overlap; random ranks are activated until half the GPUs are held; every pipeline is rolling out
+with random remaining work. One sample = one `RolloutProgressed` event with new random work for
+one pipeline, handled by a fresh copy of that state: the core recomputes the split over all
+pipelines and plans every expansion and move (the "cold" round, which fills the free half).
+`steady` samples are the rounds that follow on the same scheduler, once it has settled.
+
+    python bench/planning.py            # table
+    python bench/planning.py --json     # table, then one JSON line: [{gpus, pipelines, tp, p50_ms, p99_ms, ...}]
+    python bench/planning.py --reference 1024   # also time the RLix gap-ratio model up to 1024 GPUs
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import statistics
+import time
+
+from rlix.policy import (
+    ClusterRequested,
+    ClusterSpec,
+    DecisionApplied,
+    PipelineAdmitted,
+    PipelineKind,
+    PipelineRegistered,
+    PipelineSpec,
+    RolloutProgressed,
+    Scheduler,
+    Topology,
+)
+from rlix.policy.state import RankStatus
+
+CONFIGS = [(512, 16, 1), (1024, 32, 1), (1024, 64, 4), (4096, 64, 8)]
+GPUS_PER_NODE = 8
+
+
+def build(num_gpus: int, num_pipelines: int, tp: int, policy: str, seed: int) -> Scheduler:
+    rng = random.Random(seed)
+    topology = Topology(num_gpus // GPUS_PER_NODE, GPUS_PER_NODE)
+    sched = Scheduler(topology, policy)
+    half_nodes = topology.num_nodes // 2
+    for i in range(num_pipelines):
+        first = rng.randrange(topology.num_nodes)
+        nodes = [(first + k) % topology.num_nodes for k in range(half_nodes)]
+        mapping = tuple(g for n in sorted(nodes) for g in range(n * GPUS_PER_NODE, (n + 1) * GPUS_PER_NODE))
+        train = mapping[:GPUS_PER_NODE]
+        spec = PipelineSpec(f"p{i:03d}", PipelineKind.FULL_FINETUNE,
+                            {"actor_infer": ClusterSpec(tp, mapping), "actor_train": ClusterSpec(1, train)})
+        sched.handle(PipelineRegistered(0.0, spec))
+        sched.handle(PipelineAdmitted(0.0, spec.pipeline_id))
+    # Mark everyone as rolling out without letting a round fill the cluster: requests first
+    # arrive with zero work, then ranks are activated at random (bench setup only), then the
+    # real remaining work is reported.
+    for pid in sched.pipelines:
+        sched.handle(ClusterRequested(0.0, pid, "actor_infer", 6, estimate=0.0))
+    ranks = [r for p in sched.pipelines.values() for r in p.ranks]
+    rng.shuffle(ranks)
+    held = 0
+    for rank in ranks:
+        if held >= num_gpus // 2:
+            break
+        if rank.status is RankStatus.INACTIVE and all(sched.cluster.is_free(g) for g in rank.gpus):
+            decision = sched.ledger.expand(rank)
+            sched.ledger.applied(decision.decision_id)
+            held += tp
+    sched.ledger.take_output()
+    for pid, pipeline in sched.pipelines.items():
+        pipeline.remaining = {"base": float(rng.randint(1, 10_000))}
+    return sched
+
+
+def settle(sched: Scheduler, now: float) -> float:
+    """Apply decisions until a round makes none."""
+    pending = sched.handle(RolloutProgressed(now, "p000", sched.pipelines["p000"].demand))
+    while pending:
+        now += 1e-3
+        nxt = []
+        for d in pending:
+            if hasattr(d, "requires"):
+                nxt += sched.handle(DecisionApplied(now, d.decision_id))
+        pending = nxt
+    return now
+
+
+def measure(num_gpus: int, num_pipelines: int, tp: int, policy: str, samples: int, seed: int) -> dict[str, float]:
+    rng = random.Random(seed + 1)
+    base = build(num_gpus, num_pipelines, tp, policy, seed)
+    cold: list[float] = []
+    num_decisions: list[int] = []
+    for _ in range(samples):
+        sched = copy.deepcopy(base)
+        pid = f"p{rng.randrange(num_pipelines):03d}"
+        event = RolloutProgressed(1.0, pid, float(rng.randint(1, 10_000)))
+        t0 = time.perf_counter()
+        decisions = sched.handle(event)
+        cold.append((time.perf_counter() - t0) * 1e3)
+        num_decisions.append(len(decisions))
+    sched = copy.deepcopy(base)
+    now = settle(sched, 1.0)
+    steady: list[float] = []
+    for _ in range(samples):
+        now += 1.0
+        pid = f"p{rng.randrange(num_pipelines):03d}"
+        current = sched.pipelines[pid].demand
+        event = RolloutProgressed(now, pid, max(0.0, current * rng.uniform(0.9, 1.0)))
+        t0 = time.perf_counter()
+        decisions = sched.handle(event)
+        steady.append((time.perf_counter() - t0) * 1e3)
+        for d in decisions:
+            if hasattr(d, "requires"):
+                sched.handle(DecisionApplied(now, d.decision_id))
+    return {
+        "gpus": num_gpus, "pipelines": num_pipelines, "tp": tp, "policy": policy,
+        "p50_ms": round(_pct(cold, 50), 3), "p99_ms": round(_pct(cold, 99), 3),
+        "decisions_per_round": round(statistics.mean(num_decisions), 1),
+        "steady_p50_ms": round(_pct(steady, 50), 3), "steady_p99_ms": round(_pct(steady, 99), 3),
+    }
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of the rows")
+    parser.add_argument("--samples", type=int, default=100, help="rounds timed per config (default 100)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reference", type=int, default=0, metavar="MAX_GPUS",
+                        help="also time the gap-ratio model on configs up to this many GPUs (few samples)")
+    args = parser.parse_args()
+    rows = []
+    for gpus, pipelines, tp in CONFIGS:
+        row = measure(gpus, pipelines, tp, "rlix", args.samples, args.seed)
+        rows.append(row)
+        print(f"rlix      {gpus:5d} GPUs {pipelines:3d} pipelines TP{tp}: cold p50 {row['p50_ms']:7.2f} ms "
+              f"p99 {row['p99_ms']:7.2f} ms ({row['decisions_per_round']:.0f} decisions); "
+              f"steady p50 {row['steady_p50_ms']:.2f} ms p99 {row['steady_p99_ms']:.2f} ms", flush=True)
+        if gpus <= args.reference:
+            ref = measure(gpus, pipelines, tp, "gap-ratio", 3, args.seed)
+            rows.append(ref)
+            print(f"gap-ratio {gpus:5d} GPUs {pipelines:3d} pipelines TP{tp}: cold p50 {ref['p50_ms']:9.1f} ms", flush=True)
+    rlix_rows = {(r["gpus"], r["pipelines"], r["tp"]): r for r in rows if r["policy"] == "rlix"}
+    growth = rlix_rows[(4096, 64, 8)]["p99_ms"] / rlix_rows[(512, 16, 1)]["p99_ms"]
+    print(f"p99 growth 4096 vs 512 GPUs: {growth:.1f}x (target <= 12x)")
+    if args.json:
+        print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The invariant checker catches broken states and runs (each check must be able to fail)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlix.policy import (
+    ClusterRequested,
+    DecisionApplied,
+    Grant,
+    InvariantViolation,
+    PipelineAdmitted,
+    PipelineRegistered,
+    Scheduler,
+    Shrink,
+    Topology,
+)
+from rlix.policy.decisions import Expand
+from rlix.policy.policies import RlixPolicy
+from rlix.policy.rollout import compute_split
+from rlix.policy.invariants import InvariantChecker, check_ownership, check_shrink_reasons, check_split
+from rlix.policy.run_checks import check_allocations, check_rollouts
+from rlix.policy.specs import BASE_ADAPTER
+from tests.policy.builders import full_finetune
+
+SPECS = {
+    "A": full_finetune("A", (0, 1, 2, 3), (0, 1), tp=2, max_staleness=1),
+    "B": full_finetune("B", (0, 1, 2, 3), (2, 3)),
+}
+
+
+def rolling_pair() -> Scheduler:
+    sched = Scheduler(Topology(1, 4))
+    for spec in SPECS.values():
+        sched.handle(PipelineRegistered(0, spec))
+        sched.handle(PipelineAdmitted(0, spec.pipeline_id))
+    for d in sched.handle(ClusterRequested(1, "A", "actor_infer", 6, estimate=10)):
+        if isinstance(d, Expand):
+            sched.handle(DecisionApplied(1, d.decision_id))
+    return sched
+
+
+def test_double_holder_is_caught() -> None:
+    sched = rolling_pair()
+    check_ownership(sched)
+    rank = sched.pipelines["A"].ranks[0]
+    sched.cluster.owner[rank.gpus[0]] = sched.pipelines["B"].ranks[0]
+    with pytest.raises(InvariantViolation, match="invariant 1"):
+        check_ownership(sched)
+
+
+def test_rank_off_its_bundle_is_caught() -> None:
+    sched = rolling_pair()
+    sched.pipelines["A"].ranks[0].gpus = (0, 2)
+    with pytest.raises(InvariantViolation, match="invariant 2"):
+        check_ownership(sched)
+
+
+def test_futile_shrink_is_caught() -> None:
+    lone = Shrink(7, "A", 0, (0, 1), "preempt")
+    with pytest.raises(InvariantViolation, match="invariant 4"):
+        check_shrink_reasons([lone], strict=True)
+    check_shrink_reasons([lone, Grant(8, "B", "actor_train", 1, (0, 1), (7,))], strict=True)
+    check_shrink_reasons([Shrink(9, "A", 0, (0, 1), "rebalance"), Expand(10, "B", 0, (0,), (9,))], strict=True)
+
+
+class SplitOnly(RlixPolicy):
+    """A broken planner: computes the split and then moves nothing."""
+
+    def plan_rollout(self, sched: Scheduler) -> None:
+        compute_split(sched, sched.rolling_pipelines())
+
+
+def test_under_served_pipeline_with_a_free_bundle_is_caught() -> None:
+    check_split(rolling_pair())
+    sched = Scheduler(Topology(1, 4), SplitOnly())
+    sched.handle(PipelineRegistered(0, SPECS["A"]))
+    sched.handle(PipelineAdmitted(0, "A"))
+    sched.handle(ClusterRequested(1, "A", "actor_infer", 6, estimate=10))
+    assert sched.targets == {"A": 4}
+    with pytest.raises(InvariantViolation, match="invariant 6"):
+        check_split(sched)
+
+
+def test_lost_holding_is_caught() -> None:
+    sched = rolling_pair()
+    for d in sched.handle(ClusterRequested(2, "B", "actor_train", 1)):
+        if isinstance(d, Grant | Shrink):
+            sched.handle(DecisionApplied(2, d.decision_id))
+    assert "actor_train" in sched.pipelines["B"].holdings
+    checker = InvariantChecker(sched)
+    hold = sched.pipelines["B"].holdings.pop("actor_train")  # as if preempted
+    sched.cluster.free(hold.gpus, hold)
+    with pytest.raises(InvariantViolation, match="invariant 3"):
+        checker.after_round(ClusterRequested(3, "A", "critic", 2), [])
+
+
+def alloc(pid: str, cluster: str, rank: int, gpu: int, t0: float, t1: float) -> dict:
+    return {"pipeline_id": pid, "cluster": cluster, "priority": 1, "dp_rank": rank, "gpu": gpu,
+            "t_start": t0, "t_end": t1}
+
+
+def test_allocation_tables() -> None:
+    good = [alloc("A", "actor_train", -1, g, 0, 5) for g in (0, 1)] + [
+        alloc("B", "actor_infer", 0, 0, 5, 9), alloc("A", "actor_infer", 1, 2, 0, 9), alloc("A", "actor_infer", 1, 3, 0, 9)
+    ]
+    check_allocations(good, SPECS)
+    overlap = good + [alloc("B", "actor_infer", 2, 2, 8, 10)]
+    with pytest.raises(InvariantViolation, match="invariant 1"):
+        check_allocations(overlap, SPECS)
+    partial_gang = [alloc("A", "actor_train", -1, 0, 0, 5)]
+    with pytest.raises(InvariantViolation, match="invariant 2"):
+        check_allocations(partial_gang, SPECS)
+
+
+def traj(tid: int, status: str, step: int, version: int, t0: float) -> dict:
+    return {"pipeline_id": "A", "adapter": BASE_ADAPTER, "trajectory_id": tid, "step_consumed": step,
+            "weight_version": version, "status": status, "t_start": t0, "t_end": t0 + 1}
+
+
+def test_rollout_tables() -> None:
+    check_rollouts([traj(1, "requeued", 3, 2, 0), traj(1, "completed", 3, 2, 1)], SPECS)
+    with pytest.raises(InvariantViolation, match="invariant 7"):
+        check_rollouts([traj(1, "completed", 3, 1, 0)], SPECS)  # k = 1: needs version >= 2
+    with pytest.raises(InvariantViolation, match="invariant 8"):
+        check_rollouts([traj(1, "completed", 3, 2, 0), traj(1, "requeued", 3, 2, 1)], SPECS)
