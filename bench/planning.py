@@ -70,7 +70,7 @@ def build(num_gpus: int, num_pipelines: int, tp: int, policy: str, seed: int) ->
             sched.ledger.applied(decision.decision_id)
             held += tp
     sched.ledger.take_output()
-    for pid, pipeline in sched.pipelines.items():
+    for pipeline in sched.pipelines.values():
         pipeline.remaining = {"base": float(rng.randint(1, 10_000))}
     return sched
 

@@ -178,7 +178,7 @@ def check_no_overtaking(sched: Scheduler, decisions: list[Decision]) -> None:
 def check_split(sched: Scheduler) -> None:
     """Invariant 6: targets fit the GPUs rollout may use, and no pipeline short of its target by
     a whole bundle has a bundle it could take (free, or held by pipelines above target)."""
-    from rlix.policy.rollout import rollout_budget
+    from rlix.policy.rollout import is_donor, may_receive, rollout_budget
 
     rollers = sched.rolling_pipelines()
     targets = sched.targets
@@ -190,12 +190,15 @@ def check_split(sched: Scheduler) -> None:
         for p in demanding:
             if targets.get(p.pipeline_id, 0) < p.tp:
                 _fail(6, f"{p.pipeline_id} has demand but no bundle in its target")
-    over = {p.pipeline_id for p in rollers if p.num_active_gpus > targets.get(p.pipeline_id, 0)}
+    over = {p.pipeline_id for p in rollers if is_donor(sched, p)}
     margin = sched.config.rebalance_margin_bundles
     for p in rollers:
         if p.num_active_gpus + p.tp > targets.get(p.pipeline_id, 0):
             continue
-        may_take_donor = p.num_active_gpus + p.tp * (1 + margin) <= targets.get(p.pipeline_id, 0)
+        may_take_donor = (
+            p.num_active_gpus + p.tp * (1 + margin) <= targets.get(p.pipeline_id, 0)
+            and may_receive(sched, p)
+        )
         for rank in p.ranks:
             if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > sched.now:
                 continue

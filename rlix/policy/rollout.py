@@ -30,6 +30,10 @@ if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
 
 
+#: How many free bundles a pipeline's free-bundle search takes at a time.
+CANDIDATE_CHUNK = 8
+
+
 def rollout_budget(sched: Scheduler, rollers: list[PipelineState]) -> int:
     """GPUs in the rollers' mappings that are free or held by rollout ranks, less reserved ones."""
     if not rollers:
@@ -89,9 +93,8 @@ class RoundPlanner:
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
-        # pipeline -> (next dp_rank to look at, how much of cluster.freed_log it has seen)
-        self._cursor: dict[str, tuple[int, int]] = {}
-        sched.cluster.freed_log.clear()
+        # pipeline -> a few candidate free slots, highest first (popped from the end)
+        self._candidates: dict[str, list[int]] = {}
 
     def _usable_by(self, rank: Rank, pipeline_id: str) -> bool:
         if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > self.sched.now:
@@ -102,30 +105,28 @@ class RoundPlanner:
         return True
 
     def free_fit(self, pipeline: PipelineState) -> Rank | None:
-        """The lowest inactive rank of `pipeline` whose bundle is entirely free.
+        """An inactive rank of `pipeline` whose bundle is entirely free, preferring the oldest
+        bundles (lowest slot ids; for aligned mappings, the lowest ranks).
 
-        Within a round bundles mostly go from free to taken, so a cursor walks the ranks
-        once; a bundle freed behind the cursor (`cluster.freed_log`) moves it back."""
+        Candidates come from intersecting the free slots with the pipeline's slots (a set
+        operation, in C), a few of the lowest at a time: many pipelines compete for the same
+        free bundles in one round, and a short list goes stale less than a full one."""
         cluster = self.sched.cluster
-        free, log = cluster.free_slots, cluster.freed_log
+        free, mine = cluster.free_slots, pipeline.rank_by_slot
         pid = pipeline.pipeline_id
-        cursor, seen = self._cursor.get(pid, (0, 0))
-        if seen < len(log):
-            mine = pipeline.rank_by_slot
-            for slot in log[seen:]:
-                rank = mine.get(slot)
-                if rank is not None and rank.dp_rank < cursor:
-                    cursor = rank.dp_rank
-        ranks = pipeline.ranks
-        found: Rank | None = None
-        while cursor < len(ranks):
-            rank = ranks[cursor]
-            cursor += 1
-            if rank.slot in free and self._usable_by(rank, pid):
-                found = rank
-                break
-        self._cursor[pid] = (cursor, len(log))
-        return found
+        candidates = self._candidates.get(pid) or []
+        for chunk in (CANDIDATE_CHUNK, 0):  # a few first; if none of them will do, all of them
+            if not candidates:
+                candidates = sorted(free & mine.keys(), reverse=True)
+                if chunk:
+                    candidates = candidates[-chunk:]
+            while candidates:
+                slot = candidates.pop()
+                if slot in free and self._usable_by(rank := mine[slot], pid):
+                    self._candidates[pid] = candidates
+                    return rank
+        self._candidates[pid] = candidates
+        return None
 
     def donor_fit(self, pipeline: PipelineState, donors: list[PipelineState]) -> tuple[Rank, list[Rank]] | None:
         """A rank of `pipeline` whose bundle is free or held by donors' active ranks: the
@@ -179,8 +180,17 @@ class RoundPlanner:
         return list(victims.values())
 
 
-def _short(sched: Scheduler, pipeline: PipelineState, margin: float = 0.0) -> bool:
-    return pipeline.num_active_gpus + pipeline.tp * (1.0 + margin) <= sched.targets.get(pipeline.pipeline_id, 0)
+def is_donor(sched: Scheduler, pipeline: PipelineState) -> bool:
+    """Above its target, and not itself given ranks by a rebalance too recently."""
+    return (
+        pipeline.num_active_gpus > sched.targets.get(pipeline.pipeline_id, 0)
+        and sched.now >= pipeline.last_rebalanced_in_s + sched.config.min_rebalance_interval_s
+    )
+
+
+def may_receive(sched: Scheduler, pipeline: PipelineState) -> bool:
+    """May take ranks from donors: it did not give ranks away by a rebalance too recently."""
+    return sched.now >= pipeline.last_rebalanced_out_s + sched.config.min_rebalance_interval_s
 
 
 def plan_rlix(sched: Scheduler) -> None:
@@ -200,35 +210,42 @@ def plan_rlix(sched: Scheduler) -> None:
 
 
 def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner) -> None:
+    """Give ranks to pipelines short of their target by a whole bundle, neediest first."""
     ledger = sched.ledger
-    margin = sched.config.rebalance_margin_bundles
     targets = sched.targets
-    heap = [(_deficit_key(sched, p), p.admitted_seq, p) for p in rollers if _short(sched, p)]
+    stickiness = 1.0 + sched.config.rebalance_margin_bundles
+    pop, push = heapq.heappop, heapq.heappush
+    heap: list[tuple[float, int, PipelineState, int]] = []
+    for p in rollers:
+        target = targets.get(p.pipeline_id, 0)
+        if p.num_active_gpus + p.tp <= target:
+            heap.append((-(target - p.num_active_gpus) / target, p.admitted_seq, p, target))
     heapq.heapify(heap)
+    donors: list[PipelineState] | None = None  # only ever shrinks during the moves
     while heap:
-        _, _, pipeline = heapq.heappop(heap)
+        _, seq, pipeline, target = pop(heap)
         rank = planner.free_fit(pipeline)
         if rank is not None:
             ledger.expand(rank)
-        elif _short(sched, pipeline, margin):
-            donors = [d for d in rollers if d.num_active_gpus > targets.get(d.pipeline_id, 0)]
-            donors.sort(key=lambda d: (-d.demand, d.admitted_seq))
+        elif pipeline.num_active_gpus + pipeline.tp * stickiness <= target and may_receive(sched, pipeline):
+            if donors is None:
+                donors = [d for d in rollers if is_donor(sched, d)]
+                donors.sort(key=lambda d: (-d.demand, d.admitted_seq))
+            donors = [d for d in donors if is_donor(sched, d)]
             found = planner.donor_fit(pipeline, donors)
             if found is None:
                 continue  # placement-limited this round
             rank, victims = found
             for victim in victims:
                 ledger.shrink(victim, "rebalance")
+                sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = sched.now
             ledger.expand(rank)
+            pipeline.last_rebalanced_in_s = sched.now
         else:
             continue
-        if _short(sched, pipeline):
-            heapq.heappush(heap, (_deficit_key(sched, pipeline), pipeline.admitted_seq, pipeline))
-
-
-def _deficit_key(sched: Scheduler, pipeline: PipelineState) -> float:
-    target = sched.targets.get(pipeline.pipeline_id, 0)
-    return -(target - pipeline.num_active_gpus) / max(target, 1)
+        active = pipeline.num_active_gpus
+        if active + pipeline.tp <= target:
+            push(heap, (-(target - active) / target, seq, pipeline, target))
 
 
 def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner | None = None) -> bool:

@@ -189,3 +189,9 @@ class PolicyConfig:
     #: Extra stickiness, in bundles, before an active rank is moved to another pipeline.
     #: 0 keeps only sticky rounding (see rlix.policy.split).
     rebalance_margin_bundles: float = 0.0
+    #: No reversal of a rebalance within this long: a pipeline that was given ranks by a
+    #: rebalance does not donate, and one that donated does not take from donors, until this
+    #: much time has passed. A move costs a weight load plus re-queued trajectories, and as a
+    #: rollout nears its end its remaining work (and so its share) swings from tick to tick;
+    #: without this the split chases the noise. Expanding onto free GPUs is never held back.
+    min_rebalance_interval_s: float = 30.0

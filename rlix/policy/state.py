@@ -90,6 +90,9 @@ class PipelineState:
     active: dict[int, Rank] = field(default_factory=dict)  # EXPANDING or ACTIVE, by dp_rank
     versions: dict[str, int] = field(default_factory=dict)
     allowed_step: dict[str, int] = field(default_factory=dict)
+    #: When this pipeline last took ranks from, or gave ranks to, another by a rebalance.
+    last_rebalanced_in_s: float = float("-inf")
+    last_rebalanced_out_s: float = float("-inf")
 
     pipeline_id: str = field(init=False)  # copied from the spec: read on every hot path
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rlix.policy import POLICIES, Scheduler, Topology
 from tests.policy.builders import pipeline_specs, topologies
-from tests.policy.loop import Job, Loop, sequential_bound_s
+from rlix.sim.toy_loop import Job, Loop, sequential_bound_s
 
 EXAMPLES = int(os.environ.get("RLIX_HYPOTHESIS_EXAMPLES", "500")) // 5
 

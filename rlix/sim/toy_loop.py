@@ -1,4 +1,7 @@
-"""A tiny deterministic event loop that drives the core with toy pipelines (tests only).
+"""A tiny deterministic driver of the policy core: toy pipelines on virtual time.
+
+It is not the simulator (no cost model, no traces replayed per sample): it is the smallest
+honest driver, used by the liveness tests and by `rlix-sim demo`. It needs no SimPy.
 
 Each job: init (its actor_train at priority 0), then per step: roll out `work` units (each
 active rollout GPU does `rate` units per second), old log-probs and actor training as gang
@@ -58,13 +61,20 @@ class Job:
 
 class Loop:
     def __init__(self, sched: Scheduler, jobs: list[Job], dt_s: float = 1.0, rate: float = 1.0,
-                 fail_every: int = 0) -> None:
+                 fail_every: int = 0, load_s: float = 0.0, preempt_loss_s: float = 0.0) -> None:
+        """`load_s`: a rank generates only this long after its expansion (weight load);
+        `preempt_loss_s`: a shrink of a rank that is still needed re-queues this many seconds
+        of its work (its in-flight trajectories start over)."""
         self.sched = sched
+        self.load_s = load_s
+        self.preempt_loss_s = preempt_loss_s
+        self.ready_at: dict[tuple[str, int], float] = {}
         self.jobs = {j.pipeline_id: j for j in jobs}
         self.dt_s = dt_s
         self.rate = rate
         self.fail_every = fail_every
         self.now = 0.0
+        self.busy_gpu_s = 0.0  # GPU-seconds held by anyone, integrated tick by tick
         self.num_decisions = 0
         self.log: list[tuple[float, Decision]] = []
         self.failed_ids: set[int] = set()
@@ -96,6 +106,11 @@ class Loop:
             return [DecisionFailed(self.now, decision.decision_id, "injected")]
         if isinstance(decision, Grant) and job is not None and decision.pipeline_id in self.sched.pipelines:
             job.granted.add(decision.cluster)
+        if isinstance(decision, Expand):
+            self.ready_at[(decision.pipeline_id, decision.dp_rank)] = self.now + self.load_s
+        if isinstance(decision, Shrink) and decision.reason != "release" and job is not None:
+            if job.phase == "rollout":
+                job.remaining += self.preempt_loss_s * len(decision.gpus) * self.rate
         return [DecisionApplied(self.now, decision.decision_id)]
 
     def start(self) -> None:
@@ -109,6 +124,8 @@ class Loop:
         self.start()
         while self.now < max_time_s and any(j.phase != "done" for j in self.jobs.values()):
             self.now += self.dt_s
+            self.busy_gpu_s += (self.sched.topology.num_gpus - self.sched.cluster.num_free
+                                - len(self.sched.cluster.offline)) * self.dt_s
             self.carry_out_pending()
             for job in self.jobs.values():
                 self._advance(job)
@@ -130,7 +147,9 @@ class Loop:
             self.send(ClusterReleasedAndRequested(self.now, pid, "actor_train", "actor_infer", Priority.ROLLOUT, job.work))
         elif job.phase == "rollout":
             pipeline = self.sched.pipelines[pid]
-            done = sum(len(r.gpus) for r in pipeline.active.values()) * self.rate * self.dt_s
+            ready = [r for r in pipeline.active.values()
+                     if self.ready_at.get((pid, r.dp_rank), 0.0) <= self.now]
+            done = sum(len(r.gpus) for r in ready) * self.rate * self.dt_s
             job.remaining = max(0.0, job.remaining - done)
             if job.remaining > 0:
                 self.send(RolloutProgressed(self.now, pid, job.remaining))
