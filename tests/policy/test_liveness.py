@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlix.policy import POLICIES, Scheduler, Topology
-from tests.policy.builders import pipeline_specs, topologies
 from rlix.sim.toy_loop import Job, Loop, sequential_bound_s
+from tests.policy.builders import pipeline_specs, topologies
 
 EXAMPLES = int(os.environ.get("RLIX_HYPOTHESIS_EXAMPLES", "500")) // 5
 
