@@ -80,3 +80,20 @@ class Hold(Decision):
 
 
 TWO_PHASE = (Grant, Expand, Shrink)
+
+
+def describe(d: Decision) -> str:
+    """One short line per decision, for logs, demos and golden tests."""
+    if isinstance(d, Grant):
+        return f"grant {d.pipeline_id}/{d.cluster} {list(d.gpus)}"
+    if isinstance(d, Expand):
+        return f"expand {d.pipeline_id}{d.dp_rank}"
+    if isinstance(d, Shrink):
+        return f"shrink {d.pipeline_id}{d.dp_rank} {d.reason}"
+    if isinstance(d, Hold):
+        return f"hold {d.pipeline_id}/{d.cluster}: {d.reason}"
+    if isinstance(d, AllowRollout):
+        return f"allow {d.pipeline_id}/{d.adapter} <= {d.max_step}"
+    if isinstance(d, Revoke):
+        return f"revoke {d.pipeline_id}/{d.cluster} {list(d.gpus)}"
+    return repr(d)

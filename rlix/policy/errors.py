@@ -11,24 +11,22 @@ class PolicyError(Exception):
     """Base class of everything the policy core raises on bad input."""
 
 
-class SpecError(PolicyError, ValueError):
+class FieldError(PolicyError, ValueError):
+    """Bad input, named by the field and the value that are wrong."""
+
+    def __init__(self, field: str, value: object, problem: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        super().__init__(f"{field}={value!r}: {problem}")
+
+
+class SpecError(FieldError):
     """A topology or pipeline spec is invalid (a field has a bad value)."""
 
-    def __init__(self, field: str, value: object, problem: str) -> None:
-        self.field = field
-        self.value = value
-        self.problem = problem
-        super().__init__(f"{field}={value!r}: {problem}")
 
-
-class EventError(PolicyError, ValueError):
+class EventError(FieldError):
     """An event is inconsistent with the core's state (unknown id, wrong order, ...)."""
-
-    def __init__(self, field: str, value: object, problem: str) -> None:
-        self.field = field
-        self.value = value
-        self.problem = problem
-        super().__init__(f"{field}={value!r}: {problem}")
 
 
 class InvariantViolation(PolicyError, AssertionError):

@@ -17,7 +17,7 @@ import argparse
 from typing import Any
 
 from rlix.policy import POLICIES, ClusterSpec, PipelineKind, PipelineSpec, Scheduler, Topology
-from rlix.policy.decisions import Decision, Expand, Grant, Hold, Shrink
+from rlix.policy.decisions import Expand, Grant, Hold, Shrink, describe
 from rlix.sim.toy_loop import Job, Loop
 from rlix.traces import load_bundled
 
@@ -42,18 +42,6 @@ def scenario(num_steps: int, tokens_per_gpu_s: float) -> list[Job]:
         # The toy loop uses one work size per job: the mean over the steps replayed.
         jobs.append(Job(spec, num_steps=len(work_s), work=sum(work_s) / len(work_s), train_s=30.0))
     return jobs
-
-
-def describe(d: Decision) -> str:
-    if isinstance(d, Grant):
-        return f"grant   {d.pipeline_id}/{d.cluster} GPUs {list(d.gpus)}"
-    if isinstance(d, Expand):
-        return f"expand  {d.pipeline_id} rank {d.dp_rank} on GPU {list(d.gpus)}"
-    if isinstance(d, Shrink):
-        return f"shrink  {d.pipeline_id} rank {d.dp_rank} ({d.reason})"
-    if isinstance(d, Hold):
-        return f"hold    {d.pipeline_id}/{d.cluster}: {d.reason}"
-    return type(d).__name__
 
 
 def run(policy: str, args: argparse.Namespace) -> tuple[Loop, dict[str, float]]:

@@ -10,12 +10,10 @@ from __future__ import annotations
 from rlix.policy import (
     ClusterReleasedAndRequested,
     ClusterRequested,
-    Decision,
     DecisionApplied,
     Event,
     Expand,
     Grant,
-    Hold,
     PipelineAdmitted,
     PipelineRegistered,
     RolloutProgressed,
@@ -24,7 +22,7 @@ from rlix.policy import (
     Topology,
     TrainStepFinished,
 )
-from rlix.policy.decisions import AllowRollout
+from rlix.policy.decisions import describe
 from tests.policy.builders import full_finetune
 
 ALL = tuple(range(8))
@@ -45,20 +43,6 @@ class Driver:
                 if apply and isinstance(d, Grant | Expand | Shrink):
                     pending.append(DecisionApplied(event.now, d.decision_id))
         return lines
-
-
-def describe(d: Decision) -> str:
-    if isinstance(d, Grant):
-        return f"grant {d.pipeline_id}/{d.cluster} {list(d.gpus)}"
-    if isinstance(d, Expand):
-        return f"expand {d.pipeline_id}{d.dp_rank}"
-    if isinstance(d, Shrink):
-        return f"shrink {d.pipeline_id}{d.dp_rank} {d.reason}"
-    if isinstance(d, Hold):
-        return f"hold {d.pipeline_id}/{d.cluster}: {d.reason}"
-    if isinstance(d, AllowRollout):
-        return f"allow {d.pipeline_id}/{d.adapter} <= {d.max_step}"
-    return repr(d)
 
 
 def two_pipelines(policy: str = "rlix") -> Driver:
