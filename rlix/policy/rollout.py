@@ -35,39 +35,31 @@ CANDIDATE_CHUNK = 8
 
 
 def rollout_budget(sched: Scheduler, rollers: list[PipelineState]) -> int:
-    """GPUs in the rollers' mappings that are free or held by rollout ranks, less reserved ones."""
+    """GPUs in the rollers' mappings that are free or held by rollout ranks, less reserved ones
+    (a reserved GPU does not count even under a rank: the request it waits for will take it).
+
+    Counted from the few exclusions (non-rollout holdings, lost and reserved GPUs) rather than
+    GPU by GPU, so it costs the size of those, not of the cluster."""
     if not rollers:
         return 0
-    cluster = sched.cluster
-    owner = cluster.owner
-    offline = cluster.offline
-    reserved = sched.reservations.reserved_for
-    budget = 0
-    for gpu in _rollout_union(sched, rollers):
-        # A reserved GPU does not count even under a rank: the request it waits for will take it.
-        if gpu in reserved:
-            continue
-        holder = owner[gpu]
-        if holder is None:
-            if gpu not in offline:
-                budget += 1
-        elif type(holder) is Rank:
-            budget += 1
-    return budget
+    union = _rollout_union(sched, rollers)
+    excluded = {g for g in sched.reservations.reserved_for if g in union}
+    excluded.update(g for g in sched.cluster.offline if g in union)
+    for pipeline in sched.pipelines.values():
+        for hold in pipeline.holdings.values():
+            excluded.update(g for g in hold.gpus if g in union)
+    return len(union) - len(excluded)
 
 
-def _rollout_union(sched: Scheduler, rollers: list[PipelineState]) -> tuple[int, ...]:
+def _rollout_union(sched: Scheduler, rollers: list[PipelineState]) -> frozenset[int]:
     """Every GPU some roller's rollout mapping covers; cached while the set of rollers holds."""
     key = frozenset(p.pipeline_id for p in rollers)
     cached = sched.cluster.union_cache
     if cached is not None and cached[0] == key:
         return cached[1]
-    union: set[int] = set()
-    for pipeline in rollers:
-        union.update(pipeline.spec.rollout.mapping)
-    gpus = tuple(sorted(union))
-    sched.cluster.union_cache = (key, gpus)
-    return gpus
+    union = frozenset(g for pipeline in rollers for g in pipeline.spec.rollout.mapping)
+    sched.cluster.union_cache = (key, union)
+    return union
 
 
 def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:

@@ -143,7 +143,7 @@ class ClusterState:
         #: slot -> slots sharing a GPU with it (itself included); filled lazily.
         self.overlap_cache: dict[int, set[int]] = {}
         #: (roller ids, the union of their rollout mappings); see rlix.policy.rollout.
-        self.union_cache: tuple[frozenset[str], tuple[int, ...]] | None = None
+        self.union_cache: tuple[frozenset[str], frozenset[int]] | None = None
 
     def slot_for(self, bundle: tuple[int, ...]) -> int:
         slot = self.slot_of_bundle.get(bundle)
