@@ -79,9 +79,6 @@ class Hold(Decision):
     reason: str
 
 
-TWO_PHASE = (Grant, Expand, Shrink)
-
-
 def describe(d: Decision) -> str:
     """One short line per decision, for logs, demos and golden tests."""
     if isinstance(d, Grant):

@@ -131,8 +131,6 @@ class ClusterState:
         self.releasing_by: dict[int, int] = {}
         self.offline: set[int] = set()
         self.num_free = num_gpus
-        #: Slots that became free, in order; the round planner reads and clears it.
-        self.freed_log: list[int] = []
         #: Slots sharing some GPU with a different slot (bundles not aligned to each other).
         self.partial_overlap: set[int] = set()
         self.slot_gpus: list[tuple[int, ...]] = []
@@ -183,7 +181,6 @@ class ClusterState:
             busy[slot] -= 1
             if busy[slot] == 0:
                 self.free_slots.add(slot)
-                self.freed_log.append(slot)
 
     def take(self, gpus: tuple[int, ...], holder: Holder) -> None:
         # Hot path (every grant and expansion): the free-slot bookkeeping is inlined.
