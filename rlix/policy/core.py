@@ -14,14 +14,16 @@ Handling an event has three phases:
    admit, a second pending request, negative progress, `now` going backwards, ...). A bad event
    raises `EventError` before anything changes.
 2. Apply. The fact updates the state: a release frees GPUs, progress updates demand, a report
-   settles a two-phase decision (see `rlix.policy.ledger`), a lost GPU revokes its holder.
+   settles a two-phase decision (see `rlix.policy.ledger`), a lost GPU revokes its holder, a
+   new weight version advances staleness pacing (`AllowRollout` up to version + k).
 3. Round. The active policy runs one decision round over the whole state:
-   a. staleness pacing: adapters whose weights advanced may roll out further ahead;
+   a. the policy says which admitted pipelines may run now (all, or one at a time, ...);
    b. rollout ranks of pipelines that stopped rolling out are shrunk ("release");
    c. non-rollout requests are served by priority, then arrival (`rlix.policy.admission`):
       gang grants, preempting rollout ranks only when that makes the grant happen now, and
       reserving the GPUs of blocked requests so later, lower work cannot overtake them;
-   d. rollout GPUs are split among the pipelines still rolling out (`rlix.policy.rollout`).
+   d. rollout GPUs are split among the pipelines still rolling out (`rlix.policy.rollout`,
+      or `rlix.policy.gap_ratio` for the RLix model).
 
 Decisions that move GPUs count as done when emitted (so one GPU is never promised twice) and
 are settled later by `DecisionApplied` / `DecisionFailed`. Ties always break by priority, then
