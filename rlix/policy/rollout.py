@@ -97,19 +97,20 @@ class RoundPlanner:
         return True
 
     def free_fit(self, pipeline: PipelineState) -> Rank | None:
-        """An inactive rank of `pipeline` whose bundle is entirely free, preferring the oldest
-        bundles (lowest slot ids; for aligned mappings, the lowest ranks).
+        """The lowest inactive rank of `pipeline` whose bundle is entirely free.
 
         Candidates come from intersecting the free slots with the pipeline's slots (a set
-        operation, in C), a few of the lowest at a time: many pipelines compete for the same
-        free bundles in one round, and a short list goes stale less than a full one."""
+        operation, in C), sorted by rank, a few at a time. Ordering by each pipeline's own
+        ranks (not by a global bundle order) matters: pipelines whose mappings start in
+        different places then want different free bundles first, so the short lists rarely go
+        stale when many pipelines fill free GPUs in the same round."""
         cluster = self.sched.cluster
         free, mine = cluster.free_slots, pipeline.rank_by_slot
         pid = pipeline.pipeline_id
         candidates = self._candidates.get(pid) or []
         for chunk in (CANDIDATE_CHUNK, 0):  # a few first; if none of them will do, all of them
             if not candidates:
-                candidates = sorted(free & mine.keys(), reverse=True)
+                candidates = sorted(free & mine.keys(), key=pipeline.rank_of_slot.__getitem__, reverse=True)
                 if chunk:
                     candidates = candidates[-chunk:]
             while candidates:

@@ -81,6 +81,7 @@ class PipelineState:
     admitted_seq: int = -1
     ranks: list[Rank] = field(default_factory=list)
     rank_by_slot: dict[int, Rank] = field(default_factory=dict)
+    rank_of_slot: dict[int, int] = field(default_factory=dict)  # slot -> dp_rank
     holdings: dict[str, ClusterHold] = field(default_factory=dict)
     pending: dict[str, Request] = field(default_factory=dict)
     rolling: bool = False
