@@ -33,8 +33,7 @@ the core's arrival number, then pipeline id, so a run is deterministic.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlix.policy import lifecycle
 from rlix.policy.admission import Reservations, serve_requests
@@ -81,13 +80,12 @@ class Scheduler:
             from rlix.policy.invariants import InvariantChecker
 
             self._checker = InvariantChecker(self)
-        self._handlers: dict[type[Event], Callable[[Any, Any], None]] = lifecycle.HANDLERS
 
     # --- the driver's interface -------------------------------------------------------------
 
     def handle(self, event: Event) -> list[Decision]:
         """Take one fact, run one decision round, return its decisions in execution order."""
-        handler = self._handlers.get(type(event))
+        handler = lifecycle.HANDLERS.get(type(event))
         if handler is None:
             raise EventError("event", type(event).__name__, "unknown event type")
         if not isinstance(event.now, int | float) or event.now != event.now:

@@ -1,7 +1,8 @@
 """The invariant checker, run on the core's state after a decision round.
 
-It recomputes everything it checks from the holders themselves, not from the core's indexes,
-so a bookkeeping bug cannot hide itself. Each policy is held to the invariants it guarantees
+Ownership is recomputed from the holders themselves, not from the core's indexes, so a
+bookkeeping bug cannot hide itself; the split check shares only the rollout budget's
+definition with the planner (`rlix.policy.rollout.rollout_budget`). Each policy is held to the invariants it guarantees
 (`Policy.guarantees`). Invariants 7 (for consumed trajectories) and 8 are about a finished run
 and live in `rlix.policy.run_checks`; invariant 10 (liveness) is a property of whole runs and
 is tested by driving workloads to completion.

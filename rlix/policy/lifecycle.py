@@ -97,7 +97,7 @@ def _apply_request(
         pipeline.estimate = 1.0 if estimate is None else float(estimate)
         pipeline.remaining = {}
         return
-    sched.enqueue(Request(pipeline.pipeline_id, cluster, priority, sched.new_seq(), sched.now))
+    sched.enqueue(Request(pipeline.pipeline_id, cluster, priority, sched.new_seq()))
 
 
 def on_requested(sched: Scheduler, event: ev.ClusterRequested) -> None:

@@ -35,7 +35,6 @@ class Request:
     cluster: str
     priority: int
     seq: int
-    arrived_s: float
     retry_after_s: float = float("-inf")
     hold_reason: str = ""
 
