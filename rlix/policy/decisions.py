@@ -6,6 +6,10 @@ The driver carries the decisions of one round out in the order given; a decision
 `requires` names a decision that failed must itself be reported failed, without being carried
 out. Revoke, AllowRollout and Hold are notifications: nothing to roll back, no report needed
 (a report for them is accepted and ignored).
+
+Decisions are plain slotted records, not frozen dataclasses: a cold round at cluster scale
+builds hundreds of them and a frozen dataclass costs about three times as much to build
+(each field goes through `object.__setattr__`). Drivers treat them as read-only.
 """
 
 from __future__ import annotations
@@ -13,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decision:
     decision_id: int
     pipeline_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Grant(Decision):
     """Give a cluster its whole device mapping (a non-rollout stage, or init at priority 0)."""
 
@@ -29,7 +33,7 @@ class Grant(Decision):
     requires: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Expand(Decision):
     """Start rollout rank `dp_rank` on its bundle (load the newest inference weights)."""
 
@@ -38,7 +42,7 @@ class Expand(Decision):
     requires: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Shrink(Decision):
     """Stop rollout rank `dp_rank` and free its bundle. In-flight trajectories are re-queued.
 
@@ -52,7 +56,7 @@ class Shrink(Decision):
     requires: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Revoke(Decision):
     """A holding lost a GPU: abort that stage or rank. A non-rollout request is re-queued at its
     old place, and granted again when its mapping is whole."""
@@ -62,7 +66,7 @@ class Revoke(Decision):
     dp_rank: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AllowRollout(Decision):
     """Staleness pacing: rollout for train steps <= `max_step` of this adapter may run."""
 
@@ -70,7 +74,7 @@ class AllowRollout(Decision):
     max_step: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Hold(Decision):
     """A request waits; `reason` says why (for logs and dashboards)."""
 

@@ -50,8 +50,8 @@ class Ledger:
 
     def _requires(self, gpus: tuple[int, ...], extra: list[int]) -> tuple[int, ...]:
         releasing = self.sched.cluster.releasing_by
-        if not releasing:
-            return tuple(sorted(extra))
+        if not releasing or releasing.keys().isdisjoint(gpus):
+            return tuple(sorted(extra)) if extra else ()
         needed = set(extra)
         for gpu in gpus:
             shrink_id = releasing.get(gpu)

@@ -34,7 +34,7 @@ def on_registered(sched: Scheduler, event: ev.PipelineRegistered) -> None:
         rank = Rank(spec.pipeline_id, dp_rank, bundle, sched.cluster.slot_for(bundle))
         pipeline.ranks.append(rank)
         pipeline.rank_by_slot[rank.slot] = rank
-        pipeline.rank_of_slot[rank.slot] = dp_rank
+        pipeline.rank_slots.append(rank.slot)
     for adapter in spec.adapter_names:
         pipeline.versions[adapter] = 0
     sched.pipelines[spec.pipeline_id] = pipeline

@@ -13,9 +13,9 @@ this round, then:
    that could work; a later move takes them back if a target calls for it. A pipeline that
    was lent GPUs may now be above target, so moves and fill repeat until nothing is lent.
 
-Finding a free bundle is an intersection of the free-slot set with the pipeline's slots, and
-finding a donor rank looks only at donors' active ranks, so a round costs about the number of
-moves times the active ranks, not GPUs times pipelines.
+Finding a free bundle walks each pipeline's ranks at most once per round (see `RoundPlanner`),
+and finding a donor rank looks only at donors' active ranks, so a round costs about the number
+of moves plus the ranks, not GPUs times pipelines.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
 
 
-#: How many free bundles a pipeline's free-bundle search takes at a time.
-CANDIDATE_CHUNK = 8
+#: How many ranks the free-bundle cursor checks at once (in C) before looking one by one.
+SCAN_RUN = 16
 
 
 def rollout_budget(sched: Scheduler, rollers: list[PipelineState]) -> int:
@@ -81,12 +81,19 @@ def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
 
 
 class RoundPlanner:
-    """Per-round candidate search for one scheduler; built fresh every round."""
+    """Per-round candidate search for one scheduler; built fresh every round.
+
+    Free bundles are found by a cursor per pipeline that walks its ranks in order, once per
+    round: a rank passed over was busy (or not usable) then, and can only have become free
+    again through a shrink later in the round, which `ClusterState.freed_log` records. So a
+    round scans each pipeline's ranks at most once, and mostly in C (`set.isdisjoint` over a
+    run of slots) rather than rank by rank."""
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
-        # pipeline -> a few candidate free slots, highest first (popped from the end)
-        self._candidates: dict[str, list[int]] = {}
+        sched.cluster.freed_log = []  # the round ends it (Scheduler._round)
+        # pipeline -> (next rank to look at, how much of the freed log it has seen)
+        self._cursor: dict[str, tuple[int, int]] = {}
 
     def _usable_by(self, rank: Rank, pipeline_id: str) -> bool:
         if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > self.sched.now:
@@ -97,28 +104,41 @@ class RoundPlanner:
         return True
 
     def free_fit(self, pipeline: PipelineState) -> Rank | None:
-        """The lowest inactive rank of `pipeline` whose bundle is entirely free.
-
-        Candidates come from intersecting the free slots with the pipeline's slots (a set
-        operation, in C), sorted by rank, a few at a time. Ordering by each pipeline's own
-        ranks (not by a global bundle order) matters: pipelines whose mappings start in
-        different places then want different free bundles first, so the short lists rarely go
-        stale when many pipelines fill free GPUs in the same round."""
+        """An inactive rank of `pipeline` whose bundle is entirely free: one freed earlier in
+        this round if any, else the lowest the cursor has not passed."""
         cluster = self.sched.cluster
-        free, mine = cluster.free_slots, pipeline.rank_by_slot
+        free = cluster.free_slots
+        if not free:
+            return None
         pid = pipeline.pipeline_id
-        candidates = self._candidates.get(pid) or []
-        for chunk in (CANDIDATE_CHUNK, 0):  # a few first; if none of them will do, all of them
-            if not candidates:
-                candidates = sorted(free & mine.keys(), key=pipeline.rank_of_slot.__getitem__, reverse=True)
-                if chunk:
-                    candidates = candidates[-chunk:]
-            while candidates:
-                slot = candidates.pop()
-                if slot in free and self._usable_by(rank := mine[slot], pid):
-                    self._candidates[pid] = candidates
+        position, seen = self._cursor.get(pid, (0, 0))
+        log = cluster.freed_log
+        assert log is not None, "free_fit outside a planning round"
+        if seen < len(log) and free.isdisjoint(log[seen:]):
+            seen = len(log)  # mostly a rebalance shrink whose bundle was taken straight away
+        while seen < len(log):
+            slot = log[seen]
+            seen += 1
+            rank = pipeline.rank_by_slot.get(slot)
+            if rank is not None and slot in free and self._usable_by(rank, pid):
+                self._cursor[pid] = (position, seen)
+                return rank
+        ranks, slots = pipeline.ranks, pipeline.rank_slots
+        end = len(ranks)
+        while position < end:
+            # Skip runs of busy bundles at C speed; look rank by rank only inside a run that
+            # holds a free one.
+            stop = min(position + SCAN_RUN, end)
+            if free.isdisjoint(slots[position:stop]):
+                position = stop
+                continue
+            while position < stop:
+                rank = ranks[position]
+                position += 1
+                if rank.slot in free and self._usable_by(rank, pid):
+                    self._cursor[pid] = (position, seen)
                     return rank
-        self._candidates[pid] = candidates
+        self._cursor[pid] = (position, seen)
         return None
 
     def donor_fit(self, pipeline: PipelineState, donors: list[PipelineState]) -> tuple[Rank, list[Rank]] | None:
@@ -220,11 +240,19 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
         rank = planner.free_fit(pipeline)
         if rank is not None:
             ledger.expand(rank)
+            # Go on serving it from free bundles while it is still the neediest: the same order
+            # as one rank per pop, without a heap push and pop per rank.
+            while pipeline.num_active_gpus + pipeline.tp <= target and (
+                not heap or (-(target - pipeline.num_active_gpus) / target, seq) < heap[0][:2]
+            ):
+                rank = planner.free_fit(pipeline)
+                if rank is None:
+                    break
+                ledger.expand(rank)
         elif pipeline.num_active_gpus + pipeline.tp * stickiness <= target and may_receive(sched, pipeline):
             if donors is None:
                 donors = [d for d in rollers if is_donor(sched, d)]
                 donors.sort(key=lambda d: (-d.demand, d.admitted_seq))
-            donors = [d for d in donors if is_donor(sched, d)]
             found = planner.donor_fit(pipeline, donors)
             if found is None:
                 continue  # placement-limited this round
@@ -233,6 +261,9 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
                 ledger.shrink(victim, "rebalance")
                 sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = sched.now
             ledger.expand(rank)
+            # Only the victims' pipelines can have stopped being donors.
+            if any(not is_donor(sched, sched.pipelines[v.pipeline_id]) for v in victims):
+                donors = [d for d in donors if is_donor(sched, d)]
             pipeline.last_rebalanced_in_s = sched.now
         else:
             continue

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Claim:
     """One rolling pipeline's input to the split."""
 
@@ -58,24 +58,30 @@ def _floor_bundles(claims: list[Claim], budget: int) -> tuple[list[Claim], int]:
 def _water_fill(claims: list[Claim], budget: int) -> dict[str, float]:
     """Ideal GPUs x_p = clamp(lam * s_p, one bundle, all ranks), with lam chosen so that the
     x_p sum to the budget (or everyone is at its cap). f(lam) is piecewise linear and
-    non-decreasing, so a binary search over its breakpoints finds the right piece."""
+    non-decreasing, so one sweep over its sorted breakpoints finds the right piece."""
     shares = [c.demand * c.tp * c.weight for c in claims]
     lows = [float(c.tp) for c in claims]
     highs = [float(c.max_ranks * c.tp) for c in claims]
     if sum(highs) <= budget:
         return {c.pipeline_id: h for c, h in zip(claims, highs, strict=True)}
 
-    def filled(lam: float) -> float:
-        return sum(min(max(lam * s, lo), hi) for s, lo, hi in zip(shares, lows, highs, strict=True))
-
-    points = sorted({b / s for s, lo, hi in zip(shares, lows, highs, strict=True) for b in (lo, hi)})
-    lo_index, hi_index = 0, len(points) - 1  # filled(points[0]) = sum(lows) <= budget < filled(last)
-    while hi_index - lo_index > 1:
-        mid = (lo_index + hi_index) // 2
-        if filled(points[mid]) <= budget:
-            lo_index = mid
-        else:
-            hi_index = mid
+    # Sweep the breakpoints left to right, tracking f and its slope, to find the piece where f
+    # crosses the budget (one sort; a binary search would re-evaluate f, O(n), per probe).
+    slope_change: dict[float, float] = {}
+    for s, lo, hi in zip(shares, lows, highs, strict=True):
+        slope_change[lo / s] = slope_change.get(lo / s, 0.0) + s
+        slope_change[hi / s] = slope_change.get(hi / s, 0.0) - s
+    points = sorted(slope_change)
+    filled, slope = sum(lows), 0.0  # f(points[0]) = sum(lows) <= budget < f(points[-1])
+    lo_index = 0
+    while lo_index < len(points) - 2:
+        slope += slope_change[points[lo_index]]
+        after = filled + slope * (points[lo_index + 1] - points[lo_index])
+        if after > budget:
+            break
+        filled = after
+        lo_index += 1
+    hi_index = lo_index + 1
     probe = (points[lo_index] + points[hi_index]) / 2
     fixed, slope = 0.0, 0.0
     for s, lo, hi in zip(shares, lows, highs, strict=True):

@@ -80,7 +80,7 @@ class PipelineState:
     admitted_seq: int = -1
     ranks: list[Rank] = field(default_factory=list)
     rank_by_slot: dict[int, Rank] = field(default_factory=dict)
-    rank_of_slot: dict[int, int] = field(default_factory=dict)  # slot -> dp_rank
+    rank_slots: list[int] = field(default_factory=list)  # the slot of each rank, by dp_rank
     holdings: dict[str, ClusterHold] = field(default_factory=dict)
     pending: dict[str, Request] = field(default_factory=dict)
     rolling: bool = False
@@ -94,18 +94,17 @@ class PipelineState:
     last_rebalanced_in_s: float = float("-inf")
     last_rebalanced_out_s: float = float("-inf")
 
-    pipeline_id: str = field(init=False)  # copied from the spec: read on every hot path
+    # Copied from the spec: read on every hot path.
+    pipeline_id: str = field(init=False)
+    tp: int = field(init=False)  # rollout TP size: GPUs per rank
 
     def __post_init__(self) -> None:
         self.pipeline_id = self.spec.pipeline_id
+        self.tp = self.spec.rollout.tp
 
     @property
     def admitted(self) -> bool:
         return self.admitted_seq >= 0
-
-    @property
-    def tp(self) -> int:
-        return self.spec.rollout.tp
 
     @property
     def demand(self) -> float:
@@ -142,6 +141,9 @@ class ClusterState:
         self.overlap_cache: dict[int, set[int]] = {}
         #: (roller ids, the union of their rollout mappings); see rlix.policy.rollout.
         self.union_cache: tuple[frozenset[str], frozenset[int]] | None = None
+        #: Slots that became free while a rollout round plans (None between rounds), so the
+        #: planner's per-pipeline scans can skip what was busy when they passed it.
+        self.freed_log: list[int] | None = None
 
     def slot_for(self, bundle: tuple[int, ...]) -> int:
         slot = self.slot_of_bundle.get(bundle)
@@ -181,26 +183,35 @@ class ClusterState:
             busy[slot] -= 1
             if busy[slot] == 0:
                 self.free_slots.add(slot)
+                if self.freed_log is not None:
+                    self.freed_log.append(slot)
 
     def take(self, gpus: tuple[int, ...], holder: Holder) -> None:
-        # Hot path (every grant and expansion): the free-slot bookkeeping is inlined.
-        owner, offline = self.owner, self.offline
-        busy, free_slots, slots_by_gpu = self.slot_num_busy, self.free_slots, self.slots_by_gpu
+        owner = self.owner
+        if type(holder) is Rank and holder.slot not in self.partial_overlap:
+            # Hot path (every expansion): a bundle no other slot overlaps is free exactly when
+            # its slot is, and taking it touches that slot's count alone.
+            slot = holder.slot
+            if self.slot_num_busy[slot]:
+                raise AssertionError(f"bundle {gpus} is not free")
+            for gpu in gpus:
+                owner[gpu] = holder
+            self.slot_num_busy[slot] = len(gpus)
+            self.free_slots.discard(slot)
+            self.num_free -= len(gpus)
+            return
         for gpu in gpus:
-            if owner[gpu] is not None or gpu in offline:
+            if owner[gpu] is not None or gpu in self.offline:
                 raise AssertionError(f"GPU {gpu} is not free")
             owner[gpu] = holder
-            for slot in slots_by_gpu[gpu]:
-                if busy[slot] == 0:
-                    free_slots.discard(slot)
-                busy[slot] += 1
-        self.num_free -= len(gpus)
+            self._mark_busy(gpu)
 
     def free(self, gpus: tuple[int, ...], holder: Holder) -> None:
+        owner, offline = self.owner, self.offline
         for gpu in gpus:
-            assert self.owner[gpu] is holder, f"GPU {gpu} is not held by {holder}"
-            self.owner[gpu] = None
-            if gpu not in self.offline:
+            assert owner[gpu] is holder, f"GPU {gpu} is not held by {holder}"
+            owner[gpu] = None
+            if gpu not in offline:
                 self._mark_free(gpu)
 
     def set_offline(self, gpu: int, offline: bool) -> None:
