@@ -139,7 +139,6 @@ class Scheduler:
         self._release_idle_ranks()
         self.reservations = serve_requests(self, self.policy)
         self.policy.plan_rollout(self)
-        self.cluster.freed_log = None
 
     def _release_idle_ranks(self) -> None:
         for pipeline in self.pipelines.values():

@@ -83,16 +83,26 @@ class Ledger:
         return decision
 
     def expand(self, rank: Rank) -> Expand:
+        # The hottest path of a round (one call per rank started): _new_id, _requires and
+        # _track are inlined.
         sched = self.sched
-        requires = self._requires(rank.gpus, [])
-        decision = Expand(self._new_id(), rank.pipeline_id, rank.dp_rank, rank.gpus, requires)
-        sched.cluster.take(rank.gpus, rank)
+        gpus = rank.gpus
+        releasing = sched.cluster.releasing_by
+        requires = () if not releasing or releasing.keys().isdisjoint(gpus) else self._requires(gpus, [])
+        decision_id = self.next_id
+        self.next_id += 1
+        decision = Expand(decision_id, rank.pipeline_id, rank.dp_rank, gpus, requires)
+        sched.cluster.take(gpus, rank)
         rank.status = RankStatus.EXPANDING
-        rank.decision_id = decision.decision_id
+        rank.decision_id = decision_id
         pipeline = sched.pipelines[rank.pipeline_id]
-        pipeline.num_active_gpus += len(rank.gpus)
+        pipeline.num_active_gpus += len(gpus)
         pipeline.active[rank.dp_rank] = rank
-        self._track(decision, rank, requires)
+        if requires:
+            self._track(decision, rank, requires)
+        else:
+            self.inflight[decision_id] = (decision, rank)
+            self.out.append(decision)
         return decision
 
     def shrink(self, rank: Rank, reason: str) -> Shrink:

@@ -34,10 +34,13 @@ def on_registered(sched: Scheduler, event: ev.PipelineRegistered) -> None:
         rank = Rank(spec.pipeline_id, dp_rank, bundle, sched.cluster.slot_for(bundle))
         pipeline.ranks.append(rank)
         pipeline.rank_by_slot[rank.slot] = rank
-        pipeline.rank_slots.append(rank.slot)
     for adapter in spec.adapter_names:
         pipeline.versions[adapter] = 0
     sched.pipelines[spec.pipeline_id] = pipeline
+    cluster = sched.cluster
+    renumbered = cluster.index_slots()
+    for other in sched.pipelines.values() if renumbered else [pipeline]:
+        other.slot_bits = cluster.bits_of(other.rank_by_slot)
 
 
 def on_admitted(sched: Scheduler, event: ev.PipelineAdmitted) -> None:

@@ -13,9 +13,9 @@ this round, then:
    that could work; a later move takes them back if a target calls for it. A pipeline that
    was lent GPUs may now be above target, so moves and fill repeat until nothing is lent.
 
-Finding a free bundle walks each pipeline's ranks at most once per round (see `RoundPlanner`),
-and finding a donor rank looks only at donors' active ranks, so a round costs about the number
-of moves plus the ranks, not GPUs times pipelines.
+Finding a free bundle is a few operations on bitsets (free slots and a pipeline's slots as
+Python ints), and finding a donor rank looks only at donors' active ranks, so a round costs
+about the number of moves, not GPUs times pipelines.
 """
 
 from __future__ import annotations
@@ -28,10 +28,6 @@ from rlix.policy.state import PipelineState, Rank, RankStatus
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
-
-
-#: How many ranks the free-bundle cursor checks at once (in C) before looking one by one.
-SCAN_RUN = 16
 
 
 def rollout_budget(sched: Scheduler, rollers: list[PipelineState]) -> int:
@@ -81,19 +77,13 @@ def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
 
 
 class RoundPlanner:
-    """Per-round candidate search for one scheduler; built fresh every round.
-
-    Free bundles are found by a cursor per pipeline that walks its ranks in order, once per
-    round: a rank passed over was busy (or not usable) then, and can only have become free
-    again through a shrink later in the round, which `ClusterState.freed_log` records. So a
-    round scans each pipeline's ranks at most once, and mostly in C (`set.isdisjoint` over a
-    run of slots) rather than rank by rank."""
+    """Per-round candidate search for one scheduler; built fresh every round."""
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
-        sched.cluster.freed_log = []  # the round ends it (Scheduler._round)
-        # pipeline -> (next rank to look at, how much of the freed log it has seen)
-        self._cursor: dict[str, tuple[int, int]] = {}
+        # pipeline -> bits of free bundles it may not use this round (reserved, backing off);
+        # neither changes within a round, so each is looked at once
+        self._unusable: dict[str, int] = {}
 
     def _usable_by(self, rank: Rank, pipeline_id: str) -> bool:
         if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > self.sched.now:
@@ -104,41 +94,23 @@ class RoundPlanner:
         return True
 
     def free_fit(self, pipeline: PipelineState) -> Rank | None:
-        """An inactive rank of `pipeline` whose bundle is entirely free: one freed earlier in
-        this round if any, else the lowest the cursor has not passed."""
+        """The inactive rank of `pipeline` on the free bundle with the lowest GPU ids (its
+        lowest free rank when its mapping is in GPU order): the lowest bit of the free bits
+        and the pipeline's bits, so the search is a few big-int operations, not a scan."""
         cluster = self.sched.cluster
-        free = cluster.free_slots
-        if not free:
-            return None
         pid = pipeline.pipeline_id
-        position, seen = self._cursor.get(pid, (0, 0))
-        log = cluster.freed_log
-        assert log is not None, "free_fit outside a planning round"
-        if seen < len(log) and free.isdisjoint(log[seen:]):
-            seen = len(log)  # mostly a rebalance shrink whose bundle was taken straight away
-        while seen < len(log):
-            slot = log[seen]
-            seen += 1
-            rank = pipeline.rank_by_slot.get(slot)
-            if rank is not None and slot in free and self._usable_by(rank, pid):
-                self._cursor[pid] = (position, seen)
+        unusable = self._unusable.get(pid, 0)
+        candidates = cluster.free_bits & pipeline.slot_bits
+        if unusable:
+            candidates &= ~unusable
+        while candidates:
+            lowest = candidates & -candidates
+            rank = pipeline.rank_by_slot[cluster.slot_of_bit[lowest.bit_length() - 1]]
+            if self._usable_by(rank, pid):
                 return rank
-        ranks, slots = pipeline.ranks, pipeline.rank_slots
-        end = len(ranks)
-        while position < end:
-            # Skip runs of busy bundles at C speed; look rank by rank only inside a run that
-            # holds a free one.
-            stop = min(position + SCAN_RUN, end)
-            if free.isdisjoint(slots[position:stop]):
-                position = stop
-                continue
-            while position < stop:
-                rank = ranks[position]
-                position += 1
-                if rank.slot in free and self._usable_by(rank, pid):
-                    self._cursor[pid] = (position, seen)
-                    return rank
-        self._cursor[pid] = (position, seen)
+            candidates ^= lowest
+            unusable |= lowest
+            self._unusable[pid] = unusable
         return None
 
     def donor_fit(self, pipeline: PipelineState, donors: list[PipelineState]) -> tuple[Rank, list[Rank]] | None:
@@ -146,6 +118,7 @@ class RoundPlanner:
         first that takes a single rank of the donor with the most work left, else the one
         that needs the fewest donor ranks."""
         mine = pipeline.rank_by_slot
+        pid = pipeline.pipeline_id
         donor_ids = {d.pipeline_id for d in donors}
         partial = self.sched.cluster.partial_overlap
         best: tuple[int, Rank, list[Rank]] | None = None
@@ -153,10 +126,15 @@ class RoundPlanner:
             for donor_rank in donor.active.values():
                 if donor_rank.status is not RankStatus.ACTIVE:
                     continue
-                slots = self._overlapping(donor_rank.slot) if donor_rank.slot in partial else (donor_rank.slot,)
-                for slot in slots:
+                if donor_rank.slot not in partial:
+                    # An aligned bundle: the receiver's rank there (if any) needs exactly it.
+                    rank = mine.get(donor_rank.slot)
+                    if rank is not None and self._usable_by(rank, pid):
+                        return rank, [donor_rank]
+                    continue
+                for slot in self._overlapping(donor_rank.slot):
                     rank = mine.get(slot)
-                    if rank is None or not self._usable_by(rank, pipeline.pipeline_id):
+                    if rank is None or not self._usable_by(rank, pid):
                         continue
                     victims = self._victims(rank, donor_ids)
                     if victims is None:
@@ -223,53 +201,66 @@ def plan_rlix(sched: Scheduler) -> None:
 
 
 def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner) -> None:
-    """Give ranks to pipelines short of their target by a whole bundle, neediest first."""
+    """Give ranks to pipelines short of their target by a whole bundle, neediest first (the
+    largest shortfall relative to target; admission order breaks ties)."""
     ledger = sched.ledger
     targets = sched.targets
     stickiness = 1.0 + sched.config.rebalance_margin_bundles
-    pop, push = heapq.heappop, heapq.heappush
     heap: list[tuple[float, int, PipelineState, int]] = []
     for p in rollers:
         target = targets.get(p.pipeline_id, 0)
         if p.num_active_gpus + p.tp <= target:
             heap.append((-(target - p.num_active_gpus) / target, p.admitted_seq, p, target))
     heapq.heapify(heap)
-    donors: list[PipelineState] | None = None  # only ever shrinks during the moves
-    while heap:
-        _, seq, pipeline, target = pop(heap)
+    donors = _Donors(sched, rollers)
+    item = heapq.heappop(heap) if heap else None
+    while item is not None:
+        _, seq, pipeline, target = item
         rank = planner.free_fit(pipeline)
         if rank is not None:
             ledger.expand(rank)
-            # Go on serving it from free bundles while it is still the neediest: the same order
-            # as one rank per pop, without a heap push and pop per rank.
-            while pipeline.num_active_gpus + pipeline.tp <= target and (
-                not heap or (-(target - pipeline.num_active_gpus) / target, seq) < heap[0][:2]
-            ):
-                rank = planner.free_fit(pipeline)
-                if rank is None:
-                    break
-                ledger.expand(rank)
-        elif pipeline.num_active_gpus + pipeline.tp * stickiness <= target and may_receive(sched, pipeline):
-            if donors is None:
-                donors = [d for d in rollers if is_donor(sched, d)]
-                donors.sort(key=lambda d: (-d.demand, d.admitted_seq))
-            found = planner.donor_fit(pipeline, donors)
-            if found is None:
-                continue  # placement-limited this round
-            rank, victims = found
-            for victim in victims:
-                ledger.shrink(victim, "rebalance")
-                sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = sched.now
-            ledger.expand(rank)
-            # Only the victims' pipelines can have stopped being donors.
-            if any(not is_donor(sched, sched.pipelines[v.pipeline_id]) for v in victims):
-                donors = [d for d in donors if is_donor(sched, d)]
-            pipeline.last_rebalanced_in_s = sched.now
-        else:
+        elif not (
+            pipeline.num_active_gpus + pipeline.tp * stickiness <= target
+            and may_receive(sched, pipeline)
+            and donors.move_one_to(pipeline, planner)
+        ):
+            item = heapq.heappop(heap) if heap else None  # placement-limited this round
             continue
         active = pipeline.num_active_gpus
         if active + pipeline.tp <= target:
-            push(heap, (-(target - active) / target, seq, pipeline, target))
+            # Back in line and the neediest out, in one step (often the same pipeline again).
+            item = heapq.heappushpop(heap, (-(target - active) / target, seq, pipeline, target))
+        else:
+            item = heapq.heappop(heap) if heap else None
+
+
+class _Donors:
+    """Pipelines above their target, most rollout work left first; built on first use."""
+
+    def __init__(self, sched: Scheduler, rollers: list[PipelineState]) -> None:
+        self.sched = sched
+        self.rollers = rollers
+        self.donors: list[PipelineState] | None = None
+
+    def move_one_to(self, pipeline: PipelineState, planner: RoundPlanner) -> bool:
+        """Shrink donor ranks to expand one rank of `pipeline` on their bundle; whether any."""
+        sched = self.sched
+        if self.donors is None:
+            self.donors = [d for d in self.rollers if is_donor(sched, d)]
+            self.donors.sort(key=lambda d: (-d.demand, d.admitted_seq))
+        found = planner.donor_fit(pipeline, self.donors)
+        if found is None:
+            return False
+        rank, victims = found
+        for victim in victims:
+            sched.ledger.shrink(victim, "rebalance")
+            sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = sched.now
+        sched.ledger.expand(rank)
+        pipeline.last_rebalanced_in_s = sched.now
+        # Only the victims' pipelines can have stopped being donors.
+        if any(not is_donor(sched, sched.pipelines[v.pipeline_id]) for v in victims):
+            self.donors = [d for d in self.donors if is_donor(sched, d)]
+        return True
 
 
 def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner | None = None) -> bool:

@@ -9,6 +9,7 @@ pipeline cheap: intersect the free slots with the pipeline's slots.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -80,7 +81,7 @@ class PipelineState:
     admitted_seq: int = -1
     ranks: list[Rank] = field(default_factory=list)
     rank_by_slot: dict[int, Rank] = field(default_factory=dict)
-    rank_slots: list[int] = field(default_factory=list)  # the slot of each rank, by dp_rank
+    slot_bits: int = 0  # ClusterState bits of this pipeline's rank slots
     holdings: dict[str, ClusterHold] = field(default_factory=dict)
     pending: dict[str, Request] = field(default_factory=dict)
     rolling: bool = False
@@ -141,9 +142,12 @@ class ClusterState:
         self.overlap_cache: dict[int, set[int]] = {}
         #: (roller ids, the union of their rollout mappings); see rlix.policy.rollout.
         self.union_cache: tuple[frozenset[str], frozenset[int]] | None = None
-        #: Slots that became free while a rollout round plans (None between rounds), so the
-        #: planner's per-pipeline scans can skip what was busy when they passed it.
-        self.freed_log: list[int] | None = None
+        #: The free slots again, as one bit per slot in an int, bits ordered by the bundles'
+        #: GPU ids: intersecting it with a pipeline's `slot_bits` and taking the lowest bit
+        #: finds that pipeline's free bundle with the lowest GPUs in a few C-level int ops.
+        self.free_bits = 0
+        self.slot_mask: list[int] = []  # slot -> 1 << its bit
+        self.slot_of_bit: list[int] = []
 
     def slot_for(self, bundle: tuple[int, ...]) -> int:
         slot = self.slot_of_bundle.get(bundle)
@@ -161,9 +165,28 @@ class ClusterState:
             if self.owner[gpu] is not None or gpu in self.offline:
                 busy += 1
         self.slot_num_busy.append(busy)
+        self.slot_mask.append(0)  # until index_slots() places the new slot
         if busy == 0:
             self.free_slots.add(slot)
         return slot
+
+    def index_slots(self) -> bool:
+        """Give every slot its bit, in the order of the bundles' GPU ids (after `slot_for`
+        made new slots). Returns whether bits moved, in which case every pipeline's
+        `slot_bits` must be rebuilt."""
+        if len(self.slot_of_bit) == len(self.slot_gpus):
+            return False
+        self.slot_of_bit = sorted(range(len(self.slot_gpus)), key=self.slot_gpus.__getitem__)
+        for bit, slot in enumerate(self.slot_of_bit):
+            self.slot_mask[slot] = 1 << bit
+        self.free_bits = self.bits_of(self.free_slots)
+        return True
+
+    def bits_of(self, slots: Iterable[int]) -> int:
+        bits = 0
+        for slot in slots:
+            bits |= self.slot_mask[slot]
+        return bits
 
     def is_free(self, gpu: int) -> bool:
         return self.owner[gpu] is None and gpu not in self.offline
@@ -174,6 +197,7 @@ class ClusterState:
         for slot in self.slots_by_gpu[gpu]:
             if busy[slot] == 0:
                 self.free_slots.discard(slot)
+                self.free_bits ^= self.slot_mask[slot]
             busy[slot] += 1
 
     def _mark_free(self, gpu: int) -> None:
@@ -183,8 +207,7 @@ class ClusterState:
             busy[slot] -= 1
             if busy[slot] == 0:
                 self.free_slots.add(slot)
-                if self.freed_log is not None:
-                    self.freed_log.append(slot)
+                self.free_bits |= self.slot_mask[slot]
 
     def take(self, gpus: tuple[int, ...], holder: Holder) -> None:
         owner = self.owner
@@ -198,6 +221,7 @@ class ClusterState:
                 owner[gpu] = holder
             self.slot_num_busy[slot] = len(gpus)
             self.free_slots.discard(slot)
+            self.free_bits ^= self.slot_mask[slot]
             self.num_free -= len(gpus)
             return
         for gpu in gpus:
@@ -208,6 +232,17 @@ class ClusterState:
 
     def free(self, gpus: tuple[int, ...], holder: Holder) -> None:
         owner, offline = self.owner, self.offline
+        if type(holder) is Rank and holder.slot not in self.partial_overlap and offline.isdisjoint(gpus):
+            # Hot path (every shrink): the mirror image of take's.
+            for gpu in gpus:
+                assert owner[gpu] is holder, f"GPU {gpu} is not held by {holder}"
+                owner[gpu] = None
+            slot = holder.slot
+            self.slot_num_busy[slot] = 0
+            self.free_slots.add(slot)
+            self.free_bits |= self.slot_mask[slot]
+            self.num_free += len(gpus)
+            return
         for gpu in gpus:
             assert owner[gpu] is holder, f"GPU {gpu} is not held by {holder}"
             owner[gpu] = None
