@@ -103,10 +103,13 @@ class RoundPlanner:
         candidates = cluster.free_bits & pipeline.slot_bits
         if unusable:
             candidates &= ~unusable
+        reserved = self.sched.reservations.reserved_for
+        now = self.sched.now
         while candidates:
             lowest = candidates & -candidates
             rank = pipeline.rank_by_slot[cluster.slot_of_bit[lowest.bit_length() - 1]]
-            if self._usable_by(rank, pid):
+            # A free bundle's rank is inactive; it may still be backing off or reserved.
+            if rank.retry_after_s <= now and (not reserved or self._usable_by(rank, pid)):
                 return rank
             candidates ^= lowest
             unusable |= lowest
@@ -119,7 +122,7 @@ class RoundPlanner:
         that needs the fewest donor ranks."""
         mine = pipeline.rank_by_slot
         pid = pipeline.pipeline_id
-        donor_ids = {d.pipeline_id for d in donors}
+        donor_ids: set[str] | None = None  # only needed for bundles that overlap others
         partial = self.sched.cluster.partial_overlap
         best: tuple[int, Rank, list[Rank]] | None = None
         for donor in donors:
@@ -132,6 +135,8 @@ class RoundPlanner:
                     if rank is not None and self._usable_by(rank, pid):
                         return rank, [donor_rank]
                     continue
+                if donor_ids is None:
+                    donor_ids = {d.pipeline_id for d in donors}
                 for slot in self._overlapping(donor_rank.slot):
                     rank = mine.get(slot)
                     if rank is None or not self._usable_by(rank, pid):
