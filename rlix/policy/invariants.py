@@ -116,7 +116,7 @@ def check_ownership(sched: Scheduler) -> None:
         _fail(1, f"free count {cluster.num_free} != {num_free}")
     for slot, gpus in enumerate(cluster.slot_gpus):
         free = all(expected[g] is None and g not in cluster.offline for g in gpus)
-        if free != (slot in cluster.free_slots) or free != bool(cluster.free_bits & cluster.slot_mask[slot]):
+        if free != (cluster.slot_num_busy[slot] == 0) or free != bool(cluster.free_bits & cluster.slot_mask[slot]):
             _fail(1, f"free-slot index wrong for bundle {gpus}")
 
 

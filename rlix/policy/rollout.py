@@ -14,8 +14,9 @@ this round, then:
    was lent GPUs may now be above target, so moves and fill repeat until nothing is lent.
 
 Finding a free bundle is a few operations on bitsets (free slots and a pipeline's slots as
-Python ints), and finding a donor rank looks only at donors' active ranks, so a round costs
-about the number of moves, not GPUs times pipelines.
+Python ints: linear in the number of bundles, but at machine-word speed in C), and finding a
+donor rank looks only at donors' active ranks, so a round costs about the number of moves, not
+GPUs times pipelines.
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ class _Donors:
 def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner | None = None) -> bool:
     """Lend every free bundle a rolling pipeline can use, most under-served pipeline first.
     Returns whether anything was lent."""
-    if not sched.cluster.free_slots:
+    if not sched.cluster.free_bits:
         return False
     planner = planner or RoundPlanner(sched)
     ledger = sched.ledger
@@ -281,7 +282,7 @@ def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlan
     )
     lent = False
     progress = True
-    while progress and sched.cluster.free_slots:
+    while progress and sched.cluster.free_bits:
         progress = False
         for pipeline in order:
             rank = planner.free_fit(pipeline)

@@ -136,15 +136,15 @@ class ClusterState:
         self.slot_gpus: list[tuple[int, ...]] = []
         self.slot_of_bundle: dict[tuple[int, ...], int] = {}
         self.slots_by_gpu: list[list[int]] = [[] for _ in range(num_gpus)]
+        #: slot -> its GPUs that are held or lost; a slot is free when this is 0.
         self.slot_num_busy: list[int] = []
-        self.free_slots: set[int] = set()
         #: slot -> slots sharing a GPU with it (itself included); filled lazily.
         self.overlap_cache: dict[int, set[int]] = {}
         #: (roller ids, the union of their rollout mappings); see rlix.policy.rollout.
         self.union_cache: tuple[frozenset[str], frozenset[int]] | None = None
-        #: The free slots again, as one bit per slot in an int, bits ordered by the bundles'
-        #: GPU ids: intersecting it with a pipeline's `slot_bits` and taking the lowest bit
-        #: finds that pipeline's free bundle with the lowest GPUs in a few C-level int ops.
+        #: The free slots, one bit per slot in an int, bits ordered by the bundles' GPU ids:
+        #: intersecting it with a pipeline's `slot_bits` and taking the lowest bit finds that
+        #: pipeline's free bundle with the lowest GPUs in a few C-level int operations.
         self.free_bits = 0
         self.slot_mask: list[int] = []  # slot -> 1 << its bit
         self.slot_of_bit: list[int] = []
@@ -166,8 +166,6 @@ class ClusterState:
                 busy += 1
         self.slot_num_busy.append(busy)
         self.slot_mask.append(0)  # until index_slots() places the new slot
-        if busy == 0:
-            self.free_slots.add(slot)
         return slot
 
     def index_slots(self) -> bool:
@@ -179,8 +177,11 @@ class ClusterState:
         self.slot_of_bit = sorted(range(len(self.slot_gpus)), key=self.slot_gpus.__getitem__)
         for bit, slot in enumerate(self.slot_of_bit):
             self.slot_mask[slot] = 1 << bit
-        self.free_bits = self.bits_of(self.free_slots)
+        self.free_bits = self.bits_of(self.free_slot_ids())
         return True
+
+    def free_slot_ids(self) -> list[int]:
+        return [slot for slot, busy in enumerate(self.slot_num_busy) if busy == 0]
 
     def bits_of(self, slots: Iterable[int]) -> int:
         bits = 0
@@ -196,7 +197,6 @@ class ClusterState:
         busy = self.slot_num_busy
         for slot in self.slots_by_gpu[gpu]:
             if busy[slot] == 0:
-                self.free_slots.discard(slot)
                 self.free_bits ^= self.slot_mask[slot]
             busy[slot] += 1
 
@@ -206,7 +206,6 @@ class ClusterState:
         for slot in self.slots_by_gpu[gpu]:
             busy[slot] -= 1
             if busy[slot] == 0:
-                self.free_slots.add(slot)
                 self.free_bits |= self.slot_mask[slot]
 
     def take(self, gpus: tuple[int, ...], holder: Holder) -> None:
@@ -220,7 +219,6 @@ class ClusterState:
             for gpu in gpus:
                 owner[gpu] = holder
             self.slot_num_busy[slot] = len(gpus)
-            self.free_slots.discard(slot)
             self.free_bits ^= self.slot_mask[slot]
             self.num_free -= len(gpus)
             return
@@ -239,7 +237,6 @@ class ClusterState:
                 owner[gpu] = None
             slot = holder.slot
             self.slot_num_busy[slot] = 0
-            self.free_slots.add(slot)
             self.free_bits |= self.slot_mask[slot]
             self.num_free += len(gpus)
             return

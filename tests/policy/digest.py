@@ -31,7 +31,7 @@ def digest(sched: Scheduler) -> dict[str, Any]:
         "owner": [_holder(h) for h in sched.cluster.owner],
         "releasing": dict(sched.cluster.releasing_by),
         "offline": sorted(sched.cluster.offline),
-        "free": (sched.cluster.num_free, sorted(sched.cluster.free_slots)),
+        "free": (sched.cluster.num_free, sched.cluster.free_bits, list(sched.cluster.slot_num_busy)),
         "queue": [(r.pipeline_id, r.cluster, r.priority, r.seq) for r in sched.queue],
         "inflight": sorted(sched.ledger.inflight),
         "pipelines": pipelines,
