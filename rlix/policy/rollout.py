@@ -264,8 +264,10 @@ class _Donors:
         sched.ledger.expand(rank)
         pipeline.last_rebalanced_in_s = sched.now
         # Only the victims' pipelines can have stopped being donors.
-        if any(not is_donor(sched, sched.pipelines[v.pipeline_id]) for v in victims):
-            self.donors = [d for d in self.donors if is_donor(sched, d)]
+        for victim in victims:
+            donor = sched.pipelines[victim.pipeline_id]
+            if donor in self.donors and not is_donor(sched, donor):
+                self.donors.remove(donor)
         return True
 
 
