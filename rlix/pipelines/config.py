@@ -1,0 +1,49 @@
+"""What a pipeline program needs to know about its pipeline (plain data, standard library only).
+
+Built from a scenario by `rlix.scenarios`; the policy core sees the pipeline's `PipelineSpec`,
+the program sees this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlix.policy.specs import BASE_ADAPTER, PipelineKind
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterConfig:
+    """One model being trained: the full model of a full-finetune pipeline (named `base`) or one
+    LoRA adapter of a multi-LoRA pipeline; each has its own steps and staleness bound."""
+
+    name: str = BASE_ADAPTER
+    num_steps: int = 1
+    max_staleness: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramConfig:
+    pipeline_id: str
+    kind: PipelineKind
+    adapters: tuple[AdapterConfig, ...] = field(default_factory=lambda: (AdapterConfig(),))
+    num_prompts: int = 1
+    samples_per_prompt: int = 1
+    #: PPO with a critic (value compute and critic training) instead of GRPO.
+    has_critic: bool = False
+    #: A KL term against a reference model (reference log-probs).
+    has_reference: bool = False
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_prompts * self.samples_per_prompt
+
+    @property
+    def init_clusters(self) -> tuple[str, ...]:
+        """Clusters that load a model at priority 0 before the first step. Rollout ranks are
+        not among them: a rank loads the newest weights when it expands."""
+        clusters = ["actor_train"]
+        if self.has_critic:
+            clusters.append("critic")
+        if self.has_reference:
+            clusters.append("reference")
+        return tuple(clusters)

@@ -1,0 +1,160 @@
+"""The one loop between a driver and the policy core, shared by the simulator and the executor.
+
+Every event goes through `Loop.send`: the core handles it, the recorder logs the event and its
+decisions, and each decision goes where it belongs:
+
+- Grant, Expand, Shrink go to the driver's actuator (`carry_out`), which reports back with
+  `applied` / `failed`. A decision whose `requires` names a shrink not yet applied waits here
+  until it is; if a required shrink failed, the decision is reported failed without being
+  carried out (the contract of `rlix.policy.decisions`).
+- AllowRollout goes to the pipeline's host (staleness pacing); Revoke to the actuator (abort
+  the stage or rank) and to the host; Hold is only recorded.
+
+Events raised while an event is being handled (an actuator that reports at once, a host that
+reacts to a grant) are queued and handled in order, never re-entrantly, so the core sees one
+sequence of events and `events.jsonl` is exactly that sequence.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rlix.policy import decisions as dec
+from rlix.policy import events as ev
+from rlix.policy.core import Scheduler
+from rlix.runs.recorder import Recorder
+
+if TYPE_CHECKING:
+    from rlix.runs.host import Host
+
+Moving = dec.Grant | dec.Expand | dec.Shrink
+
+
+class Actuator(Protocol):
+    """How a driver carries decisions out (SimPy processes, or Ray actor calls)."""
+
+    def carry_out(self, decision: Moving) -> None:
+        """Start carrying `decision` out; call `Loop.applied` or `Loop.failed` when done."""
+
+    def revoke(self, decision: dec.Revoke) -> None:
+        """A holding lost a GPU: abort the stage or rank (its trajectories are re-queued)."""
+
+
+class Loop:
+    def __init__(self, scheduler: Scheduler, recorder: Recorder, actuator: Actuator,
+                 clock: Callable[[], float]) -> None:
+        self.scheduler = scheduler
+        self.recorder = recorder
+        self.actuator = actuator
+        self.clock = clock
+        self.hosts: dict[str, Host[Any]] = {}
+        self._queue: deque[ev.Event] = deque()
+        self._draining = False
+        #: Decisions carried out or waiting, not yet reported: id -> decision.
+        self._unsettled: dict[int, Moving] = {}
+        #: Decisions waiting for required shrinks: id of the shrink -> waiting decisions.
+        self._waiting_on: dict[int, list[Moving]] = {}
+        self._failed_ids: set[int] = set()
+        self.num_events = 0
+
+    # --- events in ------------------------------------------------------------------------
+
+    def send(self, event: ev.Event) -> None:
+        """Hand `event` to the core (after the events already queued)."""
+        self._queue.append(event)
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._queue:
+                self._handle(self._queue.popleft())
+        finally:
+            self._draining = False
+
+    def _handle(self, event: ev.Event) -> None:
+        decisions = self.scheduler.handle(event)
+        self.num_events += 1
+        self.recorder.on_event(event, decisions)
+        if isinstance(event, ev.PipelineRemoved):
+            self._forget(event.pipeline_id)
+        for decision in decisions:
+            self._dispatch(decision)
+
+    # --- decisions out --------------------------------------------------------------------
+
+    def _dispatch(self, decision: dec.Decision) -> None:
+        if isinstance(decision, Moving):
+            self._unsettled[decision.decision_id] = decision
+            if any(i in self._failed_ids for i in decision.requires):
+                self.failed(decision.decision_id, "a required shrink failed")
+                return
+            pending = [i for i in decision.requires if i in self._unsettled]
+            if pending:
+                self._waiting_on.setdefault(pending[0], []).append(decision)
+                return
+            self._carry_out(decision)
+        elif isinstance(decision, dec.AllowRollout):
+            host = self.hosts.get(decision.pipeline_id)
+            if host is not None:
+                host.allow(decision.adapter, decision.max_step)
+        elif isinstance(decision, dec.Revoke):
+            self.recorder.on_revoke(decision, self.clock())
+            self.actuator.revoke(decision)
+            host = self.hosts.get(decision.pipeline_id)
+            if host is not None:
+                host.revoked(decision)
+
+    def _carry_out(self, decision: Moving) -> None:
+        self.recorder.on_carry_out(decision, self.clock())
+        self.actuator.carry_out(decision)
+
+    # --- reports back -----------------------------------------------------------------------
+
+    def applied(self, decision_id: int) -> None:
+        decision = self._unsettled.pop(decision_id, None)
+        if decision is None:
+            return  # its pipeline went away, or it was settled already
+        self.recorder.on_report(decision, True, self.clock())
+        self.send(ev.DecisionApplied(self.clock(), decision_id))
+        if isinstance(decision, dec.Grant):
+            host = self.hosts.get(decision.pipeline_id)
+            if host is not None:
+                host.granted(decision.cluster)
+        self._release_waiting(decision_id)
+
+    def failed(self, decision_id: int, reason: str = "") -> None:
+        decision = self._unsettled.pop(decision_id, None)
+        if decision is None:
+            return
+        self._failed_ids.add(decision_id)
+        self.recorder.on_report(decision, False, self.clock())
+        self.send(ev.DecisionFailed(self.clock(), decision_id, reason))
+        for waiting in self._waiting_on.pop(decision_id, []):
+            self.failed(waiting.decision_id, "a required shrink failed")
+
+    def _release_waiting(self, decision_id: int) -> None:
+        for waiting in self._waiting_on.pop(decision_id, []):
+            if waiting.decision_id not in self._unsettled:
+                continue
+            if any(i in self._failed_ids for i in waiting.requires):
+                self.failed(waiting.decision_id, "a required shrink failed")
+                continue
+            pending = [i for i in waiting.requires if i in self._unsettled]
+            if pending:
+                self._waiting_on.setdefault(pending[0], []).append(waiting)
+            else:
+                self._carry_out(waiting)
+
+    def _forget(self, pipeline_id: str) -> None:
+        """A removed pipeline's decisions are void: the core ignores their reports."""
+        for decision_id, decision in list(self._unsettled.items()):
+            if decision.pipeline_id == pipeline_id:
+                del self._unsettled[decision_id]
+                self._release_waiting(decision_id)
+        self.hosts.pop(pipeline_id, None)
+
+    @property
+    def num_unsettled(self) -> int:
+        return len(self._unsettled)

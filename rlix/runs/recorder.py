@@ -1,0 +1,126 @@
+"""The record of a run, the same for both drivers: every event and decision, and the tables.
+
+The loop feeds the recorder everything that passes between a driver and the core; holdings
+(`allocations`) are derived here from those events and decisions, so neither driver writes
+them its own way. Drivers add what only they can see: trajectory attempts (`rollouts`),
+busy and loading spans of held GPUs (`activity`); the hosts add `steps` and request `waits`.
+
+Tables (one row per ...):
+- allocations: GPU per holding interval: pipeline_id, cluster, priority, dp_rank, gpu,
+  t_start, t_end (dp_rank -1 for non-rollout clusters).
+- activity: GPU per span in which a holder works (busy) or moves weights (loading):
+  pipeline_id, cluster, dp_rank, gpu, kind, stage, t_start, t_end.
+- steps: adapter step: pipeline_id, adapter, step, t_start, t_end, <stage>_s columns.
+- rollouts: trajectory attempt (the columns of DESIGN.md).
+- waits: non-rollout request: pipeline_id, cluster, priority, t_request, t_grant.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rlix.policy import decisions as dec
+from rlix.policy import events as ev
+from rlix.policy.specs import ROLLOUT_CLUSTER, PolicyConfig, Topology
+from rlix.runs import codec
+
+ALLOCATION_COLUMNS = ("pipeline_id", "cluster", "priority", "dp_rank", "gpu", "t_start", "t_end")
+ACTIVITY_COLUMNS = ("pipeline_id", "cluster", "dp_rank", "gpu", "kind", "stage", "t_start", "t_end")
+WAIT_COLUMNS = ("pipeline_id", "cluster", "priority", "t_request", "t_grant")
+ROLLOUT_COLUMNS = (
+    "pipeline_id", "adapter", "trajectory_id", "step_consumed", "weight_version", "prompt_tokens",
+    "response_tokens", "t_start", "t_end", "preemptions", "status", "dp_rank", "recomputed_tokens",
+)
+
+Key = tuple[str, str, int]  # pipeline, cluster, dp_rank
+
+
+class Recorder:
+    def __init__(self, topology: Topology, policy: str, config: PolicyConfig) -> None:
+        self.topology = topology
+        self.policy = policy
+        self.event_lines: list[str] = [json.dumps(codec.header(topology, policy, config))]
+        self.allocations: list[tuple[Any, ...]] = []
+        self.activity: list[tuple[Any, ...]] = []
+        self.waits: list[tuple[Any, ...]] = []
+        self.steps: list[dict[str, Any]] = []
+        #: Rollout attempts, column by column (drivers append many at a time).
+        self.rollouts: dict[str, list[Any]] = {name: [] for name in ROLLOUT_COLUMNS}
+        #: Open holdings: (pipeline, cluster, dp_rank) -> (priority, gpus, t_start).
+        self._open: dict[Key, tuple[int, tuple[int, ...], float]] = {}
+        self.end_s = 0.0
+
+    # --- the loop's side ------------------------------------------------------------------
+
+    def on_event(self, event: ev.Event, decisions: Sequence[dec.Decision]) -> None:
+        encode = codec.encode
+        self.event_lines.append(json.dumps(
+            {"event": encode(event), "decisions": [encode(d) for d in decisions]}, separators=(",", ":")
+        ))
+        now = event.now
+        if isinstance(event, ev.ClusterReleased):
+            self._close((event.pipeline_id, event.cluster, -1), now)
+        elif isinstance(event, ev.ClusterReleasedAndRequested):
+            self._close((event.pipeline_id, event.released, -1), now)
+        elif isinstance(event, ev.PipelineRemoved):
+            for key in [k for k in self._open if k[0] == event.pipeline_id]:
+                self._close(key, now)
+
+    def on_carry_out(self, decision: dec.Grant | dec.Expand | dec.Shrink, now: float) -> None:
+        if isinstance(decision, dec.Grant):
+            key = (decision.pipeline_id, decision.cluster, -1)
+            self._open[key] = (decision.priority, decision.gpus, now)
+        elif isinstance(decision, dec.Expand):
+            key = (decision.pipeline_id, ROLLOUT_CLUSTER, decision.dp_rank)
+            self._open[key] = (6, decision.gpus, now)
+
+    def on_report(self, decision: dec.Decision, applied: bool, now: float) -> None:
+        if isinstance(decision, dec.Shrink) and applied:
+            self._close((decision.pipeline_id, ROLLOUT_CLUSTER, decision.dp_rank), now)
+        elif isinstance(decision, dec.Grant) and not applied:
+            self._open.pop((decision.pipeline_id, decision.cluster, -1), None)
+        elif isinstance(decision, dec.Expand) and not applied:
+            self._open.pop((decision.pipeline_id, ROLLOUT_CLUSTER, decision.dp_rank), None)
+
+    def on_revoke(self, decision: dec.Revoke, now: float) -> None:
+        self._close((decision.pipeline_id, decision.cluster, decision.dp_rank), now)
+
+    def _close(self, key: Key, now: float) -> None:
+        held = self._open.pop(key, None)
+        if held is None:
+            return
+        priority, gpus, t_start = held
+        pipeline_id, cluster, dp_rank = key
+        for gpu in gpus:
+            self.allocations.append((pipeline_id, cluster, priority, dp_rank, gpu, t_start, now))
+
+    # --- the drivers' and hosts' side -----------------------------------------------------
+
+    def add_activity(self, pipeline_id: str, cluster: str, dp_rank: int, gpus: Iterable[int],
+                     kind: str, stage: str, t_start: float, t_end: float) -> None:
+        if t_end <= t_start:
+            return
+        for gpu in gpus:
+            self.activity.append((pipeline_id, cluster, dp_rank, gpu, kind, stage, t_start, t_end))
+
+    def add_wait(self, pipeline_id: str, cluster: str, priority: int, t_request: float, t_grant: float) -> None:
+        self.waits.append((pipeline_id, cluster, priority, t_request, t_grant))
+
+    def add_step(self, row: dict[str, Any]) -> None:
+        self.steps.append(row)
+
+    def add_rollouts(self, columns: dict[str, Sequence[Any]]) -> None:
+        """Append attempts given column by column (every ROLLOUT_COLUMNS name, equal lengths)."""
+        lengths = {len(columns[name]) for name in ROLLOUT_COLUMNS}
+        if len(lengths) != 1:
+            raise ValueError(f"rollout columns of unequal lengths {sorted(lengths)}")
+        for name in ROLLOUT_COLUMNS:
+            self.rollouts[name].extend(columns[name])
+
+    def finish(self, now: float) -> None:
+        """Close whatever is still held at the end of the run."""
+        for key in list(self._open):
+            self._close(key, now)
+        self.end_s = now
