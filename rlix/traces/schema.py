@@ -76,8 +76,8 @@ KIND_DTYPES: Final[dict[ColumnKind, str]] = {
 
 # --- Run-output tables (DESIGN.md, "A run's output") ------------------------------------------
 
-TableName = Literal["allocations", "steps", "rollouts"]
-TABLE_NAMES: Final[tuple[TableName, ...]] = ("allocations", "steps", "rollouts")
+TableName = Literal["allocations", "steps", "rollouts", "activity", "waits"]
+TABLE_NAMES: Final[tuple[TableName, ...]] = ("allocations", "steps", "rollouts", "activity", "waits")
 
 # Required columns and their dtypes, in the order they are written. More columns are welcome
 # (e.g. one `<stage>_s` column per stage in `steps`) and are kept after these.
@@ -110,6 +110,26 @@ TABLE_COLUMNS: Final[dict[TableName, dict[str, str]]] = {
         "t_end": "float64",
         "preemptions": "int64",
         "status": "string",
+    },
+    # Beyond DESIGN.md's three: what a held GPU was doing (rlix.runs.recorder). `kind` is busy
+    # (a stage running, or an engine with a trajectory in flight) or loading (moving weights).
+    "activity": {
+        "pipeline_id": "string",
+        "cluster": "string",
+        "dp_rank": "int64",
+        "gpu": "int64",
+        "kind": "string",
+        "stage": "string",
+        "t_start": "float64",
+        "t_end": "float64",
+    },
+    # One row per granted non-rollout request: how long it queued.
+    "waits": {
+        "pipeline_id": "string",
+        "cluster": "string",
+        "priority": "int64",
+        "t_request": "float64",
+        "t_grant": "float64",
     },
 }
 ROLLOUT_STATUSES: Final = ("completed", "requeued", "aborted")
