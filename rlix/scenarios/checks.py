@@ -1,0 +1,134 @@
+"""Checks across a scenario's fields: GPU ranges and TP bundles, homes, specs, faults.
+
+Cluster mappings and whole pipelines are checked by the policy core's own
+`ClusterSpec.validate` / `PipelineSpec.validate` (for the scenario's mappings and for the
+static confinement), their `SpecError` turned into a `FieldProblem` at the scenario's field path.
+Every problem is raised as a `FieldProblem` whose path starts at the scenario's root.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlix.policy import ROLLOUT_CLUSTER, SpecError, Topology
+from rlix.scenarios.errors import FieldProblem, Path
+from rlix.scenarios.gpusets import format_gpu_set
+from rlix.scenarios.pipelines import PipelineConfig
+from rlix.scenarios.specs import STATIC, home_bundles, pipeline_spec
+
+if TYPE_CHECKING:
+    from rlix.scenarios.schema import Scenario
+
+
+def check_scenario(scenario: Scenario) -> None:
+    """Raise FieldProblem (path from the root) for the first cross-field problem found."""
+    topology = scenario.topology()
+    index_of: dict[str, int] = {}
+    home_owner: dict[int, int] = {}
+    for index, pipeline in enumerate(scenario.pipelines):
+        at: Path = ("pipelines", index)
+        if pipeline.id in index_of:
+            raise FieldProblem(
+                (*at, "id"), pipeline.id, f"duplicate pipeline id (also pipelines[{index_of[pipeline.id]}])"
+            )
+        index_of[pipeline.id] = index
+        _check_clusters(pipeline, at, topology)
+        _check_home(pipeline, index, topology, home_owner)
+        for policy in ("rlix", STATIC):  # every other policy uses the same specs as rlix
+            try:
+                pipeline_spec(pipeline, topology, policy).validate(topology)
+            except SpecError as exc:
+                raise _at(exc, pipeline, at) from None
+    _check_faults(scenario, index_of, topology)
+
+
+def _at(exc: SpecError, pipeline: PipelineConfig, at: Path) -> FieldProblem:
+    """The SpecError's field (``<pid>.clusters.actor_infer.mapping``) as a scenario path."""
+    prefix = pipeline.id + "."
+    rest = exc.field[len(prefix) :] if exc.field.startswith(prefix) else exc.field
+    parts = tuple("gpus" if part == "mapping" else part for part in rest.split("."))
+    return FieldProblem((*at, *parts), exc.value, exc.problem)
+
+
+def _check_clusters(pipeline: PipelineConfig, at: Path, topology: Topology) -> None:
+    for name, cluster in pipeline.clusters.present().items():
+        try:
+            cluster.spec().validate(f"{pipeline.id}.clusters.{name}", topology)
+        except SpecError as exc:
+            raise _at(exc, pipeline, at) from None
+
+
+def _check_home(
+    pipeline: PipelineConfig, index: int, topology: Topology, home_owner: dict[int, int]
+) -> None:
+    """In range, no repeats, disjoint from earlier homes, holds the training clusters, and
+    cuts into whole rollout TP bundles (the static confinement needs that)."""
+    at: Path = ("pipelines", index)
+    home, where = pipeline.home, (*at, "home")
+    if not home:
+        raise FieldProblem(where, "", "names no GPU (every pipeline needs a home)")
+    seen: set[int] = set()
+    for gpu in home:
+        if not 0 <= gpu < topology.num_gpus:
+            raise FieldProblem(where, gpu, f"GPU id outside the cluster [0, {topology.num_gpus})")
+        if gpu in seen:
+            raise FieldProblem(where, gpu, "GPU named twice in the home")
+        seen.add(gpu)
+    shared = sorted(g for g in home if g in home_owner)
+    if shared:
+        other = home_owner[shared[0]]
+        raise FieldProblem(
+            where,
+            format_gpu_set(home),
+            f"overlaps the home of pipelines[{other}] on GPUs {format_gpu_set(shared)} "
+            "(homes must be disjoint)",
+        )
+    home_owner.update(dict.fromkeys(home, index))
+    for name, cluster in pipeline.clusters.present().items():
+        if name == ROLLOUT_CLUSTER:
+            continue
+        outside = [g for g in cluster.gpus if g not in seen]
+        if outside:
+            raise FieldProblem(
+                (*at, "clusters", name, "gpus"),
+                format_gpu_set(cluster.gpus),
+                f"GPUs {format_gpu_set(outside)} are outside the pipeline's home "
+                f"{format_gpu_set(home)} (only actor_infer may reach beyond the home)",
+            )
+    try:
+        home_bundles(home, pipeline.clusters.actor_infer.tp, topology)
+    except FieldProblem as exc:
+        raise FieldProblem((*at, *exc.path), exc.value, exc.problem) from None
+
+
+def _check_faults(scenario: Scenario, index_of: dict[str, int], topology: Topology) -> None:
+    lost_until: dict[int, tuple[float, float, int]] = {}
+    killed: dict[str, int] = {}
+    events = sorted(enumerate(scenario.faults.events), key=lambda item: item[1].at_s)
+    for index, event in events:
+        at: Path = ("faults", "events", index)
+        if event.kill is not None:
+            pid = event.kill
+            if pid not in index_of:
+                raise FieldProblem((*at, "kill"), pid, f"no such pipeline (ids: {', '.join(index_of)})")
+            if pid in killed:
+                raise FieldProblem((*at, "kill"), pid, f"already killed by faults.events[{killed[pid]}]")
+            arrival = scenario.pipelines[index_of[pid]].arrival_s
+            if event.at_s < arrival:
+                raise FieldProblem(
+                    (*at, "at_s"), event.at_s, f"before pipeline {pid!r} arrives (arrival_s={arrival})"
+                )
+            killed[pid] = index
+        for gpu in event.lose_gpu or ():
+            if not 0 <= gpu < topology.num_gpus:
+                raise FieldProblem(
+                    (*at, "lose_gpu"), gpu, f"GPU id outside the cluster [0, {topology.num_gpus})"
+                )
+            start, end, other = lost_until.get(gpu, (0.0, 0.0, -1))
+            if other >= 0 and event.at_s < end:
+                raise FieldProblem(
+                    (*at, "at_s"),
+                    event.at_s,
+                    f"GPU {gpu} is still lost then (faults.events[{other}] from {start} to {end})",
+                )
+            lost_until[gpu] = (event.at_s, event.until_s, index)

@@ -1,0 +1,84 @@
+"""The one error a bad scenario raises, and how field paths and values are written in it.
+
+`ScenarioError` is a one-line message naming the file, the YAML line, the field path (e.g.
+``pipelines[2].clusters.actor_infer.tp``), the value and what is wrong with it:
+
+    agentic.yaml:14: pipelines[2].clusters.actor_infer.tp=3: does not divide the mapping length 32
+
+`FieldProblem` is raised inside the pydantic validators: it carries a path relative to the
+model being validated, which the loader joins to pydantic's location and turns into a
+`ScenarioError` with the line number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: A field path as pydantic reports locations: field names and list indices.
+Path = tuple[str | int, ...]
+
+#: Passed as `value` when there is none to show (e.g. a missing field).
+NO_VALUE: object = object()
+_MAX_VALUE_CHARS = 80
+
+
+def format_path(path: Sequence[str | int]) -> str:
+    """``("pipelines", 2, "clusters", "actor_infer", "tp")`` -> ``pipelines[2].clusters.actor_infer.tp``."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def format_value(value: object) -> str:
+    """A short one-line repr (long mappings and lists are cut, newlines never appear)."""
+    text = repr(value).replace("\n", " ")
+    if len(text) > _MAX_VALUE_CHARS:
+        text = text[: _MAX_VALUE_CHARS - 3] + "..."
+    return text
+
+
+class ScenarioError(ValueError):
+    """A scenario is invalid. The message is one line: file:line: path=value: problem.
+
+    Attributes: `file` (str or None), `line` (1-based, or None), `path` (the field path as a
+    string, "" for file-level problems such as YAML syntax), `value` (the offending value, or
+    None when there is none, e.g. a missing field) and `problem`.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        path: str = "",
+        value: object = NO_VALUE,
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.path = path
+        self.has_value = value is not NO_VALUE
+        self.value = value if self.has_value else None
+        self.problem = " ".join(problem.split())
+        where = file or "<scenario>"
+        if line is not None:
+            where += f":{line}"
+        field = path
+        if self.has_value:
+            field = f"{path}={format_value(value)}" if path else format_value(value)
+        super().__init__(f"{where}: {field}: {self.problem}" if field else f"{where}: {self.problem}")
+
+
+class FieldProblem(ValueError):
+    """Raised by a validator: `path` is relative to the model being validated."""
+
+    def __init__(self, path: Path, value: object, problem: str) -> None:
+        self.path = path
+        self.value = value
+        self.problem = problem
+        shown = "" if value is NO_VALUE else f"={format_value(value)}"
+        super().__init__(f"{format_path(path)}{shown}: {problem}")

@@ -1,0 +1,66 @@
+"""GPU sets as a scenario writes them: a YAML list of ids, one id, or a range string.
+
+``"0-7"`` is GPUs 0..7, ``"0-3,8-11"`` is 0..3 then 8..11, ``5`` is GPU 5, ``[0, 1, 8]`` is
+those three. Order is kept (a rollout mapping's order decides which GPUs form rank r's TP
+bundle), so a set is a tuple, not a frozenset. Written back (`to_yaml`) a set is the shortest
+range string that parses to the same tuple.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated
+
+from pydantic import BeforeValidator, PlainSerializer
+
+_SHAPE = "a GPU set is a list of GPU ids, one id, or a range string like '0-7' or '0-3,8-11'"
+
+
+def parse_gpu_set(value: object) -> tuple[int, ...]:
+    """Parse any accepted spelling of a GPU set; ValueError says what is wrong."""
+    if isinstance(value, bool):
+        raise ValueError(_SHAPE)
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, str):
+        return _parse_ranges(value)
+    if isinstance(value, list | tuple):
+        for gpu in value:
+            if not isinstance(gpu, int) or isinstance(gpu, bool):
+                raise ValueError(f"GPU id {gpu!r} is not an integer ({_SHAPE})")
+        return tuple(value)
+    raise ValueError(_SHAPE)
+
+
+def _parse_ranges(text: str) -> tuple[int, ...]:
+    gpus: list[int] = []
+    for part in text.split(","):
+        first, dash, last = (s.strip() for s in part.partition("-"))
+        if not (first.isdigit() and (not dash or last.isdigit())):
+            raise ValueError(f"{part.strip()!r} is neither a GPU id nor a range a-b ({_SHAPE})")
+        start, end = int(first), int(last) if dash else int(first)
+        if end < start:
+            raise ValueError(f"range {part.strip()!r} runs backwards")
+        gpus.extend(range(start, end + 1))
+    return tuple(gpus)
+
+
+def format_gpu_set(gpus: Sequence[int]) -> str:
+    """The shortest range string for `gpus` in its order: (0, 1, 2, 3, 8) -> "0-3,8"."""
+    parts: list[str] = []
+    i = 0
+    while i < len(gpus):
+        j = i
+        while j + 1 < len(gpus) and gpus[j + 1] == gpus[j] + 1:
+            j += 1
+        parts.append(str(gpus[i]) if i == j else f"{gpus[i]}-{gpus[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+#: A field holding a GPU set: validated from any spelling, written back as a range string.
+GpuSet = Annotated[
+    tuple[int, ...],
+    BeforeValidator(parse_gpu_set),
+    PlainSerializer(format_gpu_set, return_type=str, when_used="json"),
+]

@@ -1,0 +1,115 @@
+"""Reading scenario YAML: the data, plus a map from field paths to the lines they are on.
+
+PyYAML's `compose` gives every node a start mark; walking the node tree before constructing it
+gives `{("pipelines", 2, "clusters", "actor_infer", "tp"): 14, ...}`, so an error found later by
+pydantic or by the cross-field checks can name its line. Two things PyYAML gets wrong for a
+config file are fixed here: a key given twice is an error (PyYAML keeps the last silently), and
+``1e-5`` is a float (YAML 1.1 wants ``1.0e-5``; without the fix a learning rate becomes a
+string).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from rlix.scenarios.errors import Path, ScenarioError, format_path
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads exponent floats without a dot (1e-5, 3E8)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+@dataclass(frozen=True)
+class SourceMap:
+    """Where a scenario came from (`file`, None for in-memory data) and its fields' lines."""
+
+    file: str | None = None
+    lines: dict[Path, int] = field(default_factory=dict)
+
+    def line_of(self, path: Path) -> int | None:
+        """The line of `path`, or of its nearest ancestor that is in the file."""
+        for end in range(len(path), -1, -1):
+            line = self.lines.get(tuple(path[:end]))
+            if line is not None:
+                return line
+        return None
+
+    def error(self, path: Path, value: object, problem: str) -> ScenarioError:
+        """A ScenarioError for `path` with this source's file and the path's line."""
+        return ScenarioError(
+            problem, file=self.file, line=self.line_of(path), path=format_path(path), value=value
+        )
+
+
+def read_yaml(text: str, file: str | None = None) -> tuple[Any, SourceMap]:
+    """Parse YAML `text`; return the data and the field-path line map.
+
+    Raises ScenarioError for a syntax error (with its line), a duplicate key, or an empty
+    document.
+    """
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ScenarioError("the file is empty (a scenario needs at least name, topology and pipelines)", file=file)
+        lines: dict[Path, int] = {}
+        _walk(node, (), lines, file)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = None if mark is None else mark.line + 1
+        what = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+        column = "" if mark is None else f" (column {mark.column + 1})"
+        raise ScenarioError(f"YAML syntax error: {what}{column}", file=file, line=line) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"YAML error: {exc}", file=file) from None
+    finally:
+        loader.dispose()
+    return data, SourceMap(file, lines)
+
+
+def _walk(
+    node: yaml.Node,
+    path: Path,
+    lines: dict[Path, int],
+    file: str | None,
+    above: frozenset[int] = frozenset(),
+) -> None:
+    lines.setdefault(path, node.start_mark.line + 1)
+    if id(node) in above:
+        return  # a recursive alias: nothing more to map, pydantic rejects the data
+    above = above | {id(node)}
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[object, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` keys come from elsewhere; the anchor has the lines
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is None:
+                continue  # pydantic reports a non-string key
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                raise ScenarioError(
+                    f"key given twice (first on line {first_line[key]})",
+                    file=file,
+                    line=line,
+                    path=format_path((*path, key)),
+                )
+            first_line[key] = line
+            lines[(*path, key)] = line
+            _walk(value_node, (*path, key), lines, file, above)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[(*path, index)] = item.start_mark.line + 1
+            _walk(item, (*path, index), lines, file, above)
