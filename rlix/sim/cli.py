@@ -1,7 +1,8 @@
 """`rlix-sim`: the simulator's command line.
 
-Sub-commands are registered by the modules that own them: `trace` (rlix.traces.cli) and
-`demo` (rlix.sim.demo). Errors on bad input print one line and exit non-zero.
+Sub-commands are registered by the modules that own them: `run` and `compare`
+(rlix.sim.commands), `replay` (rlix.runs.replay), `trace` (rlix.traces.cli) and `demo`
+(rlix.sim.demo). Errors on bad input print one line and exit non-zero.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ def build_parser() -> argparse.ArgumentParser:
         "rlix policy, and work with rollout-length traces.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    from rlix.sim import commands as sim_commands
     from rlix.traces import cli as trace_cli
+
+    sim_commands.register(commands)
+    try:
+        from rlix.runs import replay
+    except ImportError:  # the run-folder reader lands with rlix.runs
+        pass
+    else:
+        replay.register(commands)
 
     trace_cli.register(commands)
     try:

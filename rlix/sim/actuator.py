@@ -1,0 +1,74 @@
+"""How the simulator carries the core's decisions out (the simulator's actuator).
+
+A grant is applied at once (the stage's own time includes getting its model onto the GPUs).
+An expansion loads the current weights onto the rank's GPUs (the cost model's load time), then
+the rank's engine starts and the expansion is reported applied. A shrink stops the engine at
+once (its in-flight trajectories go back to the pipeline's queue with their prefixes), offloads
+for the cost model's offload time, then is reported applied. A share of decisions can be made
+to fail (`faults.decision_failure_rate`), seeded, to exercise the core's two-phase undo.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlix.policy import decisions as dec
+
+if TYPE_CHECKING:
+    from rlix.sim.simulate import Simulation
+
+
+class SimActuator:
+    def __init__(self, sim: Simulation, failure_rate: float, seed: int) -> None:
+        self.sim = sim
+        self.failure_rate = failure_rate
+        self.rng = np.random.default_rng([seed, 0xFA11])
+
+    def carry_out(self, decision: dec.Grant | dec.Expand | dec.Shrink) -> None:
+        sim = self.sim
+        if self.failure_rate and self.rng.random() < self.failure_rate:
+            sim.loop.failed(decision.decision_id, "injected failure")
+            sim.schedule_tick(sim.scenario_retry_s)
+            return
+        if isinstance(decision, dec.Grant):
+            sim.loop.applied(decision.decision_id)
+        elif isinstance(decision, dec.Expand):
+            sim.env.process(self._expand(decision))
+        else:
+            sim.env.process(self._shrink(decision))
+
+    def revoke(self, decision: dec.Revoke) -> None:
+        sim = self.sim
+        if decision.dp_rank >= 0:
+            rollout = sim.rollouts.get(decision.pipeline_id)
+            if rollout is not None:
+                rollout.remove_engine(decision.dp_rank)
+        else:
+            sim.abort_stage(decision.pipeline_id, decision.cluster)
+
+    def _expand(self, decision: dec.Expand) -> Any:
+        sim = self.sim
+        t0 = sim.env.now
+        costs = sim.costs[decision.pipeline_id]
+        yield sim.env.timeout(costs.weight_load_seconds(len(decision.gpus)))
+        rollout = sim.rollouts.get(decision.pipeline_id)
+        if rollout is None or not rollout.alive:
+            return  # the pipeline went away while loading; the core forgot the decision
+        sim.recorder.add_activity(decision.pipeline_id, "actor_infer", decision.dp_rank, decision.gpus,
+                                  "loading", "load", t0, sim.env.now)
+        rollout.add_engine(decision.dp_rank)
+        sim.loop.applied(decision.decision_id)
+
+    def _shrink(self, decision: dec.Shrink) -> Any:
+        sim = self.sim
+        rollout = sim.rollouts.get(decision.pipeline_id)
+        if rollout is not None:
+            rollout.remove_engine(decision.dp_rank)
+        t0 = sim.env.now
+        costs = sim.costs[decision.pipeline_id]
+        yield sim.env.timeout(costs.offload_seconds(len(decision.gpus)))
+        sim.recorder.add_activity(decision.pipeline_id, "actor_infer", decision.dp_rank, decision.gpus,
+                                  "loading", "offload", t0, sim.env.now)
+        sim.loop.applied(decision.decision_id)

@@ -1,0 +1,74 @@
+"""Rollout batches for the simulator: trajectory lengths sampled from a trace, per step, seeded.
+
+A step of a pipeline generates prompts x samples trajectories. Their lengths come straight from
+the replayed trace: when the trace has prompt groups (`step`, `group` columns, as the bundled
+generators and verl-style logs have), a step draws whole prompt groups and samples within each,
+so the spread between the samples of one prompt is the trace's own; otherwise samples are drawn
+row by row. Each (pipeline, adapter, step) has its own random stream derived from the scenario
+seed, so a run is reproducible and adding a pipeline does not change another's batches.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+#: Prompt length when the trace has none (an assumption: agentic and math prompts of a few
+#: hundred tokens; prefill is a small part of a step either way).
+DEFAULT_PROMPT_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class Batch:
+    prompt_tokens: np.ndarray
+    response_tokens: np.ndarray
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.prompt_tokens.sum() + self.response_tokens.sum())
+
+
+class BatchSampler:
+    """Samples the batches of one trace."""
+
+    def __init__(self, trace: pd.DataFrame, seed: int, max_response_tokens: int | None = None) -> None:
+        response = trace["response_tokens"].to_numpy(dtype=np.int64)
+        if max_response_tokens is not None:
+            response = np.minimum(response, max_response_tokens)
+        if "prompt_tokens" in trace:
+            prompt = trace["prompt_tokens"].fillna(DEFAULT_PROMPT_TOKENS).to_numpy(dtype=np.int64)
+        else:
+            prompt = np.full(len(response), DEFAULT_PROMPT_TOKENS, dtype=np.int64)
+        self.response = response
+        self.prompt = prompt
+        self.seed = seed
+        if "group" in trace:
+            keys = trace[["step", "group"]] if "step" in trace else trace[["group"]]
+            codes = keys.groupby(list(keys.columns), sort=True).ngroup().to_numpy()
+            order = np.argsort(codes, kind="stable")
+            bounds = np.flatnonzero(np.diff(codes[order])) + 1
+            self.groups: list[np.ndarray] | None = np.split(order, bounds)
+        else:
+            self.groups = None
+
+    def rng(self, pipeline_id: str, adapter: str, step: int) -> np.random.Generator:
+        salt = zlib.crc32(f"{pipeline_id}/{adapter}".encode())
+        return np.random.default_rng([self.seed, salt, step])
+
+    def sample(self, pipeline_id: str, adapter: str, step: int, num_prompts: int,
+               samples_per_prompt: int) -> Batch:
+        rng = self.rng(pipeline_id, adapter, step)
+        if self.groups is None:
+            rows = rng.integers(0, len(self.response), num_prompts * samples_per_prompt)
+        else:
+            picked = rng.integers(0, len(self.groups), num_prompts)
+            parts = []
+            for g in picked:
+                members = self.groups[g]
+                replace = len(members) < samples_per_prompt
+                parts.append(rng.choice(members, samples_per_prompt, replace=replace))
+            rows = np.concatenate(parts)
+        return Batch(self.prompt[rows], self.response[rows])

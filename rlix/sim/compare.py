@@ -1,0 +1,156 @@
+"""`rlix-sim compare`: every policy on the same scenario, trace and seed, side by side.
+
+Besides each policy's run, each pipeline is run alone on its home GPUs (the static policy with
+no other pipeline) once, so every policy's step times can be given as a slowdown against the
+time the pipeline would take with its own GPUs and nobody to share with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rlix.scenarios import Scenario
+from rlix.sim.api import alone_on_home, simulate
+
+OVERALL_COLUMNS = (
+    ("steps_per_hour", "steps/h", "{:.2f}"),
+    ("steps_per_hour_per_gpu", "steps/h/GPU", "{:.3f}"),
+    ("tokens_per_gpu_hour", "tok/GPU-h", "{:,.0f}"),
+    ("busy_share", "busy", "{:.1%}"),
+    ("loading_share", "loading", "{:.1%}"),
+    ("idle_share", "idle", "{:.1%}"),
+    ("mean_step_s", "mean step s", "{:.1f}"),
+    ("p95_step_s", "p95 step s", "{:.1f}"),
+    ("preemptions", "preempt", "{:,.0f}"),
+    ("recomputed_tokens", "recomputed tok", "{:,.0f}"),
+)
+
+
+@dataclass
+class Comparison:
+    summaries: dict[str, dict[str, Any]]
+    alone_step_s: dict[str, float] = field(default_factory=dict)
+    run_dirs: dict[str, Path | None] = field(default_factory=dict)
+
+    def slowdown(self, policy: str, pipeline_id: str) -> float:
+        alone = self.alone_step_s.get(pipeline_id)
+        mine = self.summaries[policy]["pipelines"].get(pipeline_id, {}).get("mean_step_s")
+        if not alone or mine is None:
+            return float("nan")
+        return float(mine) / alone
+
+    def overall_frame(self) -> pd.DataFrame:
+        rows = []
+        for policy, summary in self.summaries.items():
+            overall = summary["overall"]
+            row = {"policy": policy, **{key: overall.get(key) for key, _label, _fmt in OVERALL_COLUMNS}}
+            slowdowns = [self.slowdown(policy, pid) for pid in summary["pipelines"]]
+            row["max_slowdown"] = max(slowdowns) if slowdowns else float("nan")
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def pipeline_frame(self) -> pd.DataFrame:
+        rows = []
+        for policy, summary in self.summaries.items():
+            for pid, stats in summary["pipelines"].items():
+                waits = stats.get("queue_wait_s", {})
+                rows.append({
+                    "policy": policy, "pipeline_id": pid, "steps": stats.get("steps"),
+                    "mean_step_s": stats.get("mean_step_s"), "p95_step_s": stats.get("p95_step_s"),
+                    "alone_step_s": self.alone_step_s.get(pid), "slowdown": self.slowdown(policy, pid),
+                    "mean_wait_s": _mean_wait(waits),
+                })
+        return pd.DataFrame(rows)
+
+    def as_json(self) -> dict[str, dict[str, Any]]:
+        return {
+            policy: {key: s["overall"].get(key) for key in
+                     ("steps_per_hour", "busy_share", "idle_share", "mean_step_s", "preemptions")}
+            for policy, s in self.summaries.items()
+        }
+
+
+def _mean_wait(waits: dict[str, Any]) -> float:
+    means = [w.get("mean", 0.0) * w.get("count", 1) for w in waits.values() if isinstance(w, dict)]
+    counts = [w.get("count", 1) for w in waits.values() if isinstance(w, dict)]
+    return sum(means) / sum(counts) if counts and sum(counts) else 0.0
+
+
+def compare(scenario: Scenario, policies: Sequence[str], *, trace: str | None = None,
+            columns: dict[str, str] | None = None, seed: int | None = None, out: Path | None = None,
+            alone: bool = True, progress: Callable[[str, float], None] | None = None) -> Comparison:
+    summaries: dict[str, dict[str, Any]] = {}
+    run_dirs: dict[str, Path | None] = {}
+    for policy in policies:
+        result = simulate(scenario, policy, trace=trace, columns=columns, seed=seed,
+                          out=None if out is None else out / policy, overwrite=True,
+                          progress=None if progress is None else (lambda t, p=policy: progress(p, t)))
+        summaries[policy] = result.summary
+        run_dirs[policy] = result.run_dir
+    comparison = Comparison(summaries, run_dirs=run_dirs)
+    if alone:
+        from rlix.sim.api import resolve_scenario
+
+        base = resolve_scenario(scenario, None, trace, columns, seed)
+        for pipeline in base.pipelines:
+            result = simulate(alone_on_home(base, pipeline.id), plots=False,
+                              progress=None if progress is None else (lambda t, p=pipeline.id: progress(f"{p} alone", t)))
+            stats = result.summary["pipelines"].get(pipeline.id, {})
+            comparison.alone_step_s[pipeline.id] = stats.get("mean_step_s") or float("nan")
+    return comparison
+
+
+def format_table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
+    """A plain aligned text table."""
+    cells = [[str(c) for c in frame.columns]]
+    for _, row in frame.iterrows():
+        cells.append([_fmt(row[c], formats.get(c)) for c in frame.columns])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+             for r in cells]
+    return "\n".join(lines)
+
+
+def _fmt(value: Any, fmt: str | None) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    try:
+        return fmt.format(value) if fmt else str(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def plot_comparison(comparison: Comparison, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frame = comparison.overall_frame()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    axes[0].bar(frame["policy"], frame["steps_per_hour"], color="#4C72B0")
+    axes[0].set_title("steps per hour (all pipelines)")
+    bottom = pd.Series(0.0, index=frame.index)
+    for key, colour in (("busy_share", "#55A868"), ("loading_share", "#DD8452"), ("idle_share", "#C44E52")):
+        values = frame[key].fillna(0.0)
+        axes[1].bar(frame["policy"], values, bottom=bottom, color=colour, label=key.replace("_share", ""))
+        bottom = bottom + values
+    axes[1].set_title("GPU time")
+    axes[1].legend(loc="lower right", fontsize=8)
+    pipes = comparison.pipeline_frame()
+    if not pipes.empty:
+        pivot = pipes.pivot(index="pipeline_id", columns="policy", values="slowdown")
+        pivot.plot.bar(ax=axes[2], rot=0)
+        axes[2].axhline(1.0, color="black", linewidth=0.8)
+        axes[2].set_title("mean step time / alone on home")
+        axes[2].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

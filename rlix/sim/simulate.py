@@ -1,0 +1,288 @@
+"""The simulator: a SimPy model of a GPU cluster driving `rlix.policy` through the shared loop.
+
+`simulate(scenario, ...)` builds one `Simulation`: the core, the loop and recorder of
+`rlix.runs`, one host per pipeline running its program (`rlix.pipelines`), one rollout engine
+group per pipeline (`rlix.sim.rollout`), the actuator that carries decisions out
+(`rlix.sim.actuator`) and the scenario's faults. The simulator owns the clock and does the work
+a stage would take (cost model); it never decides who holds a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from rlix.pipelines import ops
+from rlix.pipelines.ops import Program
+from rlix.pipelines.programs import program_for
+from rlix.policy import PipelineSpec, Scheduler
+from rlix.policy import events as ev
+from rlix.policy.specs import PipelineKind
+from rlix.runs.host import FORK, RETRY, WAIT, WORK, Host
+from rlix.runs.loop import Loop
+from rlix.runs.recorder import Recorder
+from rlix.scenarios.programs import program_config
+from rlix.sim.actuator import SimActuator
+from rlix.sim.batches import Batch, BatchSampler
+from rlix.sim.costs import CostModel
+from rlix.sim.engine import RolloutGroup
+from rlix.sim.rollout import PipelineRollout
+from rlix.sim.stages import publish_seconds, stage_seconds
+
+#: Ticks let the core retry backed-off decisions and end rebalance hold-offs even when no
+#: other event comes (simulated seconds).
+TICK_S = 30.0
+ABORTED = object()
+
+
+class SimFutures:
+    """Host futures as SimPy events."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+
+    def new(self) -> simpy.Event:
+        return self.env.event()
+
+    def resolve(self, future: simpy.Event, value: Any) -> None:
+        future.succeed(value)
+
+
+@dataclass
+class SimResult:
+    summary: dict[str, Any]
+    tables: dict[str, pd.DataFrame]
+    run_dir: Path | None
+    recorder: Recorder
+    specs: dict[str, PipelineSpec]
+
+
+class Simulation:
+    def __init__(self, scenario: Any, policy: str, seed: int, check_invariants: bool = False) -> None:
+        self.scenario = scenario
+        self.policy = policy
+        self.seed = seed
+        self.env = simpy.Environment()
+        topology = scenario.topology()
+        config = scenario.policy_config()
+        self.scheduler = Scheduler(topology, policy, config, check_invariants=check_invariants)
+        self.recorder = Recorder(topology, policy, config)
+        self.scenario_retry_s = config.retry_backoff_s
+        self.actuator = SimActuator(self, scenario.faults.decision_failure_rate, seed)
+        self.loop = Loop(self.scheduler, self.recorder, self.actuator, clock=lambda: float(self.env.now))
+        self.futures = SimFutures(self.env)
+        self.specs = scenario.pipeline_specs(policy)
+        self.pipelines = {p.id: p for p in scenario.pipelines}
+        gpu = scenario.topology_config.gpu
+        self.costs: dict[str, CostModel] = {
+            p.id: CostModel.for_model(p.model, gpu, dict(scenario.costs)) for p in scenario.pipelines
+        }
+        self._samplers: dict[str, BatchSampler] = {}
+        self.samplers = {(p.id, a): self._sampler(ref) for p in scenario.pipelines for a, ref in _traces(p)}
+        self.hosts: dict[str, Host[simpy.Event]] = {}
+        self.rollouts: dict[str, PipelineRollout] = {}
+        self.threads: dict[str, list[simpy.Process]] = {}
+        self.stages: dict[tuple[str, str], simpy.Process] = {}
+        self.batch_tokens: dict[tuple[str, str, int], int] = {}
+        self.publish_times: dict[tuple[str, str], list[float]] = {}
+        self.num_unfinished = len(self.pipelines)
+        self.t_last_finish = 0.0
+
+    def _sampler(self, ref: Any) -> BatchSampler:
+        key = ref.model_dump_json()
+        if key not in self._samplers:
+            self._samplers[key] = BatchSampler(ref.load(), self.seed)
+        return self._samplers[key]
+
+    # --- pipelines ------------------------------------------------------------------------
+
+    def start_pipeline(self, pipeline_id: str) -> Generator[simpy.Event, Any, None]:
+        pipeline = self.pipelines[pipeline_id]
+        yield self.env.timeout(pipeline.arrival_s)
+        spec = self.specs[pipeline_id]
+        costs = self.costs[pipeline_id]
+        rollout_spec = spec.rollout
+        host: Host[simpy.Event] = Host(self.loop, spec, program_config(pipeline), self.futures)
+        self.hosts[pipeline_id] = host
+        engine = self.scenario.engine
+        group = RolloutGroup(costs, rollout_spec.tp, engine.max_batch, costs.kv_capacity_tokens(rollout_spec.tp))
+        gpus_of_rank = {r: rollout_spec.bundle(r) for r in range(rollout_spec.num_ranks)}
+        self.rollouts[pipeline_id] = PipelineRollout(self, pipeline_id, group, host, gpus_of_rank,
+                                                     engine.progress_every)
+        self.threads[pipeline_id] = []
+        host.start()
+        self.start_thread(host, program_for(program_config(pipeline)))
+
+    def start_thread(self, host: Host[simpy.Event], program: Program) -> None:
+        host.thread_started()
+        self.threads[host.pipeline_id].append(self.env.process(self._thread(host, program)))
+
+    def _thread(self, host: Host[simpy.Event], program: Program) -> Generator[simpy.Event, Any, None]:
+        value: Any = None
+        try:
+            while True:
+                try:
+                    op = program.send(value)
+                except StopIteration:
+                    break
+                kind, x = host.step(op, program)
+                while kind == WORK:
+                    t0 = float(self.env.now)
+                    result = yield from self._work(host, x)
+                    kind, x = host.finish(x, result, t0)
+                    if kind == RETRY:
+                        yield x
+                        kind, x = WORK, op
+                if kind == WAIT:
+                    value = yield x
+                elif kind == FORK:
+                    self.start_thread(host, x)
+                    value = None
+                else:
+                    value = x
+        except simpy.Interrupt:
+            return  # the pipeline was killed
+        host.thread_finished(program)
+        if not host.alive:
+            self._finished(host.pipeline_id)
+
+    def _finished(self, pipeline_id: str) -> None:
+        rollout = self.rollouts.get(pipeline_id)
+        if rollout is not None:
+            rollout.stop("aborted")
+        self.num_unfinished -= 1
+        self.t_last_finish = float(self.env.now)
+
+    def kill(self, pipeline_id: str) -> None:
+        host = self.hosts.get(pipeline_id)
+        if host is None or not host.alive:
+            return
+        for process in self.threads.get(pipeline_id, []):
+            if process.is_alive and process is not self.env.active_process:
+                process.interrupt("kill")
+        host.kill()
+        self._finished(pipeline_id)
+
+    # --- work -----------------------------------------------------------------------------
+
+    def _work(self, host: Host[simpy.Event], op: ops.Stage | ops.Generate | ops.Publish) -> Generator[simpy.Event, Any, Any]:
+        pid = host.pipeline_id
+        if isinstance(op, ops.Generate):
+            batch = self.samplers[(pid, op.adapter)].sample(pid, op.adapter, op.step, op.num_prompts,
+                                                             op.samples_per_prompt)
+            self.batch_tokens[(pid, op.adapter, op.step)] = batch.num_tokens
+            return self.rollouts[pid].submit(op.adapter, op.step, batch)
+        costs = self.costs[pid]
+        if isinstance(op, ops.Publish):
+            full = self.specs[pid].kind is PipelineKind.FULL_FINETUNE
+            yield self.env.timeout(publish_seconds(costs, full))
+            self.publish_times.setdefault((pid, op.adapter), []).append(float(self.env.now))
+            return None
+        gpus = self.specs[pid].clusters[op.cluster].mapping
+        tokens = self.batch_tokens.get((pid, op.adapter, op.step), 0)
+        duration = stage_seconds(costs, op.stage, tokens, len(gpus))
+        t0 = float(self.env.now)
+        self.stages[(pid, op.cluster)] = self.env.active_process
+        try:
+            yield self.env.timeout(duration)
+        except simpy.Interrupt as interrupt:
+            if interrupt.cause != "revoke":
+                raise
+            self.recorder.add_activity(pid, op.cluster, -1, gpus, "busy", op.stage, t0, float(self.env.now))
+            return ABORTED
+        finally:
+            self.stages.pop((pid, op.cluster), None)
+        self.recorder.add_activity(pid, op.cluster, -1, gpus, "busy", op.stage, t0, float(self.env.now))
+        return None
+
+    def abort_stage(self, pipeline_id: str, cluster: str) -> None:
+        process = self.stages.get((pipeline_id, cluster))
+        if process is not None and process.is_alive:
+            process.interrupt("revoke")
+
+    def versions_at(self, pipeline_id: str, adapters: list[str], t_start: Any) -> list[int]:
+        """The weight version each trajectory attempt started with (versions published by then)."""
+        t = np.asarray(t_start, dtype=float)
+        out = np.zeros(len(adapters), dtype=np.int64)
+        names = np.asarray(adapters)
+        for adapter in set(adapters):
+            times = self.publish_times.get((pipeline_id, adapter))
+            if times:
+                mask = names == adapter
+                out[mask] = np.searchsorted(np.asarray(times), t[mask], side="right")
+        return out.tolist()
+
+    # --- faults and time ------------------------------------------------------------------
+
+    def schedule_tick(self, delay_s: float) -> None:
+        def tick() -> Generator[simpy.Event, Any, None]:
+            yield self.env.timeout(delay_s + 1e-6)
+            if self.num_unfinished:
+                self.loop.send(ev.Tick(float(self.env.now)))
+        self.env.process(tick())
+
+    def _ticks(self) -> Generator[simpy.Event, Any, None]:
+        while self.num_unfinished:
+            yield self.env.timeout(TICK_S)
+            if self.num_unfinished:
+                self.loop.send(ev.Tick(float(self.env.now)))
+
+    def _fault(self, fault: Any) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(fault.at_s)
+        if fault.kill is not None:
+            self.kill(fault.kill)
+            return
+        lost = list(fault.lose_gpu or ())
+        for gpu in lost:
+            self.loop.send(ev.GpuLost(float(self.env.now), gpu))
+        if fault.restore_at_s is not None:
+            yield self.env.timeout(fault.restore_at_s - fault.at_s)
+            for gpu in lost:
+                self.loop.send(ev.GpuRestored(float(self.env.now), gpu))
+
+    def run(self, max_time_s: float | None, progress: Any = None) -> float:
+        """Run until every pipeline finished or `max_time_s`; returns the end time."""
+        for pipeline_id in self.pipelines:
+            self.env.process(self.start_pipeline(pipeline_id))
+        for fault in self.scenario.faults.events:
+            self.env.process(self._fault(fault))
+        self.env.process(self._ticks())
+        chunk_s = 60.0
+        while self.num_unfinished:
+            until = float(self.env.now) + chunk_s
+            if max_time_s is not None:
+                until = min(until, max_time_s)
+            if until <= self.env.now:
+                break
+            self.env.run(until=until)
+            if progress is not None:
+                progress(float(self.env.now))
+        end = self.t_last_finish if not self.num_unfinished else float(self.env.now)
+        for rollout in self.rollouts.values():
+            rollout.stop("in_flight")
+        for rollout in self.rollouts.values():
+            if rollout.rows:
+                self.recorder.add_rollouts(rollout.rows)
+                rollout.rows = {}
+        self.recorder.finish(end)
+        return end
+
+
+def _traces(pipeline: Any) -> list[tuple[str, Any]]:
+    if pipeline.kind == "multi_lora":
+        return [(a.name, a.trace) for a in pipeline.adapters]
+    return [("base", pipeline.trace)]
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
+__all__ = ["Batch", "SimResult", "Simulation"]

@@ -1,0 +1,40 @@
+"""Stage times of a pipeline step in the simulator, from the cost model (`rlix.sim.costs`).
+
+One function maps a stage of `rlix.pipelines` to the cost model's formula, so the simulator's
+step time is the sum of these plus rollout, and a test can check one pipeline alone against
+it. Multi-LoRA training backpropagates through the frozen base, so it is charged the full
+6·N·n of the base (an upper bound: no weight gradients for the base; stated, not measured).
+"""
+
+from __future__ import annotations
+
+from rlix.sim.costs import CostModel
+
+#: ASSUMPTION: a LoRA adapter of rank 16 on the attention and MLP projections: 2 x 16 x
+#: (d_in + d_out) parameters per adapted matrix, 7 matrices per layer, BF16.
+LORA_RANK = 16
+
+
+def stage_seconds(costs: CostModel, stage: str, num_tokens: int, num_gpus: int) -> float:
+    if stage == "init":
+        return costs.init_seconds()
+    if stage in ("old_log_probs", "ref_log_probs", "values"):
+        return costs.forward_seconds(num_tokens, num_gpus)
+    if stage == "actor_train":
+        return costs.train_seconds(num_tokens, num_gpus)
+    if stage == "critic_train":
+        return costs.critic_train_seconds(num_tokens, num_gpus)
+    raise ValueError(f"unknown stage {stage!r}")
+
+
+def lora_adapter_bytes(costs: CostModel) -> float:
+    m = costs.model
+    hidden, mlp = m.hidden_size, m.intermediate_size
+    kv = m.num_kv_heads * m.head_dim
+    per_layer = (hidden + hidden) * 2 + (hidden + kv) * 2 + (hidden + mlp) * 3
+    return 2.0 * LORA_RANK * per_layer * m.num_layers
+
+
+def publish_seconds(costs: CostModel, full_model: bool) -> float:
+    """Pushing a new version to the active rollout ranks: the whole model, or one adapter."""
+    return costs.weight_sync_seconds(None if full_model else lora_adapter_bytes(costs))
