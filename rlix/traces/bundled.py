@@ -31,15 +31,21 @@ class Recipe:
     rows: int
     seed: int
     pipeline: str
+    max_tokens: int | None = None  # None: the kind's own cap
 
     def generate(self) -> pd.DataFrame:
-        return generate(self.kind, self.rows, self.seed, pipeline=self.pipeline)
+        return generate(
+            self.kind, self.rows, self.seed, pipeline=self.pipeline, max_tokens=self.max_tokens
+        )
 
 
 # 4096 rows: 16 agentic steps of 32 prompts × 8 samples, 8 math steps of 32 × 16; ~100 kB each.
 BUNDLED: Final[dict[str, Recipe]] = {
     "agentic_small": Recipe(kind="agentic", rows=4096, seed=2024, pipeline="agentic"),
     "math_small": Recipe(kind="math", rows=4096, seed=2024, pipeline="math"),
+    # math_small's draws under DAPO's 16,384-token cap (WORKLOADS.md) instead of 4,096: only the cap
+    # differs, so the two isolate its effect. For the math-rlvr scenario.
+    "math_16k": Recipe(kind="math", rows=4096, seed=2024, pipeline="math", max_tokens=16_384),
 }
 
 
