@@ -8,9 +8,11 @@ from pathlib import Path
 class TraceError(ValueError):
     """A trace, summary or run-output table that cannot be read, written or used.
 
-    `str(error)` is one line: ``FILE: row N (1-based data row, header not counted), column 'C':
-    what is wrong``. The parts that do not apply are left out. The fields stay available to
-    callers that want to point at the spot themselves.
+    `str(error)` is one line: ``FILE, line N, column 'C': what is wrong``. Text files (CSV,
+    JSON Lines) are pointed at by `line`, the file's 1-based line number as an editor shows it
+    (a CSV header is line 1; blank lines count). Tables without lines (Parquet, a JSON array, a
+    DataFrame) are pointed at by `row`, shown as ``row N (1-based)``. The parts that do not apply
+    are left out. The fields stay available to callers that want to point at the spot themselves.
     """
 
     def __init__(
@@ -19,11 +21,13 @@ class TraceError(ValueError):
         *,
         file: str | Path | None = None,
         row: int | None = None,
+        line: int | None = None,
         column: str | None = None,
     ) -> None:
         self.message = message
         self.file = None if file is None else str(file)
         self.row = row
+        self.line = line
         self.column = column
         super().__init__(self._one_line())
 
@@ -31,8 +35,10 @@ class TraceError(ValueError):
         where = []
         if self.file is not None:
             where.append(self.file)
-        if self.row is not None:
-            where.append(f"row {self.row} (1-based data row, header not counted)")
+        if self.line is not None:
+            where.append(f"line {self.line}")
+        elif self.row is not None:
+            where.append(f"row {self.row} (1-based)")
         if self.column is not None:
             where.append(f"column {self.column!r}")
         text = " ".join(self.message.split())  # keep it on one line whatever the cause said
@@ -40,4 +46,4 @@ class TraceError(ValueError):
 
     def at(self, file: str | Path) -> TraceError:
         """The same error, naming `file` (for errors raised before the file was known)."""
-        return TraceError(self.message, file=file, row=self.row, column=self.column)
+        return TraceError(self.message, file=file, row=self.row, line=self.line, column=self.column)

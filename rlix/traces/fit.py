@@ -34,7 +34,7 @@ from rlix.traces.columns import apply_column_map, as_column_map
 from rlix.traces.errors import TraceError
 from rlix.traces.io import read_frame
 from rlix.traces.schema import ColumnKind
-from rlix.traces.validate import check_column
+from rlix.traces.validate import check_column, locate
 
 _NORMAL = NormalDist()
 _SIGMA_MAX = 10.0
@@ -95,17 +95,18 @@ def read_summary(path: str | Path, column_map: Mapping[str, str] | None = None) 
     for name, kind in kinds.items():
         out[name], problem = check_column(raw[name], name, kind)
         if problem is not None:
-            raise TraceError(problem.message, file=path, row=problem.label + 1, column=name)
+            raise problem.error(path)
     above_one = out["clip_ratio"] > 1
     if above_one.any():
         position = int(above_one.to_numpy().argmax())
         raise TraceError(
             f"clip ratio {out['clip_ratio'].iloc[position]:g} is not between 0 and 1",
             file=path,
-            row=int(raw.index[position]) + 1,
             column="clip_ratio",
+            **locate(raw.index, position),
         )
-    return pd.DataFrame(out).reset_index(drop=True)
+    # The index stays as read_frame made it, so fit_summary can point at a step's line.
+    return pd.DataFrame(out)
 
 
 def fit_summary(
@@ -129,7 +130,8 @@ def fit_summary(
                 samples_per_step,
             )
         except TraceError as error:
-            raise TraceError(error.message, file=file, row=position + 1) from None
+            where = locate(summary.index, position)
+            raise TraceError(error.message, file=file, **where) from None
         rows.append({"step": int(record.step), "mu": mu, "sigma": sigma, "max_tokens": cap})
     return pd.DataFrame(rows)
 

@@ -2,7 +2,8 @@
 
 `read_trace` is the one entry point the simulator uses: it reads a file, applies a column map,
 recognises a run's recorded `rollouts` table, validates, and only then returns a DataFrame.
-Every failure is a TraceError naming the file; pandas and pyarrow do the parsing.
+Every failure is a TraceError naming the file. pandas and pyarrow parse CSV and Parquet; JSON
+is parsed by `rlix.traces.textfiles`, which keeps each row's line for error messages.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pandas as pd
 from rlix.traces.columns import apply_column_map, as_column_map
 from rlix.traces.errors import TraceError
 from rlix.traces.schema import ROLLOUTS_AS_TRACE, TABLE_COLUMNS
+from rlix.traces.textfiles import read_json_text
 from rlix.traces.validate import validate_trace
 
 Format = Literal["csv", "jsonl", "json", "parquet"]
@@ -76,7 +78,11 @@ def write_trace(frame: pd.DataFrame, path: str | Path, format: str | None = None
 
 
 def read_frame(path: str | Path, format: str | None = None) -> pd.DataFrame:
-    """Read any table file as it is, turning every failure into a TraceError naming it."""
+    """Read any table file as it is, turning every failure into a TraceError naming it.
+
+    Rows of a JSON Lines file are indexed by their line in the file (index name
+    `validate.FILE_LINE`), other rows by their 0-based position, so errors can point at them.
+    """
     path = Path(path)
     head = _read_head(path)
     fmt = format_of(path, format)
@@ -88,9 +94,9 @@ def read_frame(path: str | Path, format: str | None = None) -> pd.DataFrame:
             return pd.read_csv(path)
         if fmt == "parquet":
             return pd.read_parquet(path, engine="pyarrow")
-        lines = fmt == "jsonl" or not head.lstrip().startswith(b"[")
-        # dtype=False: no guessing of dates or types; validation converts known columns.
-        return pd.read_json(path, lines=lines, dtype=False)
+        return read_json_text(path, lines=fmt == "jsonl")
+    except TraceError:
+        raise
     except pd.errors.EmptyDataError as error:
         raise TraceError("empty table: no data rows", file=path) from error
     except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError) as error:

@@ -22,7 +22,7 @@ from rlix.traces.schema import (
     ColumnKind,
     TableName,
 )
-from rlix.traces.validate import check_column
+from rlix.traces.validate import check_column, locate
 
 TableFormat = Literal["parquet", "csv"]
 
@@ -93,7 +93,7 @@ def _cast(series: pd.Series, column: str, dtype: str, file: str | Path) -> pd.Se
     kind: ColumnKind = "seconds" if dtype == "float64" else "integer"
     checked, problem = check_column(series, column, kind)
     if problem is not None:
-        raise TraceError(problem.message, file=file, row=problem.label + 1, column=column)
+        raise problem.error(file)
     return checked
 
 
@@ -101,22 +101,17 @@ def _check_rollouts(frame: pd.DataFrame, file: str | Path) -> None:
     status = frame["status"]
     bad = ~status.isin(ROLLOUT_STATUSES).fillna(False).astype(bool)
     if bad.any():
-        row = int(bad.to_numpy().argmax())
+        position = int(bad.to_numpy().argmax())
         raise TraceError(
-            f"status {status.iloc[row]!r} is not one of {', '.join(ROLLOUT_STATUSES)}",
+            f"status {status.iloc[position]!r} is not one of {', '.join(ROLLOUT_STATUSES)}",
             file=file,
-            row=row + 1,
             column="status",
+            **locate(frame.index, position),
         )
     completed = frame[(status == "completed").fillna(False).astype(bool)]
     _, problem = check_column(completed[RESPONSE_TOKENS], RESPONSE_TOKENS, "length")
     if problem is not None:
-        raise TraceError(
-            f"completed rollout: {problem.message}",
-            file=file,
-            row=problem.label + 1,
-            column=RESPONSE_TOKENS,
-        )
+        raise problem.error(file, prefix="completed rollout: ")
 
 
 def _table_name(name: str, file: str | Path | None = None) -> TableName:

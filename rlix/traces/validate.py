@@ -2,8 +2,9 @@
 
 Every known column is checked in full before anything is returned, and the error names the
 first bad row of the file (the smallest row over all columns), so nothing is half-loaded and the
-user is sent to the first line to fix. Row numbers are 1-based data rows, header not counted:
-the index of the raw frame is taken as the 0-based position of the row in the file.
+user is sent to the first line to fix. Where a row is, is read from the raw frame's index: an
+index named FILE_LINE (what io.read_frame gives CSV and JSON Lines files) holds each row's 1-based
+line in the file; any other integer index is taken as the 0-based position of the row.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -26,19 +28,43 @@ from rlix.traces.schema import (
     ColumnKind,
 )
 
+# The name of a raw frame's index when it holds the file's line numbers (see the docstring).
+FILE_LINE = "file_line"
 # Integers beyond this do not fit int64 after conversion from float.
 _INT64_SAFE = 2.0**62
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})
 
 
+class Where(TypedDict, total=False):
+    """Where a row is, as TraceError takes it: the file's `line`, or the 1-based `row`."""
+
+    line: int
+    row: int
+
+
 @dataclass(frozen=True)
 class Problem:
     """The first bad value of one column: where it is and what is wrong."""
 
-    label: int  # index label in the raw frame = 0-based row position in the file
+    position: int  # 0-based position in the raw frame
     column: str
     message: str
+    where: Where
+
+    def error(self, file: str | Path | None, prefix: str = "") -> TraceError:
+        """The TraceError that points at this problem in `file`."""
+        return TraceError(prefix + self.message, file=file, column=self.column, **self.where)
+
+
+def locate(index: pd.Index, position: int) -> Where:
+    """Where the row at `position` of a raw frame is in its file: ``{"line": N}`` or ``{"row": N}``."""
+    label: Any = index[position]
+    if index.name == FILE_LINE:
+        return {"line": int(label)}
+    if isinstance(label, int | np.integer):
+        return {"row": int(label) + 1}
+    return {"row": position + 1}
 
 
 def validate_trace(raw: pd.DataFrame, file: str | Path | None = None) -> pd.DataFrame:
@@ -65,8 +91,8 @@ def validate_trace(raw: pd.DataFrame, file: str | Path | None = None) -> pd.Data
             if problem is not None:
                 problems.append(problem)
     if problems:
-        first = min(problems, key=lambda p: (p.label, INPUT_COLUMNS.index(p.column)))
-        raise TraceError(first.message, file=file, row=first.label + 1, column=first.column)
+        first = min(problems, key=lambda p: (p.position, INPUT_COLUMNS.index(p.column)))
+        raise first.error(file)
     extras = [c for c in raw.columns if c not in converted]
     out = pd.DataFrame(converted)
     for name in extras:
@@ -158,7 +184,7 @@ def _first_problem(
         return None
     position, order = best
     value = raw.iloc[position]
-    return Problem(int(raw.index[position]), name, checks[order][1](value))
+    return Problem(position, name, checks[order][1](value), locate(raw.index, position))
 
 
 def column_listing(columns: pd.Index, limit: int = 12) -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from rlix.traces import TraceError, read_trace, validate_trace
 
-ROW = "(1-based data row, header not counted)"
+ROW = "(1-based)"
 
 
 def read_error(path: Path, column_map: list[str] | None = None) -> TraceError:
@@ -63,7 +63,9 @@ def test_first_bad_row_wins_across_columns(tmp_path: Path) -> None:
 def test_bad_value_in_jsonl_and_parquet(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"response_tokens": 3}\n{"response_tokens": true}\n')
-    assert read_error(path).row == 2
+    error = read_error(path)
+    assert (error.line, error.row) == (2, None)
+    assert f"{path}, line 2, column 'response_tokens': True is not a number" == str(error)
     path = tmp_path / "bad.parquet"
     pd.DataFrame({"response_tokens": [3.0, 4.0, 4.5]}).to_parquet(path)
     assert read_error(path).row == 3
@@ -80,7 +82,7 @@ def test_bad_value_in_jsonl_and_parquet(tmp_path: Path) -> None:
         ("text.parquet", b"response_tokens\n1\n", "not a Parquet file"),
         ("cut.parquet", b"PAR1 truncated", "cannot parse as parquet"),
         ("ragged.csv", b"response_tokens\n1\n2,3,4\n", "cannot parse as csv"),
-        ("broken.jsonl", b'{"response_tokens": 1\n', "cannot parse as jsonl"),
+        ("broken.jsonl", b'{"response_tokens": 1\n', "line 1: not valid JSON at character 22"),
         ("trace.txt", b"response_tokens\n1\n", "cannot tell the format"),
         ("other.csv", b"tokens\n5\n", "missing required column 'response_tokens'"),
     ],
@@ -89,6 +91,69 @@ def test_bad_file(tmp_path: Path, name: str, content: bytes, fragment: str) -> N
     path = tmp_path / name
     path.write_bytes(content)
     assert fragment in str(read_error(path))
+
+
+@pytest.mark.parametrize(
+    ("line", "found"),
+    [
+        ("[1, 2]", "found an array ([1, 2])"),
+        ("5", "found a number (5)"),
+        ("null", "found null;"),
+        ('"text"', 'found a string ("text")'),
+        ("true", "found a boolean (true)"),
+    ],
+)
+def test_jsonl_line_that_is_not_an_object(tmp_path: Path, line: str, found: str) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(f'{{"response_tokens": 1}}\n\n{line}\n{{"response_tokens": 2}}\n')
+    error = read_error(path)
+    assert error.line == 3
+    assert str(error).startswith(f"{path}, line 3: {found}")
+    assert "each line must be one JSON object" in str(error)
+
+
+def test_malformed_jsonl_names_the_line_not_a_byte(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text('{"response_tokens": 1}\n{"response_tokens": 2\n{"response_tokens": 3}\n')
+    error = read_error(path)
+    assert str(error) == f"{path}, line 2: not valid JSON at character 22: Expecting ',' delimiter"
+
+
+def test_jsonl_rows_are_named_by_file_line_past_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(
+        '{"response_tokens": 1}\n\n   \n{"response_tokens": 5}\n{"response_tokens": -2}\n'
+    )
+    error = read_error(path)
+    assert (error.line, error.column) == (5, "response_tokens")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('[{"response_tokens": 1}, [2]]', "array element 2 is an array ([2]), not an object"),
+        ('"trace"', "the file holds a string; a trace is an array of objects"),
+        ('[\n{"response_tokens": 1},\n{"response_tokens" 2}\n]', "line 3: not valid JSON"),
+    ],
+)
+def test_bad_json_document(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "trace.json"
+    path.write_text(text)
+    assert fragment in str(read_error(path))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{\n  "response_tokens": 7\n}\n',  # one pretty-printed object
+        '{"response_tokens": 7}\n',  # JSON Lines in a .json file
+        '\ufeff[{"response_tokens": 7}]',  # a byte-order mark before an array
+    ],
+)
+def test_json_shapes_that_read(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "trace.json"
+    path.write_text(text, encoding="utf-8")
+    assert read_trace(path)["response_tokens"].tolist() == [7]
 
 
 def test_missing_file_and_directory(tmp_path: Path) -> None:

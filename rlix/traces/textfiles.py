@@ -1,0 +1,128 @@
+"""Reading JSON text so that every row keeps the line of the file it came from.
+
+Error messages point at text files by line, as an editor numbers them (blank lines count), so
+the frames returned here carry each row's 1-based line as their index, named
+`validate.FILE_LINE`. JSON is parsed here with the standard library, one line at a time for
+JSON Lines, because pandas reports bad JSON by byte offset and fails with a bare TypeError on a
+line that is not an object.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from rlix.traces.errors import TraceError
+from rlix.traces.validate import FILE_LINE
+
+_SNIPPET_CHARS = 40
+
+
+def read_json_text(path: Path, lines: bool) -> pd.DataFrame:
+    """Read JSON Lines (`lines`) or a JSON document: an array of objects or one object.
+
+    A `.json` file that is not one JSON document but several values, one per line, is read as
+    JSON Lines. Raises TraceError naming the line (or, in an array, the element) at fault.
+    """
+    text = _read_text(path)
+    if not lines:
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as error:
+            if error.msg != "Extra data":
+                raise _json_error(error, path) from None
+            lines = True  # several values: JSON Lines in a .json file
+        else:
+            return _frame_of_document(document, path)
+    return _frame_of_lines(text, path)
+
+
+def _frame_of_document(document: object, path: Path) -> pd.DataFrame:
+    if isinstance(document, dict):
+        return pd.DataFrame([document])
+    if not isinstance(document, list):
+        raise TraceError(
+            f"the file holds {_kind(document)}; a trace is an array of objects "
+            "or one object per line (JSON Lines)",
+            file=path,
+        )
+    for position, item in enumerate(document):
+        if not isinstance(item, dict):
+            raise TraceError(
+                f"array element {position + 1} is {_described(item, json.dumps(item))}, "
+                "not an object {...}",
+                file=path,
+            )
+    return pd.DataFrame(document)
+
+
+def _frame_of_lines(text: str, path: Path) -> pd.DataFrame:
+    records: list[dict[str, object]] = []
+    numbers: list[int] = []
+    # Split on newlines only: str.splitlines would also split on characters JSON allows in strings.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise TraceError(
+                f"not valid JSON at character {error.colno}: {error.msg}", file=path, line=number
+            ) from None
+        if not isinstance(value, dict):
+            raise TraceError(
+                f"found {_described(value, line)}; each line must be one JSON object {{...}}",
+                file=path,
+                line=number,
+            )
+        records.append(value)
+        numbers.append(number)
+    return pd.DataFrame(records, index=pd.Index(numbers, name=FILE_LINE, dtype="int64"))
+
+
+def _json_error(error: json.JSONDecodeError, path: Path) -> TraceError:
+    return TraceError(
+        f"not valid JSON at character {error.colno}: {error.msg}", file=path, line=error.lineno
+    )
+
+
+def _read_text(path: Path) -> str:
+    try:
+        # utf-8-sig: a byte-order mark some Windows tools write is not part of the first key.
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise TraceError(
+            f"not UTF-8 text: {error.reason} at byte {error.start}", file=path
+        ) from None
+    except OSError as error:
+        raise TraceError(f"cannot read: {_first_line(error)}", file=path) from error
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _described(value: object, text: str) -> str:
+    """E.g. ``an array ([1, 2])``: the kind of a JSON value and the start of its text."""
+    if value is None:
+        return "null"
+    text = " ".join(text.split())
+    shown = text if len(text) <= _SNIPPET_CHARS else text[: _SNIPPET_CHARS - 3] + "..."
+    return f"{_kind(value)} ({shown})"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
