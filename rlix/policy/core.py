@@ -135,6 +135,8 @@ class Scheduler:
     # --- the round --------------------------------------------------------------------------
 
     def _round(self) -> None:
+        if not self.policy.round_ready(self):
+            return
         self.runnable = self.policy.runnable(self)
         self._release_idle_ranks()
         self.reservations = serve_requests(self, self.policy)

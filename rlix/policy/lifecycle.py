@@ -97,6 +97,7 @@ def _apply_request(
 ) -> None:
     if priority == Priority.ROLLOUT:
         pipeline.rolling = True
+        pipeline.rollout_request_pending = True
         pipeline.estimate = 1.0 if estimate is None else float(estimate)
         pipeline.remaining = {}
         return
@@ -129,6 +130,7 @@ def _apply_release(sched: Scheduler, pipeline: PipelineState, cluster: str) -> N
         sched.cluster.free(hold.gpus, hold)
         return
     pipeline.rolling = False
+    pipeline.rollout_request_pending = False
     pipeline.remaining = {}
     pipeline.estimate = 0.0  # the round shrinks the active ranks ("release")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from rlix.policy.errors import SpecError
-from rlix.policy.gap_ratio import plan_gap_ratio
+from rlix.policy.gap_ratio import plan_gap_ratio, rank_moves_in_flight
 from rlix.policy.rollout import fill_free, plan_rlix
 
 if TYPE_CHECKING:
@@ -38,6 +38,10 @@ class Policy:
     def runnable(self, sched: Scheduler) -> frozenset[str]:
         return frozenset(p.pipeline_id for p in sched.pipelines.values() if p.admitted)
 
+    def round_ready(self, sched: Scheduler) -> bool:
+        """Whether a decision round runs after this event (else the event is only applied)."""
+        return True
+
     def plan_rollout(self, sched: Scheduler) -> None:
         raise NotImplementedError
 
@@ -54,6 +58,9 @@ class GapRatioPolicy(Policy):
     reserve_blocked = False
     futile_preemption = True
     guarantees = ALL_INVARIANTS - {4, 5, 6}
+
+    def round_ready(self, sched: Scheduler) -> bool:
+        return not rank_moves_in_flight(sched)  # RLix's cycle ends when its resizes are done
 
     def plan_rollout(self, sched: Scheduler) -> None:
         plan_gap_ratio(sched)

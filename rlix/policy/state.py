@@ -85,6 +85,8 @@ class PipelineState:
     holdings: dict[str, ClusterHold] = field(default_factory=dict)
     pending: dict[str, Request] = field(default_factory=dict)
     rolling: bool = False
+    #: A rollout request not yet answered by a first rank (read by the RLix model, gap_ratio.py).
+    rollout_request_pending: bool = False
     estimate: float = 0.0
     remaining: dict[str, float] = field(default_factory=dict)
     num_active_gpus: int = 0  # GPUs of EXPANDING or ACTIVE ranks
