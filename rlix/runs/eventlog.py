@@ -1,0 +1,133 @@
+"""Reading `events.jsonl`: its header, its records with line numbers, and the facts summaries need.
+
+The file is read lazily, line by line, so a long run's log is never held in memory at once.
+Every problem (missing file, bad JSON, a line that is not a record) is a `RunError` naming the
+file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rlix.policy.specs import PipelineSpec
+from rlix.runs import codec
+from rlix.runs.errors import RunError
+
+EVENTS_FILE = "events.jsonl"
+
+
+def events_path(run_dir: str | Path) -> Path:
+    """`events.jsonl` of the run in `run_dir`; RunError if the folder or the file is missing."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunError("no such run folder", file=run_dir)
+    path = run_dir / EVENTS_FILE
+    if not path.is_file():
+        raise RunError("no events.jsonl: not a run folder, or the run was not written", file=run_dir)
+    return path
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """The header record (line 1) of an events file."""
+    for number, record in _records(path):
+        if "header" not in record:
+            raise RunError('the first line is not the header ({"header": ...})', file=path, line=number)
+        return record
+    raise RunError("empty events file: no header", file=path)
+
+
+def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, {"event": ..., "decisions": [...]}) for every line after the header."""
+    records = _records(path)
+    first = next(records, None)
+    if first is None or "header" not in first[1]:
+        raise RunError('the first line is not the header ({"header": ...})', file=path, line=1)
+    for number, record in records:
+        if not isinstance(record.get("event"), dict) or not isinstance(record.get("decisions"), list):
+            raise RunError('not an event record ({"event": {...}, "decisions": [...]})', file=path, line=number)
+        yield number, record
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every non-blank line."""
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as error:
+        raise RunError(f"cannot read: {error.strerror or error}", file=path) from error
+    with handle:
+        number = 0
+        try:
+            for number, line in enumerate(handle, start=1):  # noqa: B007 (read in the except)
+                if line.strip():
+                    yield number, line
+        except UnicodeDecodeError as error:
+            raise RunError("not UTF-8 text", file=path, line=number + 1) from error
+
+
+def _parse(line: str, path: Path, number: int) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise RunError(f"not JSON: {error.msg} (column {error.colno})", file=path, line=number) from error
+    if not isinstance(record, dict):
+        raise RunError("not a JSON object", file=path, line=number)
+    return record
+
+
+def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, line in _lines(path):
+        yield number, _parse(line, path, number)
+
+
+class EventFacts:
+    """What the tables do not say but the event log does: each pipeline's spec, and how many of
+    its rollout ranks were shrunk, by reason (preempt, rebalance, release)."""
+
+    def __init__(self) -> None:
+        self.specs: dict[str, PipelineSpec] = {}
+        self.shrinks: dict[str, Counter[str]] = {}
+
+    def add_line(self, line: str) -> None:
+        if _worth_parsing(line):
+            self.add_record(json.loads(line))
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        event = record.get("event", {})
+        if event.get("type") == "PipelineRegistered":
+            spec = codec.spec_from_dict(event["spec"])
+            self.specs[spec.pipeline_id] = spec
+        for decision in record.get("decisions", ()):
+            if decision.get("type") == "Shrink":
+                self.shrinks.setdefault(decision["pipeline_id"], Counter())[decision["reason"]] += 1
+
+
+def _worth_parsing(line: str) -> bool:
+    # Only a few lines register a pipeline or shrink a rank: skip the JSON parse of the rest.
+    return '"PipelineRegistered"' in line or '"Shrink"' in line
+
+
+def facts_from_lines(lines: Iterable[str]) -> EventFacts:
+    """Facts from the JSON lines of a recorder (header included; it is skipped)."""
+    facts = EventFacts()
+    for line in lines:
+        facts.add_line(line)
+    return facts
+
+
+def facts_from_file(path: Path) -> EventFacts:
+    lines = _lines(path)
+    next(lines, None)  # the header (read_header checks it)
+    read_header(path)
+    facts = EventFacts()
+    for number, line in lines:
+        if not _worth_parsing(line):
+            continue
+        try:
+            facts.add_record(_parse(line, path, number))
+        except (KeyError, TypeError, ValueError) as error:
+            raise RunError(f"bad PipelineRegistered or Shrink record: {error!r}", file=path, line=number) from error
+    return facts

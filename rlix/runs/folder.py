@@ -1,0 +1,102 @@
+"""The run folder: what a finished run leaves behind, the same for the simulator and the executor.
+
+`write_run` turns a finished `Recorder` into:
+
+    summary.json       the figures of rlix.runs.metrics
+    scenario.yaml      the resolved scenario, as given
+    events.jsonl       a header, then every event handed to the core with its decisions
+    allocations, steps, rollouts, activity, waits   .parquet (or .csv), via rlix.traces.tables
+    timeline.json      Chrome trace event format (rlix.runs.timeline)
+    gantt.png, utilization.png, step_times.png      (rlix.runs.plots)
+
+Everything is checked and written into a hidden sibling folder first and moved into place at
+the end, so a failure leaves no half-written run behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from rlix.policy.specs import PipelineSpec
+from rlix.runs.errors import RunError
+from rlix.runs.eventlog import EVENTS_FILE
+from rlix.runs.frames import RunTables, tables_from_recorder
+from rlix.runs.metrics import summary
+from rlix.runs.recorder import Recorder
+from rlix.runs.timeline import write_timeline
+from rlix.traces.schema import TABLE_NAMES
+from rlix.traces.tables import TableFormat, write_table
+
+SUMMARY_FILE, SCENARIO_FILE, TIMELINE_FILE = "summary.json", "scenario.yaml", "timeline.json"
+FORMATS: tuple[TableFormat, ...] = ("parquet", "csv")
+
+
+def write_run(
+    recorder: Recorder,
+    out_dir: str | Path,
+    *,
+    scenario_yaml: str,
+    specs: Mapping[str, PipelineSpec] | None = None,
+    format: TableFormat = "parquet",
+    plots: bool = True,
+    overwrite: bool = False,
+) -> Path:
+    """Write the run folder of a finished recorder (`finish` called) and return its path.
+
+    `specs` give each pipeline's kind and staleness bound for the summary; by default they are
+    taken from the pipelines registered in the event log. An existing, non-empty `out_dir` is
+    replaced only with `overwrite=True`. Raises RunError (or TraceError for a table that breaks
+    its schema) before anything is written.
+    """
+    out_dir = Path(out_dir)
+    _check_target(out_dir, overwrite)
+    if format not in FORMATS:
+        raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
+    if plots and importlib.util.find_spec("matplotlib") is None:
+        raise RunError("plots need matplotlib (pip install 'rlix[sim]'); or write the run without plots")
+    if recorder._open:  # holdings still open: finish() closes them
+        raise RunError("the recorder is not finished: call recorder.finish(now) first")
+    tables = tables_from_recorder(recorder, dict(specs) if specs is not None else None)
+    figures = summary(tables)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        _write_all(staging, recorder, tables, figures, scenario_yaml, format, plots)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _check_target(out_dir: Path, overwrite: bool) -> None:
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise RunError("exists and is not a folder", file=out_dir)
+    if not overwrite and any(out_dir.iterdir()):
+        raise RunError("run folder exists and is not empty; choose another or overwrite it", file=out_dir)
+
+
+def _write_all(folder: Path, recorder: Recorder, tables: RunTables, figures: dict[str, object],
+               scenario_yaml: str, format: TableFormat, plots: bool) -> None:
+    (folder / SUMMARY_FILE).write_text(json.dumps(figures, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    (folder / SCENARIO_FILE).write_text(scenario_yaml, encoding="utf-8")
+    with (folder / EVENTS_FILE).open("w", encoding="utf-8") as handle:
+        for line in recorder.event_lines:
+            handle.write(line)
+            handle.write("\n")
+    for name in TABLE_NAMES:
+        write_table(tables.table(name), folder, name, format)
+    write_timeline(tables, folder / TIMELINE_FILE)
+    if plots:
+        from rlix.runs.plots import write_plots
+
+        write_plots(tables, folder)

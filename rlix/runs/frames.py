@@ -1,0 +1,80 @@
+"""A finished run as pandas tables (`RunTables`): from a `Recorder`, checked against the schema.
+
+Metrics, the timeline and the plots read `RunTables`, never the recorder, so they work the same
+on a run just finished and on a run folder loaded back (`rlix.runs.load`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from rlix.policy.specs import PipelineSpec
+from rlix.runs.eventlog import facts_from_lines
+from rlix.runs.host import STAGE_COLUMNS
+from rlix.runs.recorder import ACTIVITY_COLUMNS, ALLOCATION_COLUMNS, WAIT_COLUMNS, Recorder
+from rlix.traces.schema import TABLE_COLUMNS, TABLE_NAMES, TableName
+from rlix.traces.tables import conform_table
+
+
+@dataclass
+class RunTables:
+    """Everything the metrics, timeline and plots need from one finished run."""
+
+    policy: str
+    num_gpus: int
+    makespan_s: float
+    specs: dict[str, PipelineSpec]
+    allocations: pd.DataFrame
+    activity: pd.DataFrame
+    waits: pd.DataFrame
+    steps: pd.DataFrame
+    rollouts: pd.DataFrame
+    #: Rollout ranks shrunk per pipeline, by reason (from the decisions in the event log).
+    shrinks: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def table(self, name: TableName) -> pd.DataFrame:
+        frame: pd.DataFrame = getattr(self, name)
+        return frame
+
+    @property
+    def pipeline_ids(self) -> list[str]:
+        """Every pipeline that registered or appears in a table, sorted."""
+        seen = set(self.specs)
+        for name in TABLE_NAMES:
+            seen.update(self.table(name)["pipeline_id"].dropna().unique().tolist())
+        return sorted(seen)
+
+
+def tables_from_recorder(recorder: Recorder, specs: dict[str, PipelineSpec] | None = None) -> RunTables:
+    """The tables of a finished recorder (`finish` called). `specs` default to the pipelines
+    registered in its event log. Raises TraceError if a table breaks the schema."""
+    facts = facts_from_lines(recorder.event_lines)
+    raw: dict[TableName, pd.DataFrame] = {
+        "allocations": pd.DataFrame.from_records(recorder.allocations, columns=list(ALLOCATION_COLUMNS)),
+        "activity": pd.DataFrame.from_records(recorder.activity, columns=list(ACTIVITY_COLUMNS)),
+        "waits": pd.DataFrame.from_records(recorder.waits, columns=list(WAIT_COLUMNS)),
+        "steps": _steps_frame(recorder.steps),
+        "rollouts": pd.DataFrame(recorder.rollouts),
+    }
+    frames = {name: conform_table(frame, name, f"<{name} of the run>") for name, frame in raw.items()}
+    return RunTables(
+        policy=recorder.policy,
+        num_gpus=recorder.topology.num_gpus,
+        makespan_s=float(recorder.end_s),
+        specs=dict(specs) if specs is not None else facts.specs,
+        shrinks=facts.shrinks,
+        **frames,
+    )
+
+
+def _steps_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    columns = [*TABLE_COLUMNS["steps"], *STAGE_COLUMNS]
+    frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=columns)
+    for column in STAGE_COLUMNS:
+        if column not in frame.columns:
+            frame[column] = 0.0
+    return frame

@@ -1,0 +1,197 @@
+"""The figures of `summary.json`: throughput, GPU time shares, step times, waits, preemptions.
+
+Definitions (one scope is the whole pool, "overall", or one pipeline):
+
+- GPU-time in scope: overall, num_gpus x makespan; for a pipeline, the GPU-time it held
+  (`allocations`). `held_share` is that pipeline's (or all pipelines') held GPU-time over the
+  pool's.
+- busy: a held GPU running a stage or an engine with at least one trajectory in flight
+  (`activity` rows of kind busy); loading: moving weights (kind loading) and not busy; idle:
+  the rest of the GPU-time in scope, held or not. Activity is counted only where its pipeline
+  held that GPU, and a GPU's overlapping spans count once. busy + loading + idle = 1.
+- steps: rows of `steps` (for multi-LoRA, one per adapter step); steps_per_hour over the run's
+  makespan; steps_per_hour_per_gpu per GPU-hour in scope (overall: per pool GPU; a pipeline:
+  per GPU it held on average); step time t_end - t_start, mean and p95.
+- generated_tokens: response tokens of completed trajectories; tokens_per_gpu_hour per
+  GPU-hour in scope.
+- queue_wait_s: t_grant - t_request of granted non-rollout requests (`waits`), per priority:
+  count, mean and p95 (linear interpolation). Priority -1 marks a request re-queued after its
+  GPUs were revoked.
+- preemptions: trajectory attempts cut short and re-queued (rows of `rollouts` with status
+  requeued), whether by a shrink or a lost GPU. `shrinks` counts rollout ranks shrunk, by
+  reason (preempt, rebalance, release), from the decisions in the event log.
+- recomputed_tokens: sum of `rollouts.recomputed_tokens` (prefixes generated again after a
+  re-queue); 0 when the table has no such column.
+
+Undefined figures (a mean of no steps, a rate over no GPU-time) are null.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rlix.policy.specs import PipelineSpec
+from rlix.runs.frames import RunTables, tables_from_recorder
+from rlix.runs.intervals import Segments, sweep
+from rlix.runs.recorder import Recorder
+
+HELD, BUSY, LOADING = 0, 1, 2
+SECONDS_PER_HOUR = 3600.0
+
+
+def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None = None) -> dict[str, Any]:
+    """`summary.json` of a finished run (see the module docstring for each figure). Each
+    pipeline's kind and staleness bound come from `specs`, by default from its registration
+    in the event log."""
+    if isinstance(source, Recorder):
+        tables = tables_from_recorder(source, specs)
+    else:
+        tables = source if specs is None else dataclasses.replace(source, specs=dict(specs))
+    pipeline_ids = tables.pipeline_ids
+    gpu_time = gpu_time_by_pipeline(tables, pipeline_ids)
+    pool_s = tables.num_gpus * tables.makespan_s
+    overall = _scope(tables, tables.steps, tables.rollouts, tables.waits, gpu_time.sum(axis=0), pool_s, pool_s)
+    overall["shrinks"] = _count_shrinks(tables.shrinks.values())
+    steps, rollouts, waits = _split(tables.steps), _split(tables.rollouts), _split(tables.waits)
+    pipelines: dict[str, Any] = {}
+    for index, pipeline_id in enumerate(pipeline_ids):
+        spec = tables.specs.get(pipeline_id)
+        held_s = float(gpu_time[index, HELD])
+        figures: dict[str, Any] = {
+            "kind": spec.kind.value if spec else None,
+            "max_staleness": spec.max_staleness if spec else None,
+        }
+        own_steps = steps.get(pipeline_id, tables.steps.iloc[:0])
+        figures.update(_scope(
+            tables, own_steps, rollouts.get(pipeline_id, tables.rollouts.iloc[:0]),
+            waits.get(pipeline_id, tables.waits.iloc[:0]), gpu_time[index], held_s, pool_s,
+        ))
+        figures["shrinks"] = _count_shrinks([tables.shrinks.get(pipeline_id, {})])
+        ends = own_steps["t_end"]
+        figures["last_step_end_s"] = _num(ends.max()) if len(ends) else None
+        pipelines[pipeline_id] = figures
+    return {
+        "policy": tables.policy,
+        "num_gpus": tables.num_gpus,
+        "makespan_s": tables.makespan_s,
+        "overall": overall,
+        "pipelines": pipelines,
+    }
+
+
+def gpu_time_by_pipeline(tables: RunTables, pipeline_ids: list[str]) -> np.ndarray:
+    """GPU-seconds per pipeline (rows, in `pipeline_ids` order): held, busy, loading (columns).
+
+    Busy and loading count only where the pipeline held the GPU; loading excludes busy time.
+    """
+    cover = gpu_cover(tables, pipeline_ids)
+    out = np.zeros((len(pipeline_ids), 3))
+    for column, mask in ((HELD, cover.held), (BUSY, cover.busy), (LOADING, cover.loading)):
+        out[:, column] = np.bincount(cover.owner[mask], weights=cover.segments.duration[mask],
+                                     minlength=len(pipeline_ids))
+    return out
+
+
+@dataclass(frozen=True)
+class GpuCover:
+    """The run's GPU time line cut into segments (per pipeline and GPU), with what each was."""
+
+    segments: Segments
+    owner: np.ndarray  # index into the pipeline ids of each segment
+    gpu: np.ndarray
+    held: np.ndarray  # masks over the segments
+    busy: np.ndarray
+    loading: np.ndarray
+
+
+def gpu_cover(tables: RunTables, pipeline_ids: list[str]) -> GpuCover:
+    code = {pid: i for i, pid in enumerate(pipeline_ids)}
+    alloc, act = tables.allocations, tables.activity
+    num_gpus = max(tables.num_gpus, 1)
+    keys = np.concatenate([_key(alloc, code, num_gpus), _key(act, code, num_gpus)])
+    starts = np.concatenate([alloc["t_start"].to_numpy(float), act["t_start"].to_numpy(float)])
+    ends = np.concatenate([alloc["t_end"].to_numpy(float), act["t_end"].to_numpy(float)])
+    starts, ends = np.clip(starts, 0.0, tables.makespan_s), np.clip(ends, 0.0, tables.makespan_s)
+    act_layer = np.where(act["kind"].to_numpy(object) == "loading", LOADING, BUSY)
+    layers = np.concatenate([np.full(len(alloc), HELD), act_layer]).astype(np.int64)
+    segments = sweep(keys, starts, ends, layers, 3)
+    held = segments.covered(HELD)
+    busy = held & segments.covered(BUSY)
+    loading = held & segments.covered(LOADING) & ~busy
+    return GpuCover(segments, segments.keys // num_gpus, segments.keys % num_gpus, held, busy, loading)
+
+
+def _key(frame: pd.DataFrame, code: dict[str, int], num_gpus: int) -> np.ndarray:
+    owners = frame["pipeline_id"].map(code).to_numpy(np.int64)
+    return owners * num_gpus + frame["gpu"].to_numpy(np.int64)
+
+
+def _scope(tables: RunTables, steps: pd.DataFrame, rollouts: pd.DataFrame, waits: pd.DataFrame,
+           gpu_s: np.ndarray, scope_s: float, pool_s: float) -> dict[str, Any]:
+    makespan_h = tables.makespan_s / SECONDS_PER_HOUR
+    scope_h = scope_s / SECONDS_PER_HOUR
+    num_steps = len(steps)
+    step_s = (steps["t_end"] - steps["t_start"]).to_numpy(float)
+    completed = rollouts[(rollouts["status"] == "completed").fillna(False).astype(bool)]
+    tokens = int(completed["response_tokens"].sum())
+    recomputed = int(rollouts["recomputed_tokens"].sum()) if "recomputed_tokens" in rollouts else 0
+    busy_s, loading_s = float(gpu_s[BUSY]), float(gpu_s[LOADING])
+    return {
+        "steps": num_steps,
+        "steps_per_hour": _ratio(num_steps, makespan_h),
+        "steps_per_hour_per_gpu": _ratio(num_steps, scope_h),
+        "mean_step_time_s": _num(step_s.mean()) if num_steps else None,
+        "p95_step_time_s": _num(np.percentile(step_s, 95)) if num_steps else None,
+        "gpu_hours": scope_h,
+        "held_share": _ratio(float(gpu_s[HELD]), pool_s),
+        "busy_share": _ratio(busy_s, scope_s),
+        "loading_share": _ratio(loading_s, scope_s),
+        "idle_share": _ratio(scope_s - busy_s - loading_s, scope_s),
+        "trajectories": len(completed),
+        "generated_tokens": tokens,
+        "tokens_per_gpu_hour": _ratio(tokens, scope_h),
+        "queue_wait_s": _waits_by_priority(waits),
+        "preemptions": int((rollouts["status"] == "requeued").fillna(False).sum()),
+        "recomputed_tokens": recomputed,
+    }
+
+
+def _waits_by_priority(waits: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    waited = (waits["t_grant"] - waits["t_request"]).to_numpy(float)
+    priorities = waits["priority"].to_numpy(np.int64)
+    out: dict[str, dict[str, Any]] = {}
+    for priority in np.unique(priorities):
+        values = waited[priorities == priority]
+        out[str(int(priority))] = {
+            "count": len(values),
+            "mean": _num(values.mean()),
+            "p95": _num(np.percentile(values, 95)),
+        }
+    return out
+
+
+def _count_shrinks(counters: Any) -> dict[str, int]:
+    total = {"preempt": 0, "rebalance": 0, "release": 0}
+    for counter in counters:
+        for reason, count in counter.items():
+            total[reason] = total.get(reason, 0) + int(count)
+    return total
+
+
+def _split(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """One pass over a (possibly very long) table: its rows per pipeline."""
+    return {str(pid): part for pid, part in frame.groupby("pipeline_id", sort=False, observed=True)}
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return float(numerator) / denominator if denominator > 0 else None
+
+
+def _num(value: Any) -> float | None:
+    value = float(value)
+    return value if np.isfinite(value) else None
