@@ -66,7 +66,7 @@ def _check_home(
     at: Path = ("pipelines", index)
     home, where = pipeline.home, (*at, "home")
     if not home:
-        raise FieldProblem(where, "", "names no GPU (every pipeline needs a home)")
+        raise FieldProblem(where, [], "names no GPU (every pipeline needs a home)")
     seen: set[int] = set()
     for gpu in home:
         if not 0 <= gpu < topology.num_gpus:

@@ -33,6 +33,8 @@ def parse_gpu_set(value: object) -> tuple[int, ...]:
 
 
 def _parse_ranges(text: str) -> tuple[int, ...]:
+    if not text.strip():
+        return ()  # the empty set, as format_gpu_set writes it; the checks reject it where it matters
     gpus: list[int] = []
     for part in text.split(","):
         first, dash, last = (s.strip() for s in part.partition("-"))

@@ -1,0 +1,192 @@
+"""Bundled scenarios: load, convert to valid specs under every policy, round-trip, keep their shapes.
+
+The static-confinement test reads the YAML itself (yaml.safe_load and its own range parser)
+instead of trusting the loader, and checks what static must mean: no GPU outside the home.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import pytest
+import yaml
+
+from rlix.policy import POLICIES, ROLLOUT_CLUSTER
+from rlix.scenarios import Scenario, bundled_scenarios, load_scenario, parse_scenario
+from rlix.traces import bundled_names
+
+NAMES = ["agentic-4x32", "cluster-1024", "cpu-demo", "math-rlvr", "mixed-lora", "tiny"]
+
+
+def _raw(name: str) -> dict[str, Any]:
+    text = resources.files("rlix.scenarios").joinpath("data", f"{name}.yaml").read_text()
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+def _gpus(value: Any) -> list[int]:
+    """GPU set spelling -> ids, written independently of rlix.scenarios.gpusets."""
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list):
+        return list(value)
+    out: list[int] = []
+    for part in str(value).split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def test_bundled_names() -> None:
+    assert bundled_scenarios() == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_loads_and_converts_under_every_policy(name: str) -> None:
+    scenario = load_scenario(name)
+    assert scenario.name == name
+    assert len(scenario.description) > 100  # says where the shape comes from
+    topology = scenario.topology()
+    for policy in POLICIES:
+        specs = scenario.pipeline_specs(policy)
+        assert list(specs) == [p.id for p in scenario.pipelines]
+        for spec in specs.values():
+            spec.validate(topology)
+    assert scenario.policy_config() == scenario.with_policy("static").policy_config()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_to_yaml_round_trips(name: str) -> None:
+    scenario = load_scenario(name)
+    text = scenario.to_yaml()
+    again = parse_scenario(text)
+    assert again == scenario
+    assert again.to_yaml() == text
+    for policy in POLICIES:
+        assert again.pipeline_specs(policy) == scenario.pipeline_specs(policy)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_uses_only_bundled_traces(name: str) -> None:
+    """A bundled scenario must work after a plain install: no trace files outside the package."""
+    for pipeline in load_scenario(name).pipelines:
+        refs = [pipeline.trace, *(a.trace for a in pipeline.adapters)]
+        assert all(ref.path is None and ref.bundled in bundled_names() for ref in refs)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_static_confines_each_pipeline_to_its_home(name: str) -> None:
+    raw = _raw(name)
+    per_node = raw["topology"]["gpus_per_node"]
+    scenario = load_scenario(name)
+    static = scenario.pipeline_specs("static")
+    homes: dict[str, set[int]] = {}
+    for item in raw["pipelines"]:
+        pid, home = item["id"], set(_gpus(item["home"]))
+        assert not any(home & other for other in homes.values()), f"{pid}: homes overlap"
+        homes[pid] = home
+        spec = static[pid]
+        used = {g for cluster in spec.clusters.values() for g in cluster.mapping}
+        assert used <= home, f"{pid} uses {sorted(used - home)} outside its home under static"
+        rollout = spec.clusters[ROLLOUT_CLUSTER]
+        assert sorted(rollout.mapping) == sorted(home), "static rollout ranks cover the home"
+        for rank in range(len(rollout.mapping) // rollout.tp):
+            bundle = rollout.mapping[rank * rollout.tp : (rank + 1) * rollout.tp]
+            assert len({g // per_node for g in bundle}) == 1
+        for cluster_name, cluster in item["clusters"].items():
+            written = _gpus(cluster["gpus"])
+            if cluster_name != ROLLOUT_CLUSTER:
+                assert list(spec.clusters[cluster_name].mapping) == written
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sharing_policies_use_the_mappings_as_written(name: str) -> None:
+    raw = _raw(name)
+    scenario = load_scenario(name)
+    for policy in set(POLICIES) - {"static"}:
+        specs = scenario.pipeline_specs(policy)
+        for item in raw["pipelines"]:
+            clusters = specs[item["id"]].clusters
+            assert set(clusters) == set(item["clusters"])
+            for cluster_name, cluster in item["clusters"].items():
+                assert list(clusters[cluster_name].mapping) == _gpus(cluster["gpus"])
+                assert clusters[cluster_name].tp == cluster.get("tp", 1)
+
+
+def _rollout_beyond_home(scenario: Scenario) -> bool:
+    return all(
+        set(p.clusters.actor_infer.gpus) > set(p.home) for p in scenario.pipelines
+    )
+
+
+def test_agentic_4x32_shape() -> None:
+    s = load_scenario("agentic-4x32")
+    assert (s.topology_config.num_nodes, s.topology_config.gpus_per_node) == (4, 8)
+    assert [p.arrival_s for p in s.pipelines] == [0, 300, 600, 900]
+    assert sorted(p.max_staleness for p in s.pipelines) == [0, 0, 1, 1]
+    for node, p in enumerate(s.pipelines):
+        assert (p.kind, p.algorithm, p.model, p.steps) == ("full_finetune", "grpo", "7b", 20)
+        assert (p.prompts_per_step, p.samples_per_prompt) == (64, 8)
+        assert p.home == tuple(range(8 * node, 8 * node + 8)) == p.clusters.actor_train.gpus
+        assert p.clusters.actor_infer.tp == 2
+        assert sorted(p.clusters.actor_infer.gpus) == list(range(32))
+        assert (p.trace.bundled, p.trace.max_response_tokens) == ("agentic_small", 32768)
+
+
+def test_mixed_lora_shape() -> None:
+    s = load_scenario("mixed-lora")
+    assert s.num_gpus == 64
+    kinds = [p.kind for p in s.pipelines]
+    assert kinds.count("full_finetune") == 2 and kinds.count("multi_lora") == 2
+    for p in s.pipelines:
+        assert len(p.home) == 16
+        if p.kind == "multi_lora":
+            assert len(p.adapters) == 4
+            assert {a.max_staleness for a in p.adapters} == {0, 1}
+    assert {p.max_staleness for p in s.pipelines if p.kind == "full_finetune"} == {0, 1}
+    assert _rollout_beyond_home(s)
+
+
+def test_math_rlvr_shape() -> None:
+    s = load_scenario("math-rlvr")
+    assert s.num_gpus == 32 and len(s.pipelines) == 4
+    assert {p.trace.bundled for p in s.pipelines} == {"math_16k"}
+    assert {p.trace.max_response_tokens for p in s.pipelines} == {16384}
+    assert {p.algorithm for p in s.pipelines} == {"grpo", "ppo"}
+    assert any(p.kl for p in s.pipelines)
+
+
+def test_math_16k_trace_is_capped_at_16k() -> None:
+    frame = load_scenario("math-rlvr").pipelines[0].trace.load()
+    assert frame["response_tokens"].max() <= 16384
+    assert frame["response_tokens"].max() > 4096  # the longer cap is why it exists
+
+
+def test_cluster_1024_shape() -> None:
+    s = load_scenario("cluster-1024")
+    assert s.num_gpus == 1024 and len(s.pipelines) == 32
+    assert s.max_time_s == 86400
+    for p in s.pipelines:
+        assert len(p.home) == 32
+        assert (p.prompts_per_step, p.samples_per_prompt) == (512, 16)
+    assert _rollout_beyond_home(s)
+    assert sorted(g for p in s.pipelines for g in p.home) == list(range(1024))
+
+
+def test_tiny_and_cpu_demo_shape() -> None:
+    for name in ("tiny", "cpu-demo"):
+        s = load_scenario(name)
+        assert s.num_gpus == 4
+        assert sorted(p.kind for p in s.pipelines) == ["full_finetune", "multi_lora"]
+        lora = next(p for p in s.pipelines if p.kind == "multi_lora")
+        assert len(lora.adapters) == 2
+    demo = load_scenario("cpu-demo")
+    assert demo.executor is not None
+    assert (demo.executor.model, demo.executor.backend) == ("tiny", "hf")
+    assert all(p.samples_per_step <= 16 and 10 <= p.steps <= 20 for p in demo.pipelines)
+    # Each pipeline's rollout may use the other's training GPUs.
+    for p in demo.pipelines:
+        for other in demo.pipelines:
+            if other is not p:
+                assert set(other.clusters.actor_train.gpus) & set(p.clusters.actor_infer.gpus)
