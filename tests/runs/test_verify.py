@@ -1,0 +1,130 @@
+"""replay and check on a written run folder, untouched and tampered with; the CLI commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlix.policy import InvariantViolation
+from rlix.runs import RunError, check, replay
+from rlix.runs import cli as run_cli
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(run_dir, tmp_path / "run"))
+
+
+def _edit_line(path: Path, number: int, edit: object) -> None:
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[number - 1])
+    edit(record)  # type: ignore[operator]
+    lines[number - 1] = json.dumps(record, separators=(",", ":"))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _first_line_with(path: Path, decision_type: str) -> int:
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if f'"type":"{decision_type}"' in line and '"decisions":[{' in line:
+            return number
+    raise AssertionError(decision_type)
+
+
+def _run_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="rlix-sim")
+    run_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    result: int = args.run(args)
+    return result
+
+
+def test_untouched_run_replays_identically(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = replay(run_dir, check_invariants=True)
+    num_lines = len((run_dir / "events.jsonl").read_text().splitlines())
+    assert result.identical and result.num_events == num_lines - 1
+    assert result.num_decisions > 20
+    assert _run_cli("replay", str(run_dir)) == 0
+    assert capsys.readouterr().out.strip() == f"replayed {result.num_events} events, {result.num_decisions} decisions: identical"
+
+
+def test_an_edited_decision_is_reported_at_its_line(run_dir: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _copy(run_dir, tmp_path)
+    events = folder / "events.jsonl"
+    number = _first_line_with(events, "Shrink")
+
+    def edit(record: dict) -> None:  # type: ignore[type-arg]
+        shrink = next(d for d in record["decisions"] if d["type"] == "Shrink")
+        shrink["reason"] = "whim"
+
+    _edit_line(events, number, edit)
+    result = replay(folder)
+    assert not result.identical and result.divergence is not None
+    assert result.divergence.line == number
+    assert result.num_events == number - 2  # the header and this line are not counted
+    assert "field 'reason'" in result.divergence.detail and '"whim"' in result.divergence.detail
+    assert _run_cli("replay", str(folder)) == 1
+    assert f"line {number}:" in capsys.readouterr().out
+
+
+def test_a_dropped_decision_and_a_refused_event_diverge(run_dir: Path, tmp_path: Path) -> None:
+    folder = _copy(run_dir, tmp_path)
+    events = folder / "events.jsonl"
+    number = _first_line_with(events, "Grant")
+    _edit_line(events, number, lambda record: record["decisions"].pop())
+    result = replay(folder)
+    assert result.divergence is not None and result.divergence.line == number
+    assert "decisions recorded" in result.divergence.detail
+    _edit_line(events, 3, lambda record: record["event"].update(now=-5.0))  # time runs backwards
+    result = replay(folder)
+    assert result.divergence is not None and result.divergence.line == 3
+    assert "refused" in result.divergence.detail
+
+
+def test_unreadable_logs_are_one_line_errors(tmp_path: Path, run_dir: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(RunError, match="no such run folder"):
+        replay(tmp_path / "nowhere")
+    folder = _copy(run_dir, tmp_path)
+    events = folder / "events.jsonl"
+    lines = events.read_text().splitlines()
+    lines[4] = lines[4][:20]
+    events.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RunError, match=r"events.jsonl, line 5: not JSON"):
+        replay(folder)
+    lines[4] = '{"event": {"type": "Nonsense", "now": 1.0}, "decisions": []}'
+    events.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RunError, match="line 5: cannot decode the event: unknown event type 'Nonsense'"):
+        replay(folder)
+    assert _run_cli("replay", str(folder)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlix-sim: error: ") and err.count("\n") == 1
+
+
+def test_check_passes_on_the_run_and_fails_on_an_overlap(run_dir: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    num_allocations, num_rollouts = check(run_dir)
+    assert (num_allocations, num_rollouts) == (len(pd.read_parquet(run_dir / "allocations.parquet")), 5)
+    assert _run_cli("check", str(run_dir)) == 0
+    folder = _copy(run_dir, tmp_path)
+    table = pd.read_parquet(folder / "allocations.parquet")
+    table.loc[0, "t_end"] = table["t_end"].max() + 5.0  # GPU held by two pipelines at once
+    table.to_parquet(folder / "allocations.parquet")
+    with pytest.raises(InvariantViolation, match="invariant 1"):
+        check(folder)
+    capsys.readouterr()
+    assert _run_cli("check", str(folder)) == 1
+    assert "invariant 1 violated" in capsys.readouterr().out
+
+
+def test_check_sees_a_stale_trajectory(run_dir: Path, tmp_path: Path) -> None:
+    folder = _copy(run_dir, tmp_path)
+    table = pd.read_parquet(folder / "rollouts.parquet")
+    table.loc[0, "step_consumed"] = 5  # p0 is on-policy: version 0 cannot feed step 5
+    table.to_parquet(folder / "rollouts.parquet")
+    with pytest.raises(InvariantViolation, match="invariant 7"):
+        check(folder)
