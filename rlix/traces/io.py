@@ -2,8 +2,8 @@
 
 `read_trace` is the one entry point the simulator uses: it reads a file, applies a column map,
 recognises a run's recorded `rollouts` table, validates, and only then returns a DataFrame.
-Every failure is a TraceError naming the file. pandas and pyarrow parse CSV and Parquet; JSON
-is parsed by `rlix.traces.textfiles`, which keeps each row's line for error messages.
+Every failure is a TraceError naming the file. pandas parses CSV, pyarrow Parquet, the standard
+library JSON; `rlix.traces.textfiles` keeps each row's line in a text file for error messages.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 from rlix.traces.columns import apply_column_map, as_column_map
 from rlix.traces.errors import TraceError
 from rlix.traces.schema import ROLLOUTS_AS_TRACE, TABLE_COLUMNS
-from rlix.traces.textfiles import read_json_text
+from rlix.traces.textfiles import read_csv_text, read_json_text
 from rlix.traces.validate import validate_trace
 
 Format = Literal["csv", "jsonl", "json", "parquet"]
@@ -80,7 +80,7 @@ def write_trace(frame: pd.DataFrame, path: str | Path, format: str | None = None
 def read_frame(path: str | Path, format: str | None = None) -> pd.DataFrame:
     """Read any table file as it is, turning every failure into a TraceError naming it.
 
-    Rows of a JSON Lines file are indexed by their line in the file (index name
+    Rows of a CSV or JSON Lines file are indexed by their line in the file (index name
     `validate.FILE_LINE`), other rows by their 0-based position, so errors can point at them.
     """
     path = Path(path)
@@ -91,7 +91,7 @@ def read_frame(path: str | Path, format: str | None = None) -> pd.DataFrame:
     _check_content(head, fmt, path)
     try:
         if fmt == "csv":
-            return pd.read_csv(path)
+            return read_csv_text(path)
         if fmt == "parquet":
             return pd.read_parquet(path, engine="pyarrow")
         return read_json_text(path, lines=fmt == "jsonl")

@@ -74,7 +74,7 @@ def test_fit(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     ("args", "fragment"),
     [
         (["trace", "inspect", "{tmp}/absent.csv"], "absent.csv: no such file"),
-        (["trace", "inspect", "{tmp}/bad.csv"], "row 2 (1-based)"),
+        (["trace", "inspect", "{tmp}/bad.csv"], "bad.csv, line 3, column"),
         (["trace", "inspect", "{tmp}/bad.csv", "--column", "steps=x"], "column map target"),
         (["trace", "fit", "{tmp}/bad.csv", "--out", "{tmp}/o.csv"], "summary has no mean"),
         (["trace", "generate", "math", "--rows", "0", "--out", "{tmp}/o.csv"], "rows must be"),

@@ -93,19 +93,25 @@ def test_short_names_and_column_map(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "fragment", "row"),
+    ("text", "fragment", "line"),
     [
-        ("mean,max,clip_ratio\n100,4096,0.5\n", "cannot come from a cap of 4096", 1),
-        ("mean,max,clip_ratio\n900,1000,0\n500,800,1.5\n", "not between 0 and 1", 2),
-        ("mean,max,clip_ratio\n900,800,0\n", "above the step's max", 1),
-        ("mean,max,clip_ratio\n900,-1,0\n", "-1 is not positive", 1),
+        ("mean,max,clip_ratio\n100,4096,0.5\n", "cannot come from a cap of 4096", 2),
+        ("mean,max,clip_ratio\n900,1000,0\n500,800,1.5\n", "not between 0 and 1", 3),
+        ("mean,max,clip_ratio\n900,800,0\n", "above the step's max", 2),
+        ("mean,max,clip_ratio\n900,-1,0\n", "-1 is not positive", 2),
         ("mean,max\n900,1000\n", "summary has no clip_ratio column", None),
+        # Blank lines count as lines: each error names the line a user's editor shows.
+        ("mean,max,clip_ratio\n\n900,1000,0\n\n500,800,1.5\n", "not between 0 and 1", 5),
+        ("mean,max,clip_ratio\n900,1000,0\n\n900,800,0\n", "above the step's max", 4),
+        ("mean,max,clip_ratio\n\n900,-1,0\n", "-1 is not positive", 3),
     ],
 )
-def test_bad_summary(tmp_path: Path, text: str, fragment: str, row: int | None) -> None:
+def test_bad_summary(tmp_path: Path, text: str, fragment: str, line: int | None) -> None:
     path = tmp_path / "summary.csv"
     path.write_text(text)
     with pytest.raises(TraceError, match=fragment) as caught:
         fit_trace(path)
-    assert caught.value.row == row
+    assert caught.value.line == line
     assert caught.value.file == str(path)
+    if line is not None:
+        assert str(caught.value).startswith(f"{path}, line {line}")

@@ -87,14 +87,21 @@ def test_recorded_rollouts_replay_as_trace(tmp_path: Path) -> None:
     assert trace["step"].tolist() == [0, 0, 3]
 
 
-def test_rollouts_trace_errors_use_file_rows(tmp_path: Path) -> None:
+def test_rollouts_trace_errors_use_file_lines(tmp_path: Path) -> None:
     frame = rollouts()
     frame.loc[3, "prompt_tokens"] = -1
     path = tmp_path / "rollouts.csv"
     frame.to_csv(path, index=False)
     with pytest.raises(TraceError) as caught:
         read_trace(path)
-    assert (caught.value.row, caught.value.column) == (4, "prompt_tokens")
+    # Data row 4 is line 5 (the header is line 1), past the filtered-out requeued row.
+    assert (caught.value.line, caught.value.column) == (5, "prompt_tokens")
+    frame.loc[3, "status"] = "done"
+    frame.to_csv(path, index=False)
+    path.write_text(path.read_text().replace("\n", "\n\n", 2))  # blank lines 2 and 4
+    with pytest.raises(TraceError, match="'done' is not one of") as caught:
+        read_table(path)
+    assert (caught.value.line, caught.value.column) == (7, "status")
 
 
 def test_missing_required_column(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ def read_error(path: Path, column_map: list[str] | None = None) -> TraceError:
 
 
 @pytest.mark.parametrize(
-    ("text", "row", "column", "fragment"),
+    ("text", "row", "column", "fragment"),  # row: the data row, so the file's line is row + 1
     [
         ("response_tokens\n5\n2.5\n", 2, "response_tokens", "2.5 is not an integer"),
         ("response_tokens\n5\n7\n0\n", 3, "response_tokens", "0 is not positive"),
@@ -42,22 +42,81 @@ def read_error(path: Path, column_map: list[str] | None = None) -> TraceError:
         ("response_tokens,capped\n5,maybe\n", 1, "capped", "'maybe' is not true or false"),
     ],
 )
-def test_bad_value_names_row_and_column(
+def test_bad_value_names_line_and_column(
     tmp_path: Path, text: str, row: int, column: str, fragment: str
 ) -> None:
     path = tmp_path / "bad.csv"
     path.write_text(text)
     error = read_error(path)
-    assert (error.row, error.column) == (row, column)
-    assert f"row {row} {ROW}, column {column!r}: " in str(error)
+    assert (error.line, error.row, error.column) == (row + 1, None, column)
+    assert f"{path}, line {row + 1}, column {column!r}: " in str(error)
     assert fragment in str(error)
+    # The same table as Parquet has no lines: it is pointed at by row.
+    parquet = tmp_path / "bad.parquet"
+    pd.read_csv(path, dtype=str, keep_default_na=False).to_parquet(parquet)
+    error = read_error(parquet)
+    assert (error.line, error.row) == (None, row)
+    assert f"{parquet}, row {row} {ROW}, column {column!r}: " in str(error)
 
 
 def test_first_bad_row_wins_across_columns(tmp_path: Path) -> None:
     path = tmp_path / "bad.csv"
     path.write_text("prompt_tokens,response_tokens\n1,1\n1,1\n1,-2\n0,1\n")
     error = read_error(path)
-    assert (error.row, error.column) == (3, "response_tokens")
+    assert (error.line, error.column) == (4, "response_tokens")
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("response_tokens\n1\n\n2\n-3\n", 5),  # a blank line
+        ("response_tokens\n1\n \t \n\n2\n-3\n", 6),  # spaces and tabs, then blank
+        ("\n\nresponse_tokens\n1\n-3\n", 5),  # blank lines before the header
+        ("response_tokens\r\n1\r\n\r\n-3\r\n", 4),  # Windows line ends
+        ('response_tokens,note\n1,"two\nlines"\n\n-3,x\n', 5),  # a quoted field on two lines
+    ],
+)
+def test_csv_errors_name_the_file_line(tmp_path: Path, text: str, line: int) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_bytes(text.encode())
+    error = read_error(path)
+    assert error.line == line
+    assert str(error).startswith(f"{path}, line {line}, column 'response_tokens': -3 is not")
+
+
+def test_csv_quoted_empty_field_is_a_row_not_a_blank_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text('response_tokens\n1\n""\n2\n')
+    error = read_error(path)
+    assert (error.line, error.column) == (3, "response_tokens")
+    assert "missing value" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        ("response_tokens\n1,2\n3,4\n", 2, "2 fields, but the header (line 1) names 1"),
+        ("response_tokens\n1\n\n2,3,4\n", 4, "3 fields, but the header (line 1) names 1"),
+        ('response_tokens\n"1\n",2\n', 2, "2 fields, but the header (line 1) names 1"),
+    ],
+)
+def test_csv_record_with_more_fields_than_the_header(
+    tmp_path: Path, text: str, line: int, fragment: str
+) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    error = read_error(path)
+    assert error.line == line and fragment in str(error)
+
+
+def test_csv_rows_when_lines_cannot_be_counted(tmp_path: Path) -> None:
+    # A field past the csv module's size limit: pandas reads it, the line count gives up, and
+    # the error falls back to naming the row, saying so.
+    path = tmp_path / "bad.csv"
+    path.write_text("response_tokens,note\n1,short\n-3," + "x" * 200_000 + "\n")
+    error = read_error(path)
+    assert (error.line, error.row) == (None, 2)
+    assert f"row 2 {ROW}" in str(error)
 
 
 def test_bad_value_in_jsonl_and_parquet(tmp_path: Path) -> None:
@@ -81,7 +140,12 @@ def test_bad_value_in_jsonl_and_parquet(tmp_path: Path) -> None:
         ("nul.jsonl", b'{"response_tokens": 1}\x00\x00', "binary file"),
         ("text.parquet", b"response_tokens\n1\n", "not a Parquet file"),
         ("cut.parquet", b"PAR1 truncated", "cannot parse as parquet"),
-        ("ragged.csv", b"response_tokens\n1\n2,3,4\n", "cannot parse as csv"),
+        ("ragged.csv", b"response_tokens\n1\n2,3,4\n", "line 3: 3 fields, but the header"),
+        (
+            "quote.csv",
+            b'response_tokens\n1\n"2\n3\n',
+            "line 3: cannot parse as csv: unexpected end",
+        ),
         ("broken.jsonl", b'{"response_tokens": 1\n', "line 1: not valid JSON at character 22"),
         ("trace.txt", b"response_tokens\n1\n", "cannot tell the format"),
         ("other.csv", b"tokens\n5\n", "missing required column 'response_tokens'"),
