@@ -86,7 +86,9 @@ def validate_scenario(
     """A scenario from plain data (the parsed YAML); `source` gives errors their lines."""
     source = source or SourceMap()
     if not isinstance(data, dict):
-        raise source.error((), type(data).__name__, "a scenario is a YAML mapping (name:, topology:, pipelines:, ...)")
+        raise source.error(
+            (), NO_VALUE, f"a scenario is a YAML mapping (name:, topology:, pipelines:, ...), not a {type(data).__name__}"
+        )
     context = {"base_dir": None if base_dir is None else os.fspath(base_dir)}
     try:
         scenario = Scenario.model_validate(data, context=context)
