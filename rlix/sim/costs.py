@@ -1,0 +1,368 @@
+"""The simulator's cost model: how long decode iterations, prefills, training and weight moves take.
+
+Every default cites where it comes from (`../shared/WORKLOADS.md` lists the published figures);
+where no figure exists the comment says ASSUMPTION and why the value is what it is. A scenario
+overrides any field by name (`CostModel.for_model("7b", overrides={"train_mfu": 0.45})`); an
+unknown name or a bad value is a ValueError naming it.
+
+Decode. One iteration decodes one token for each of the `b` running sequences holding `K` tokens
+of KV cache in all: t(b, K) = alpha(b, tp) + beta(tp) * K, with
+
+- alpha = per-step overhead + linear layers f_lin(b, tp) + TP all-reduces;
+- beta  = KV bytes per token held on one GPU / HBM bandwidth (attention reads the whole cache).
+
+f_lin comes from Vidur's H100 profile of Llama-2-7B linear layers (WORKLOADS.md): 5.6 ms flat
+up to 64 tokens at TP1, floors of 3.2 and 1.3 ms at TP2 and TP8. The floor is fitted as
+`launch + weights / (tp * effective bandwidth)`: TP1 and TP2 give 0.8 ms of launch cost for the
+32 layers and 4.8 ms to read the 13.5 GB of weights (2.8 TB/s, 84% of HBM). That fit predicts
+1.4 ms at TP8 (published 1.3) and, scaled to Llama-2-70B's 80 layers and 141 GB, 8.3 ms at TP8
+(published 8.4), so the fit is used to scale the floor to other shapes and GPUs. Above the floor
+the profile's excess (compute: 0.8 ms more at 128 tokens ... 77.6 ms at 4096) is scaled by
+parameter count, by peak FLOP/s relative to the H100, and divided by tp (ASSUMPTION: linear-layer
+compute scales with parameters; attention FLOPs are left out).
+
+Everything else is FLOP counting (2·N·n forward, 6·N·n training, WORKLOADS.md) at a stated MFU,
+or bytes over a stated bandwidth.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rlix.scenarios.models import MODELS, ModelShape
+
+GIB = 2**30
+
+# Vidur's H100 profile of Llama-2-7B linear layers summed over layers, TP1, seconds by tokens in
+# the iteration (WORKLOADS.md); flat below 64 tokens.
+VIDUR_LLAMA2_7B_TP1_S: tuple[tuple[int, float], ...] = (
+    (64, 5.6e-3),
+    (128, 6.4e-3),
+    (256, 9.2e-3),
+    (512, 12.0e-3),
+    (1024, 21.0e-3),
+    (4096, 83.2e-3),
+)
+# The profiled model: Llama-2-7B has 6.74e9 parameters in 32 layers (its published config).
+VIDUR_REF_PARAMS = 6.74e9
+VIDUR_REF_LAYERS = 32
+# Vidur's TP2 floor (WORKLOADS.md); with the TP1 floor it fixes launch cost and weight bandwidth.
+VIDUR_FLOOR_TP2_S = 3.2e-3
+
+
+@dataclass(frozen=True, slots=True)
+class GpuType:
+    """What the cost model needs to know about one GPU model."""
+
+    name: str
+    hbm_capacity_bytes: float
+    hbm_bytes_per_s: float
+    peak_flops_per_s: float
+    nvlink_bytes_per_s: float
+    host_link_bytes_per_s: float
+
+
+GPUS: dict[str, GpuType] = {
+    "h100": GpuType(
+        "h100",
+        # H100 SXM: 80 GB HBM3 (NVIDIA datasheet; the stacks are binary gigabytes).
+        hbm_capacity_bytes=80 * GIB,
+        # 3.35 TB/s HBM and 989 TFLOP/s dense BF16 (WORKLOADS.md).
+        hbm_bytes_per_s=3.35e12,
+        peak_flops_per_s=989e12,
+        # NVLink ~450 GB/s per direction (WORKLOADS.md).
+        nvlink_bytes_per_s=450e9,
+        # ASSUMPTION: PCIe Gen5 x16 is 64 GB/s per direction (datasheet); a host <-> GPU weight
+        # copy while the node's other GPUs copy too is taken to reach 25 GB/s.
+        host_link_bytes_per_s=25e9,
+    ),
+    "a100": GpuType(
+        "a100",
+        # A100 SXM 80GB: HBM2e 2,039 GB/s, 312 TFLOP/s dense BF16, NVLink 600 GB/s in both
+        # directions together (NVIDIA A100 datasheet; not in WORKLOADS.md).
+        hbm_capacity_bytes=80 * GIB,
+        hbm_bytes_per_s=2.039e12,
+        peak_flops_per_s=312e12,
+        nvlink_bytes_per_s=300e9,
+        # ASSUMPTION: PCIe Gen4 x16 is 32 GB/s per direction; 12 GB/s reached, as for the H100.
+        host_link_bytes_per_s=12e9,
+    ),
+}
+
+_NUMERIC_MIN_ZERO = {
+    "decode_overhead_s",
+    "allreduce_latency_s",
+    "init_fixed_s",
+    "expand_fixed_s",
+    "shrink_fixed_s",
+}
+_FRACTIONS = {"gpu_memory_utilization", "prefill_mfu", "train_mfu", "forward_mfu"}
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Stage and decode times for one model shape on one GPU type (all times in seconds)."""
+
+    model: ModelShape
+    gpu_name: str
+    hbm_capacity_bytes: float
+    hbm_bytes_per_s: float
+    peak_flops_per_s: float
+    nvlink_bytes_per_s: float
+    host_link_bytes_per_s: float
+    # ASSUMPTION: per decode step scheduler, sampling and detokenisation cost outside the layers.
+    decode_overhead_s: float = 1.0e-3
+    # ASSUMPTION: NCCL all-reduce latency for a small message over NVLink; two per layer at TP > 1.
+    allreduce_latency_s: float = 10e-6
+    # vLLM's default gpu_memory_utilization: the share of HBM the engine may use.
+    gpu_memory_utilization: float = 0.9
+    # ASSUMPTION: prefill runs at 50% of peak; Vidur's 4096-token point implies 67% for the
+    # linear layers alone, attention and sampling take the rest.
+    prefill_mfu: float = 0.5
+    # Training at a realistic 35-50% MFU (WORKLOADS.md): the middle, 40%.
+    train_mfu: float = 0.4
+    # ASSUMPTION: log-prob, reference and value passes (2·N·n) at the training MFU.
+    forward_mfu: float = 0.4
+    # ASSUMPTION: process start, NCCL groups, optimizer allocation before the first step.
+    init_fixed_s: float = 60.0
+    # ASSUMPTION: weights read from local NVMe or a network file system at 2 GB/s at init.
+    storage_bytes_per_s: float = 2e9
+    # ASSUMPTION: waking an inference engine (KV cache reallocated, CUDA graphs kept) besides
+    # copying its weight shard over the host link.
+    expand_fixed_s: float = 2.0
+    # ASSUMPTION: putting an engine to sleep besides copying its weight shard to the host.
+    shrink_fixed_s: float = 1.0
+    # RLix syncs a 30B model (60 GB in BF16) through CPU serialization in ~90 s (WORKLOADS.md):
+    # 0.67 GB/s. Set it to NVLink's 450e9 to model an NCCL broadcast inside a node.
+    weight_sync_bytes_per_s: float = 60e9 / 90.0
+    # The linear-layer profile the decode model scales (see the module docstring).
+    linear_profile_tp1_s: tuple[tuple[int, float], ...] = VIDUR_LLAMA2_7B_TP1_S
+    linear_floor_tp2_s: float = VIDUR_FLOOR_TP2_S
+
+    # -- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def for_model(
+        cls,
+        model: str | ModelShape = "7b",
+        gpu: str = "h100",
+        overrides: Mapping[str, Any] | None = None,
+    ) -> CostModel:
+        """Defaults for a size class of `rlix.scenarios.models.MODELS` on `gpu` ("h100", "a100")."""
+        shape = _model(model) if isinstance(model, str) else model
+        if gpu not in GPUS:
+            raise ValueError(f"unknown gpu {gpu!r} (known: {', '.join(GPUS)})")
+        g = GPUS[gpu]
+        base = cls(
+            model=shape,
+            gpu_name=g.name,
+            hbm_capacity_bytes=g.hbm_capacity_bytes,
+            hbm_bytes_per_s=g.hbm_bytes_per_s,
+            peak_flops_per_s=g.peak_flops_per_s,
+            nvlink_bytes_per_s=g.nvlink_bytes_per_s,
+            host_link_bytes_per_s=g.host_link_bytes_per_s,
+        )
+        return base.with_overrides(overrides or {})
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> CostModel:
+        """A copy with the named fields replaced; ValueError names an unknown field or bad value."""
+        fields = {f.name for f in dataclasses.fields(self)}
+        changes: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if key not in fields:
+                raise ValueError(f"unknown cost field {key!r} (known: {', '.join(sorted(fields))})")
+            changes[key] = _checked(key, value)
+        if not changes:
+            return self
+        result = dataclasses.replace(self, **changes)
+        floor_tp1 = result.linear_profile_tp1_s[0][1]
+        if not floor_tp1 / 2 <= result.linear_floor_tp2_s < floor_tp1:
+            raise ValueError(
+                f"cost field 'linear_floor_tp2_s' must lie in [half, all) of the TP1 floor {floor_tp1!r}, "
+                f"got {result.linear_floor_tp2_s!r}"
+            )
+        return result
+
+    # -- decode ------------------------------------------------------------------------------
+
+    def _linear_floor_parts(self) -> tuple[float, float]:
+        """(launch seconds per layer, effective weight-read bandwidth as a share of HBM), fitted
+        on the profile's TP1 and TP2 floors: floor(tp) = launch + weights / tp."""
+        floor_tp1 = self.linear_profile_tp1_s[0][1]
+        weight_read_s = 2.0 * (floor_tp1 - self.linear_floor_tp2_s)
+        launch_s = floor_tp1 - weight_read_s
+        # The profile was taken on an H100 (3.35 TB/s, WORKLOADS.md); BF16 weights.
+        efficiency = (2.0 * VIDUR_REF_PARAMS / weight_read_s) / 3.35e12
+        return launch_s / VIDUR_REF_LAYERS, efficiency
+
+    def linear_seconds(self, num_tokens: int, tp: int) -> float:
+        """Linear layers of one forward pass over `num_tokens` tokens on one GPU of a TP group."""
+        launch_per_layer_s, efficiency = self._linear_floor_parts()
+        floor = self.model.num_layers * launch_per_layer_s + self.model.weight_bytes / (
+            tp * efficiency * self.hbm_bytes_per_s
+        )
+        scale = (self.model.num_params / VIDUR_REF_PARAMS) * (989e12 / self.peak_flops_per_s)
+        return floor + scale * _profile_excess(self.linear_profile_tp1_s, num_tokens) / tp
+
+    def allreduce_seconds(self, num_tokens: int, tp: int) -> float:
+        """Two ring all-reduces of the BF16 hidden states per layer (attention and MLP outputs)."""
+        if tp <= 1:
+            return 0.0
+        message_bytes = num_tokens * self.model.hidden_size * 2
+        one = (
+            self.allreduce_latency_s + 2.0 * (tp - 1) / tp * message_bytes / self.nvlink_bytes_per_s
+        )
+        return 2 * self.model.num_layers * one
+
+    def kv_bytes_per_token_per_gpu(self, tp: int) -> float:
+        """KV heads split across the TP group; past the number of KV heads they are replicated."""
+        return self.model.kv_bytes_per_token / min(tp, self.model.num_kv_heads)
+
+    def decode_coefficients(self, batch_size: int, tp: int) -> tuple[float, float]:
+        """(alpha_s, beta_s_per_token) with t(b, K) = alpha + beta * K for one decode iteration."""
+        alpha = (
+            self.decode_overhead_s
+            + self.linear_seconds(batch_size, tp)
+            + self.allreduce_seconds(batch_size, tp)
+        )
+        beta = self.kv_bytes_per_token_per_gpu(tp) / self.hbm_bytes_per_s
+        return alpha, beta
+
+    def decode_iteration_seconds(self, batch_size: int, kv_tokens: int, tp: int) -> float:
+        alpha, beta = self.decode_coefficients(batch_size, tp)
+        return alpha + beta * kv_tokens
+
+    # -- prefill -----------------------------------------------------------------------------
+
+    def prefill_compute_seconds(self, num_tokens: int, tp: int) -> float:
+        """2·N·n FLOPs at `prefill_mfu`: what admitting `num_tokens` adds to a decode step that
+        runs anyway (vLLM batches prefills into decode steps; the weight read is paid once)."""
+        return (
+            2.0
+            * self.model.num_params
+            * num_tokens
+            / (tp * self.peak_flops_per_s * self.prefill_mfu)
+        )
+
+    def prefill_seconds(self, num_tokens: int, tp: int) -> float:
+        """A prefill on its own: one forward pass's floor plus the compute."""
+        return self.decode_coefficients(0, tp)[0] + self.prefill_compute_seconds(num_tokens, tp)
+
+    # -- training and other gang stages ------------------------------------------------------
+
+    def train_seconds(self, num_tokens: int, num_gpus: int) -> float:
+        """Actor training: 6·N·n FLOPs at `train_mfu` over `num_gpus` GPUs."""
+        return (
+            6.0
+            * self.model.num_params
+            * num_tokens
+            / (num_gpus * self.peak_flops_per_s * self.train_mfu)
+        )
+
+    def forward_seconds(
+        self, num_tokens: int, num_gpus: int, model: ModelShape | None = None
+    ) -> float:
+        """A log-prob, reference or value pass: 2·N·n FLOPs at `forward_mfu`."""
+        params = (model or self.model).num_params
+        return 2.0 * params * num_tokens / (num_gpus * self.peak_flops_per_s * self.forward_mfu)
+
+    def critic_train_seconds(
+        self, num_tokens: int, num_gpus: int, critic: ModelShape | None = None
+    ) -> float:
+        """Critic training: 6·N_critic·n at `train_mfu` (the critic defaults to the actor's shape)."""
+        params = (critic or self.model).num_params
+        return 6.0 * params * num_tokens / (num_gpus * self.peak_flops_per_s * self.train_mfu)
+
+    def init_seconds(self) -> float:
+        """Model load at initialization: a fixed start-up plus reading the weights from storage."""
+        return self.init_fixed_s + self.model.weight_bytes / self.storage_bytes_per_s
+
+    # -- weights on and off rollout ranks ----------------------------------------------------
+
+    def weight_load_seconds(self, tp: int) -> float:
+        """Expanding a rollout rank: each GPU copies its weight shard host -> GPU."""
+        return self.expand_fixed_s + self.model.weight_bytes / tp / self.host_link_bytes_per_s
+
+    def offload_seconds(self, tp: int) -> float:
+        """Shrinking a rollout rank: each GPU copies its weight shard GPU -> host."""
+        return self.shrink_fixed_s + self.model.weight_bytes / tp / self.host_link_bytes_per_s
+
+    def weight_sync_seconds(self, num_bytes: float | None = None) -> float:
+        """Pushing a new weight version (the whole model unless `num_bytes`, e.g. a LoRA adapter)."""
+        return (
+            self.model.weight_bytes if num_bytes is None else num_bytes
+        ) / self.weight_sync_bytes_per_s
+
+    def kv_capacity_tokens(self, tp: int) -> int:
+        """Tokens of KV cache one rollout rank holds: its usable HBM less its weight shard."""
+        free_per_gpu = (
+            self.hbm_capacity_bytes * self.gpu_memory_utilization - self.model.weight_bytes / tp
+        )
+        if free_per_gpu <= 0:
+            raise ValueError(
+                f"model {self.model.name} does not fit at tp={tp} on {self.gpu_name} "
+                f"(weight shard {self.model.weight_bytes / tp / GIB:.1f} GiB)"
+            )
+        return int(free_per_gpu // self.kv_bytes_per_token_per_gpu(tp))
+
+
+def _model(name: str) -> ModelShape:
+    if name not in MODELS:
+        raise ValueError(f"unknown model size {name!r} (known: {', '.join(MODELS)})")
+    return MODELS[name]
+
+
+def _profile_excess(profile: tuple[tuple[int, float], ...], num_tokens: int) -> float:
+    """Profile time above its flat floor at `num_tokens`, linear between points and past the last."""
+    floor = profile[0][1]
+    if num_tokens <= profile[0][0]:
+        return 0.0
+    xs = [p[0] for p in profile]
+    i = min(bisect.bisect_left(xs, num_tokens), len(profile) - 1)
+    (x0, y0), (x1, y1) = profile[i - 1], profile[i]
+    return y0 + (y1 - y0) * (num_tokens - x0) / (x1 - x0) - floor
+
+
+def _checked(key: str, value: Any) -> Any:
+    if key == "model":
+        if isinstance(value, ModelShape):
+            return value
+        if isinstance(value, str):
+            return _model(value)
+        raise ValueError(f"cost field 'model' must be a size name, got {value!r}")
+    if key == "gpu_name":
+        if not isinstance(value, str):
+            raise ValueError(f"cost field 'gpu_name' must be a string, got {value!r}")
+        return value
+    if key == "linear_profile_tp1_s":
+        return _checked_profile(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"cost field {key!r} must be a finite number, got {value!r}")
+    if value < 0 or (value == 0 and key not in _NUMERIC_MIN_ZERO):
+        raise ValueError(f"cost field {key!r} must be positive, got {value!r}")
+    if key in _FRACTIONS and value > 1:
+        raise ValueError(f"cost field {key!r} is a fraction in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _checked_profile(value: Any) -> tuple[tuple[int, float], ...]:
+    try:
+        points = tuple((int(n), float(s)) for n, s in value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"cost field 'linear_profile_tp1_s' must be [tokens, seconds] pairs, got {value!r}"
+        ) from None
+    ok = len(points) >= 2 and all(
+        a[0] < b[0] and a[1] <= b[1] and a[1] > 0 for a, b in zip(points, points[1:], strict=False)
+    )
+    if not ok:
+        raise ValueError(
+            "cost field 'linear_profile_tp1_s' needs >= 2 points, tokens increasing, seconds positive "
+            f"and non-decreasing; got {value!r}"
+        )
+    return points

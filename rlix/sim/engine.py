@@ -1,0 +1,471 @@
+"""Rollout engines for the simulator, advanced in closed form between admissions and completions.
+
+One `RolloutGroup` per pipeline holds that pipeline's FIFO queue of waiting trajectories and one
+engine per active data-parallel rollout rank. An engine batches continuously (vLLM-style):
+
+- at each iteration boundary, finished sequences leave; free slots are refilled from the queue
+  head while the KV cache would still hold the next iteration (`K + b + need + 1 <= capacity`,
+  strict FIFO: a head that does not fit blocks the queue); then, while `K + b > capacity`, the
+  most recently admitted sequence is preempted to the queue front, keeping its generated prefix;
+- the next iteration decodes one token for every running sequence and takes
+  `alpha(b) + beta * K` plus, when sequences were admitted at that boundary, the compute of
+  their prefill (prompt + any resumed prefix, which counts as recomputed tokens). Prefills ride
+  in the decode step, as vLLM's chunked prefill does;
+- an idle engine (nothing running) starts a boundary as soon as the queue has work and it is
+  ready; a running engine with a free slot looks at the queue at each of its boundaries.
+
+Between events the batch size b is fixed and K grows by b per iteration, so m iterations from
+a base (t0, K) take `extra + m*alpha(b) + beta*(m*K + b*m*(m-1)/2)`; an engine keeps a counter
+of iterations and each running sequence the counter at which it finishes (a heap), so the next
+event is found without stepping token by token. Events of all engines of a group are processed
+in global (time, dp_rank) order, which is what makes the shared queue deterministic.
+
+Attempt records (`drain_attempts`) are plain tuples in the order of `ATTEMPT_FIELDS`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from heapq import heappop, heappush
+from typing import Any
+
+import numpy as np
+
+from rlix.sim.costs import CostModel
+from rlix.sim.engine_state import (
+    COMPLETED,
+    REQUEUED,
+    Engine,
+    boundary_after,
+    boundary_at_or_before,
+    time_at,
+)
+
+ATTEMPT_FIELDS = (
+    "traj_id",
+    "dp_rank",
+    "t_start",
+    "t_end",
+    "generated_tokens",
+    "recomputed_tokens",
+    "status",
+)
+Attempt = tuple[int, int, float, float, int, int, str]
+STOP_REASONS = ("limit", "completions", "batch_done", "idle")
+_INF = math.inf
+
+
+class RolloutGroup:
+    """The rollout engines of one pipeline sharing one queue (see the module docstring)."""
+
+    def __init__(self, costs: CostModel, tp: int, max_batch: int, kv_capacity_tokens: int) -> None:
+        for name, value in (
+            ("tp", tp),
+            ("max_batch", max_batch),
+            ("kv_capacity_tokens", kv_capacity_tokens),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"RolloutGroup {name} must be a positive integer, got {value!r}")
+        self.costs = costs
+        self.tp = int(tp)
+        self.max_batch = int(max_batch)
+        self.kv_capacity_tokens = int(kv_capacity_tokens)
+        coefficients = [costs.decode_coefficients(b, self.tp) for b in range(self.max_batch + 1)]
+        self._alpha = [a for a, _ in coefficients]
+        self._beta = coefficients[1][1]
+        self._prefill_per_token_s = costs.prefill_compute_seconds(1, self.tp)
+        # Per trajectory (internal index = submission order), append-only and shared by copies
+        # until one of them submits (copy on write).
+        self._tid: list[int] = []
+        self._prompt: list[int] = []
+        self._resp: list[int] = []
+        self._batch: list[int] = []
+        self._shared_lists = False
+        # The queue: re-queued (index, generated prefix) pairs first, then fresh submissions
+        # from index `_qhead` on.
+        self._front: deque[tuple[int, int]] = deque()
+        self._qhead = 0
+        self._batch_left: dict[int, int] = {}
+        self._done_batches: list[int] = []
+        self._attempts: list[Attempt] = []
+        self._busy: list[tuple[int, float, float]] = []
+        self._engines: dict[int, Engine] = {}
+        # (time, dp_rank, version); an entry whose version is not its engine's current one is stale.
+        self._events: list[tuple[float, int, int]] = []
+        self._version = 0
+        # Ranks with a free slot after their last boundary (queue empty or head not fitting).
+        self._hungry: set[int] = set()
+        self._batch_done_flag = False
+        self.now = 0.0
+
+    # -- inspection ------------------------------------------------------------------------
+
+    @property
+    def num_queued(self) -> int:
+        return len(self._front) + len(self._tid) - self._qhead
+
+    @property
+    def num_running(self) -> int:
+        return sum(e.b for e in self._engines.values())
+
+    @property
+    def num_remaining(self) -> int:
+        return self.num_queued + self.num_running
+
+    @property
+    def engines(self) -> list[int]:
+        return sorted(self._engines)
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def submit(
+        self, traj_ids: Any, prompt_tokens: Any, response_tokens: Any, batch_ids: Any
+    ) -> None:
+        """Append trajectories to the back of the queue at `now` (all four of equal length)."""
+        cols = [np.asarray(c) for c in (traj_ids, prompt_tokens, response_tokens, batch_ids)]
+        names = ("traj_ids", "prompt_tokens", "response_tokens", "batch_ids")
+        for name, col in zip(names, cols, strict=True):
+            if col.ndim != 1 or len(col) != len(cols[0]):
+                raise ValueError(
+                    f"submit: {name} must be 1-D with {len(cols[0])} entries, got shape {col.shape}"
+                )
+            if len(col) and not np.issubdtype(col.dtype, np.integer):
+                raise ValueError(f"submit: {name} must be integers, got dtype {col.dtype}")
+        ids, prompt, resp, batch = cols
+        if not len(ids):
+            return
+        for name, col in (("prompt_tokens", prompt), ("response_tokens", resp)):
+            bad = np.flatnonzero(col < 1)
+            if len(bad):
+                raise ValueError(
+                    f"submit: trajectory {ids[bad[0]]} has {name}={col[bad[0]]} (must be >= 1)"
+                )
+        bad = np.flatnonzero(prompt.astype(np.int64) + resp > self.kv_capacity_tokens)
+        if len(bad):
+            i = bad[0]
+            raise ValueError(
+                f"submit: trajectory {ids[i]} needs {prompt[i] + resp[i]} KV tokens, "
+                f"more than a rank holds ({self.kv_capacity_tokens})"
+            )
+        if self._shared_lists:
+            self._tid, self._prompt = list(self._tid), list(self._prompt)
+            self._resp, self._batch = list(self._resp), list(self._batch)
+            self._shared_lists = False
+        was_empty = self.num_queued == 0
+        self._tid.extend(ids.tolist())
+        self._prompt.extend(prompt.tolist())
+        self._resp.extend(resp.tolist())
+        self._batch.extend(batch.tolist())
+        left = self._batch_left
+        values, counts = np.unique(batch, return_counts=True)
+        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            left[value] = left.get(value, 0) + count
+        if was_empty:
+            self._wake_hungry(self.now, -1)
+
+    def add_engine(self, dp_rank: int, t_ready: float) -> None:
+        """Start an engine for `dp_rank`; it takes work from `t_ready` on (after its weight load)."""
+        if dp_rank in self._engines:
+            raise ValueError(f"add_engine: dp_rank {dp_rank} already has an engine")
+        if not t_ready >= self.now:
+            raise ValueError(
+                f"add_engine: t_ready {t_ready!r} is before the group's time {self.now!r}"
+            )
+        e = Engine(dp_rank, t_ready)
+        self._engines[dp_rank] = e
+        self._schedule(e, t_ready, 0)
+
+    def remove_engine(self, dp_rank: int, t: float) -> int:
+        """Stop `dp_rank`'s engine at `t`: sequences whose last token was done by `t` complete,
+        the others go back to the queue front (admission order) with their generated prefix.
+        Returns how many were re-queued."""
+        e = self._engines.get(dp_rank)
+        if e is None:
+            raise ValueError(f"remove_engine: dp_rank {dp_rank} has no engine")
+        self._check_advanced_to(t, "remove_engine")
+        self.now = t
+        del self._engines[dp_rank]
+        self._hungry.discard(dp_rank)
+        running = [x for x in e.heap if x[1] not in e.gone]
+        if not running:
+            return 0
+        beta, alpha = self._beta, self._alpha[e.b]
+        n = e.n0 + boundary_at_or_before(e, t, alpha, beta, min(x[0] for x in running) - e.n0)
+        resp, tid, append = self._resp, self._tid, self._attempts.append
+        requeued: list[tuple[int, int]] = []
+        running.sort(key=lambda x: x[1])
+        for fin, _seq, idx, g0, t_start in running:
+            if fin <= n:
+                self._complete(idx, dp_rank, t_start, time_at(e, fin - e.n0, alpha, beta), g0)
+                continue
+            generated = n - (fin - resp[idx] + g0)
+            append((tid[idx], dp_rank, t_start, t, generated, g0, REQUEUED))
+            requeued.append((idx, g0 + generated))
+        self._front.extendleft(reversed(requeued))
+        if e.busy_since is not None:
+            self._busy.append((dp_rank, e.busy_since, t))
+        if requeued:
+            self._wake_hungry(t, -1)
+        return len(requeued)
+
+    # -- the event loop --------------------------------------------------------------------
+
+    def advance(self, t_limit: float, max_completions: int | None = None) -> tuple[float, str]:
+        """Process admissions and completions in (time, dp_rank) order up to `t_limit` inclusive.
+        Stops right after the event that completes a batch ("batch_done", takes precedence) or
+        that brings this call's completions to `max_completions` ("completions"); otherwise
+        returns (t_limit, "limit"), or (t_limit, "idle") when nothing is running or queued.
+        With t_limit = inf and nothing left to do, the time reached is the last event's."""
+        if not t_limit >= self.now:
+            raise ValueError(
+                f"advance: t_limit {t_limit!r} is before the group's time {self.now!r}"
+            )
+        if max_completions is not None and max_completions < 1:
+            raise ValueError(f"advance: max_completions must be >= 1, got {max_completions!r}")
+        target = max_completions if max_completions is not None else -1
+        events, engines, step = self._events, self._engines, self._step
+        count = 0
+        self._batch_done_flag = False
+        while events:
+            t, rank, version = events[0]
+            if t > t_limit:
+                break
+            heappop(events)
+            e = engines.get(rank)
+            if e is None or e.version != version:
+                continue
+            self.now = t
+            count += step(e, t, e.ev_n)
+            if self._batch_done_flag:
+                return t, "batch_done"
+            if count >= target > 0:
+                return t, "completions"
+        if t_limit != _INF:
+            self.now = t_limit
+        idle = not self.num_queued and not any(e.b for e in engines.values())
+        return self.now, "idle" if idle else "limit"
+
+    def _step(self, e: Engine, t: float, n: int) -> int:
+        """One boundary of engine `e` at time t, iteration counter n; returns completions."""
+        b = e.b
+        kv = e.kv + b * (n - e.n0)
+        heap = e.heap
+        num_completed = 0
+        if heap and heap[0][0] == n:
+            prompt, resp, tid, batch = self._prompt, self._resp, self._tid, self._batch
+            left, gone, rank = self._batch_left, e.gone, e.dp_rank
+            append = self._attempts.append
+            while heap and heap[0][0] == n:
+                _fin, seq, idx, g0, t_start = heappop(heap)
+                if gone and seq in gone:
+                    gone.discard(seq)
+                    continue
+                r = resp[idx]
+                b -= 1
+                kv -= prompt[idx] + r
+                num_completed += 1
+                append((tid[idx], rank, t_start, t, r - g0, g0, COMPLETED))
+                bid = batch[idx]
+                remaining = left[bid] - 1
+                if remaining:
+                    left[bid] = remaining
+                else:
+                    del left[bid]
+                    self._done_batches.append(bid)
+                    self._batch_done_flag = True
+        max_batch, capacity = self.max_batch, self.kv_capacity_tokens
+        extra_s = 0.0
+        head_changed = False
+        front = self._front
+        qhead = self._qhead
+        num_submitted = len(self._tid)
+        if b < max_batch and (front or qhead < num_submitted):
+            prompt, resp = self._prompt, self._resp
+            order_append = e.order.append
+            seq = e.seq
+            tokens = 0
+            while b < max_batch:
+                if front:
+                    idx, g0 = front[0]
+                    need = prompt[idx] + g0
+                    if kv + b + need >= capacity:
+                        break
+                    front.popleft()
+                elif qhead < num_submitted:
+                    idx, g0 = qhead, 0
+                    need = prompt[idx]
+                    if kv + b + need >= capacity:
+                        break
+                    qhead += 1
+                else:
+                    break
+                entry = (n + resp[idx] - g0, seq, idx, g0, t)
+                heappush(heap, entry)
+                order_append(entry)
+                seq += 1
+                kv += need
+                b += 1
+                tokens += need
+            if tokens:
+                head_changed = True
+                e.seq = seq
+                self._qhead = qhead
+                extra_s = tokens * self._prefill_per_token_s
+                if e.busy_since is None:
+                    e.busy_since = t
+                if len(e.order) > 2 * max_batch + 16:
+                    e.order = [x for x in e.order if x[0] > n]
+        if kv + b > capacity:
+            b, kv = self._preempt_for_kv(e, t, n, b, kv)
+            head_changed = True
+        e.n0, e.t0, e.kv, e.b, e.extra_s = n, t, kv, b, extra_s
+        if b:
+            gone = e.gone
+            if gone:
+                while heap[0][1] in gone:
+                    gone.discard(heappop(heap)[1])
+            m = heap[0][0] - n
+            m_kv = (capacity - kv) // b
+            if m_kv < m:
+                m = m_kv
+            te = t + extra_s + m * self._alpha[b] + self._beta * (m * kv + b * m * (m - 1) // 2)
+            e.ev_n = n + m
+            e.ev_t = te
+            self._version = version = self._version + 1
+            e.version = version
+            heappush(self._events, (te, e.dp_rank, version))
+        else:
+            e.ev_n, e.ev_t = n, _INF
+            if e.busy_since is not None:
+                self._busy.append((e.dp_rank, e.busy_since, t))
+                e.busy_since = None
+        if b < max_batch:
+            self._hungry.add(e.dp_rank)
+        elif self._hungry:
+            self._hungry.discard(e.dp_rank)
+        if head_changed and self._hungry and (front or self._qhead < num_submitted):
+            self._wake_hungry(t, e.dp_rank)
+        return num_completed
+
+    def _preempt_for_kv(self, e: Engine, t: float, n: int, b: int, kv: int) -> tuple[int, int]:
+        """Preempt the most recently admitted sequences until the next iteration fits."""
+        order, prompt, resp = e.order, self._prompt, self._resp
+        capacity = self.kv_capacity_tokens
+        while kv + b > capacity:
+            fin, seq, idx, g0, t_start = order.pop()
+            if fin <= n:  # completed earlier; left in `order` lazily
+                continue
+            generated = n - (fin - resp[idx] + g0)
+            kv -= prompt[idx] + g0 + generated
+            b -= 1
+            e.gone.add(seq)
+            self._attempts.append((self._tid[idx], e.dp_rank, t_start, t, generated, g0, REQUEUED))
+            self._front.appendleft((idx, g0 + generated))
+        return b, kv
+
+    def _wake_hungry(self, t: float, skip_rank: int) -> None:
+        """The queue head changed at t: engines with a free slot look at it at their next boundary."""
+        front = self._front
+        if front:
+            idx, g0 = front[0]
+        elif self._qhead < len(self._tid):
+            idx, g0 = self._qhead, 0
+        else:
+            return
+        need = self._prompt[idx] + g0
+        capacity = self.kv_capacity_tokens
+        for rank in self._hungry:
+            if rank == skip_rank:
+                continue
+            e = self._engines[rank]
+            if not e.b:
+                if e.ev_t > t:
+                    self._schedule(e, t, e.n0)
+                continue
+            # K only grows until the engine's own next completion, which is an event anyway.
+            if e.kv + 2 * e.b + need >= capacity:
+                continue
+            alpha = self._alpha[e.b]
+            m = boundary_after(e, t, alpha, self._beta)
+            if e.n0 + m < e.ev_n and e.kv + e.b * (m + 1) + need < capacity:
+                self._schedule(e, time_at(e, m, alpha, self._beta), e.n0 + m)
+
+    def _schedule(self, e: Engine, t: float, n: int) -> None:
+        self._version += 1
+        e.version, e.ev_t, e.ev_n = self._version, t, n
+        heappush(self._events, (t, e.dp_rank, self._version))
+
+    def _complete(self, idx: int, rank: int, t_start: float, t_end: float, g0: int) -> None:
+        self._attempts.append(
+            (self._tid[idx], rank, t_start, t_end, self._resp[idx] - g0, g0, COMPLETED)
+        )
+        bid = self._batch[idx]
+        self._batch_left[bid] -= 1
+        if not self._batch_left[bid]:
+            del self._batch_left[bid]
+            self._done_batches.append(bid)
+
+    def _check_advanced_to(self, t: float, what: str) -> None:
+        events = self._events
+        while events and (
+            events[0][1] not in self._engines or self._engines[events[0][1]].version != events[0][2]
+        ):
+            heappop(events)
+        if not t >= self.now or (events and events[0][0] < t):
+            pending = events[0][0] if events else None
+            raise ValueError(
+                f"{what}: advance the group to t={t!r} first (now {self.now!r}, next event at {pending!r})"
+            )
+
+    # -- outputs ---------------------------------------------------------------------------
+
+    def done_batches(self) -> list[int]:
+        """Batch ids whose every trajectory completed since the last call."""
+        done, self._done_batches = self._done_batches, []
+        return done
+
+    def drain_attempts(self) -> list[Attempt]:
+        """Attempts finished since the last call, as tuples in `ATTEMPT_FIELDS` order."""
+        attempts, self._attempts = self._attempts, []
+        return attempts
+
+    def drain_busy(self, until: float | None = None) -> list[tuple[int, float, float]]:
+        """(dp_rank, t_start, t_end) intervals with >= 1 sequence running, closed since the last
+        call; with `until`, open intervals are cut there too (and go on from `until`)."""
+        busy, self._busy = self._busy, []
+        if until is not None:
+            for e in self._engines.values():
+                if e.busy_since is not None and e.busy_since < until:
+                    busy.append((e.dp_rank, e.busy_since, until))
+                    e.busy_since = until
+        return busy
+
+    def copy(self) -> RolloutGroup:
+        """An independent copy; per-trajectory lists are shared until either side submits."""
+        other = RolloutGroup.__new__(RolloutGroup)
+        other.__dict__.update(self.__dict__)
+        self._shared_lists = other._shared_lists = True
+        other._front = deque(self._front)
+        other._batch_left = dict(self._batch_left)
+        other._done_batches = list(self._done_batches)
+        other._attempts = list(self._attempts)
+        other._busy = list(self._busy)
+        other._engines = {rank: e.copy() for rank, e in self._engines.items()}
+        other._events = list(self._events)
+        other._hungry = set(self._hungry)
+        return other
+
+
+def attempts_to_columns(attempts: list[Attempt]) -> dict[str, np.ndarray]:
+    """Attempt tuples as one numpy array per field of `ATTEMPT_FIELDS`."""
+    if not attempts:
+        dtypes = (np.int64, np.int64, np.float64, np.float64, np.int64, np.int64, object)
+        return {name: np.array([], dtype=d) for name, d in zip(ATTEMPT_FIELDS, dtypes, strict=True)}
+    cols = list(zip(*attempts, strict=True))
+    out = {name: np.array(col) for name, col in zip(ATTEMPT_FIELDS, cols, strict=True)}
+    out["status"] = np.array(cols[-1], dtype=object)
+    return out
+
+
+__all__ = ["ATTEMPT_FIELDS", "Attempt", "RolloutGroup", "STOP_REASONS", "attempts_to_columns"]

@@ -1,0 +1,110 @@
+"""One rollout engine's state and the closed-form clock of its iterations (used by `engine.py`).
+
+An engine's state is a base boundary (time `t0`, iteration counter `n0`, batch size `b`, KV
+tokens `kv`) plus `extra_s`, the prefill compute added to the first iteration after the base.
+Until the next event, m iterations end at
+
+    t0 + extra_s + m * alpha(b) + beta * (m * kv + b * m * (m - 1) / 2)
+
+(`time_at`); `boundary_after` and `boundary_at_or_before` invert it (a quadratic in m) and then
+step by whole iterations on the very same expression, so a time computed one way and compared
+the other never disagrees by a rounding error.
+
+Running sequences are heap entries `(finish counter, admission seq, trajectory index, generated
+prefix at admission, admission time)`; `order` holds the same entries in admission order (the
+preemption victim is its last live one) and `gone` the admission seqs preempted for KV, whose
+heap entries are dropped lazily.
+"""
+
+from __future__ import annotations
+
+import math
+
+COMPLETED = "completed"
+REQUEUED = "requeued"
+
+Entry = tuple[int, int, int, int, float]
+
+
+class Engine:
+    """Closed-form state of one data-parallel rollout rank."""
+
+    __slots__ = (
+        "dp_rank",
+        "t_ready",
+        "t0",
+        "n0",
+        "b",
+        "kv",
+        "extra_s",
+        "heap",
+        "order",
+        "gone",
+        "seq",
+        "ev_t",
+        "ev_n",
+        "version",
+        "busy_since",
+    )
+
+    def __init__(self, dp_rank: int, t_ready: float) -> None:
+        self.dp_rank = dp_rank
+        self.t_ready = t_ready
+        self.t0 = t_ready
+        self.n0 = 0
+        self.b = 0
+        self.kv = 0
+        self.extra_s = 0.0
+        self.heap: list[Entry] = []
+        self.order: list[Entry] = []
+        self.gone: set[int] = set()
+        self.seq = 0
+        self.ev_t = math.inf
+        self.ev_n = 0
+        self.version = -1
+        self.busy_since: float | None = None
+
+    def copy(self) -> Engine:
+        other = Engine.__new__(Engine)
+        for name in Engine.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.heap = list(self.heap)
+        other.order = list(self.order)
+        other.gone = set(self.gone)
+        return other
+
+
+def time_at(e: Engine, m: int, alpha: float, beta: float) -> float:
+    """End of the m-th iteration after the base (m >= 1); the engine loop uses this expression."""
+    return e.t0 + e.extra_s + m * alpha + beta * (m * e.kv + e.b * m * (m - 1) // 2)
+
+
+def _iterations_until(e: Engine, t: float, alpha: float, beta: float) -> float:
+    """Real m with time_at(m) = t (0 if t is before the first iteration can end)."""
+    x = t - e.t0 - e.extra_s
+    if x <= 0.0:
+        return 0.0
+    quadratic = beta * e.b / 2.0
+    linear = alpha + beta * (e.kv - e.b / 2.0)
+    # The root in the form without cancellation: 2x / (B + sqrt(B^2 + 4Ax)).
+    return 2.0 * x / (linear + math.sqrt(linear * linear + 4.0 * quadratic * x))
+
+
+def boundary_after(e: Engine, t: float, alpha: float, beta: float) -> int:
+    """Smallest m >= 1 whose iteration ends at or after t."""
+    m = max(1, math.ceil(_iterations_until(e, t, alpha, beta)))
+    while m > 1 and time_at(e, m - 1, alpha, beta) >= t:
+        m -= 1
+    while time_at(e, m, alpha, beta) < t:
+        m += 1
+    return m
+
+
+def boundary_at_or_before(e: Engine, t: float, alpha: float, beta: float, max_m: int) -> int:
+    """Largest m in [0, max_m] whose iteration ended by t (0: none has)."""
+    m = min(max_m, math.floor(_iterations_until(e, t, alpha, beta)))
+    while m < max_m and time_at(e, m + 1, alpha, beta) <= t:
+        m += 1
+    while m > 0 and time_at(e, m, alpha, beta) > t:
+        m -= 1
+    return m
