@@ -1,19 +1,62 @@
 """`rlix-sim`: the simulator's command line.
 
 Sub-commands are registered by the modules that own them: `run` and `compare`
-(rlix.sim.commands), `replay` (rlix.runs.replay), `trace` (rlix.traces.cli) and `demo`
-(rlix.sim.demo). Errors on bad input print one line and exit non-zero.
+(rlix.sim.commands), `replay` and `check` (rlix.runs.cli), `trace` (rlix.traces.cli) and `demo`
+(rlix.sim.demo). `main` treats every sub-command alike, so a new one needs only `register`:
+
+- bad input, an exception of a class in `user_errors()` (TraceError, the policy core's
+  FieldError, ScenarioError, RunError, UsageError), prints one line, ``rlix-sim: error: ...``,
+  and exits with status 2; ``--traceback`` (where a sub-command offers it) or ``RLIX_DEBUG=1``
+  shows the Python traceback instead. Anything else is a bug and keeps its traceback;
+- a bad argument prints one line naming it (argparse's usage block is left to ``--help``) and
+  exits with status 2;
+- output into a pipe closed early (``rlix-sim ... | head``) ends quietly with status 141, what a
+  shell reports for a command ended by SIGPIPE; Ctrl-C ends quietly with status 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import IO, NoReturn
+
+BAD_INPUT_STATUS = 2
+BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE
+INTERRUPTED_STATUS = 130  # 128 + SIGINT
+
+
+class UsageError(ValueError):
+    """Bad input that no other error class covers (e.g. an option out of range for the data)."""
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The exception classes that mean bad input: one line and status 2, not a traceback."""
+    # Imported here, only when something went wrong: the happy path does not pay for them.
+    from rlix.policy.errors import FieldError
+    from rlix.runs.errors import RunError
+    from rlix.scenarios.errors import ScenarioError
+    from rlix.traces.errors import TraceError
+
+    return (UsageError, TraceError, FieldError, ScenarioError, RunError)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line; sub-parsers made from it are the same kind."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        self.exit(BAD_INPUT_STATUS, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+
+    def print_help(self, file: IO[str] | None = None) -> None:
+        # argparse's own print_help swallows a closed pipe, so --help would exit 0 where every
+        # other output exits 141; let `main` see it.
+        (file or sys.stdout).write(self.format_help())
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rlix-sim",
         description="Simulate several RL post-training pipelines sharing one GPU pool under an "
         "rlix policy, and work with rollout-length traces.",
@@ -23,12 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rlix.traces import cli as trace_cli
 
     sim_commands.register(commands)
-    try:
-        from rlix.runs import replay
-    except ImportError:  # the run-folder reader lands with rlix.runs
-        pass
-    else:
-        replay.register(commands)
+    from rlix.runs import cli as runs_cli
+
+    runs_cli.register(commands)
 
     trace_cli.register(commands)
     try:
@@ -41,10 +81,51 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    result: int = args.run(args)
-    return result
+    """Run `rlix-sim ARGV...`; return the exit status (see the module docstring)."""
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+            return run_command(args)
+        finally:
+            # Flush here, not at exit, so a closed pipe is noticed while it can be handled.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _point_stdout_at_devnull()
+        return BROKEN_PIPE_STATUS
+    except KeyboardInterrupt:
+        return INTERRUPTED_STATUS
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Call the sub-command's `run`; bad input becomes one line on stderr and status 2."""
+    try:
+        return int(args.run(args))
+    except MemoryError as error:
+        if _wants_traceback(args):
+            raise
+        _print_error(f"out of memory, the input asks for too much ({error or 'no detail'})")
+    except Exception as error:
+        if _wants_traceback(args) or not isinstance(error, user_errors()):
+            raise
+        _print_error(str(error))
+    return BAD_INPUT_STATUS
+
+
+def _wants_traceback(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "traceback", False)) or os.environ.get("RLIX_DEBUG") == "1"
+
+
+def _print_error(message: str) -> None:
+    print(f"rlix-sim: error: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _point_stdout_at_devnull() -> None:
+    """Python flushes stdout again at exit; with the pipe gone that would print a warning."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (e.g. captured in tests)
+        pass
 
 
 if __name__ == "__main__":

@@ -1,26 +1,20 @@
 """`rlix-sim trace ...`: inspect, generate and fit rollout-length traces from the command line.
 
-`rlix.sim.cli` calls `register` with its sub-command table. Bad input prints one line,
-``rlix-sim: error: ...``, and exits with status 2; ``--traceback`` or ``RLIX_DEBUG=1`` shows
-the Python traceback instead.
+`rlix.sim.cli` calls `register` with its sub-command table. Bad input raises TraceError, which
+`rlix.sim.cli.main` prints as one line, ``rlix-sim: error: ...``, with exit status 2;
+``--traceback`` or ``RLIX_DEBUG=1`` shows the Python traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import os
-import sys
-from collections.abc import Callable
 
-from rlix.traces.errors import TraceError
 from rlix.traces.fit import fit_trace
 from rlix.traces.generate import KINDS, generate
 from rlix.traces.io import FORMATS, read_trace, write_trace
 from rlix.traces.stats import LengthStats, TraceStats, trace_stats
 
-Run = Callable[[argparse.Namespace], int]
 _RAW = argparse.RawDescriptionHelpFormatter
 
 TRACE_EPILOG = """\
@@ -87,7 +81,7 @@ def _add_inspect(actions: argparse._SubParsersAction) -> None:  # type: ignore[t
     _column_option(parser, "response_tokens=GeneratedTokens")
     parser.add_argument("--format", choices=FORMATS, help="read as this format, not by suffix")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(run=_guarded(_run_inspect))
+    parser.set_defaults(run=_run_inspect)
 
 
 def _add_generate(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -108,7 +102,7 @@ def _add_generate(actions: argparse._SubParsersAction) -> None:  # type: ignore[
     parser.add_argument("--pipeline", help="add a pipeline column with this name")
     parser.add_argument("--max-tokens", type=int, help="length cap (default: the shape's)")
     _output_options(parser)
-    parser.set_defaults(run=_guarded(_run_generate))
+    parser.set_defaults(run=_run_generate)
 
 
 def _add_fit(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -135,28 +129,12 @@ def _add_fit(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     _column_option(parser, "mean=response_length_mean")
     _output_options(parser)
-    parser.set_defaults(run=_guarded(_run_fit))
+    parser.set_defaults(run=_run_fit)
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="FILE", help="where to write the trace")
     parser.add_argument("--format", choices=FORMATS, help="write this format, not by suffix")
-
-
-def _guarded(run: Run) -> Run:
-    """Turn a TraceError into one line on stderr and exit status 2."""
-
-    @functools.wraps(run)
-    def guarded(args: argparse.Namespace) -> int:
-        try:
-            return run(args)
-        except TraceError as error:
-            if args.traceback or os.environ.get("RLIX_DEBUG") == "1":
-                raise
-            print(f"rlix-sim: error: {error}", file=sys.stderr)
-            return 2
-
-    return guarded
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
