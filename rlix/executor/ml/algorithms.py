@@ -146,3 +146,13 @@ def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
 def kl_k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     """Per-token k1 estimator (policy - reference), the usual KL penalty folded into rewards."""
     return log_probs - ref_log_probs
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / std over the masked entries (population std), zero elsewhere.
+
+    PPO whitens GAE advantages per batch so the step size does not depend on the reward scale.
+    """
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    return (values - mean) * torch.rsqrt(variance + eps) * mask

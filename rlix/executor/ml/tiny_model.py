@@ -89,9 +89,12 @@ def prepare_model(spec: str, workdir: str | Path) -> Path:
     except (OSError, ValueError, json.JSONDecodeError) as exc:
         raise ModelSpecError(f"model {spec!r}: config does not load: {_one_line(exc)}") from exc
     try:
-        AutoTokenizer.from_pretrained(str(folder))
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
     except (OSError, ValueError, TypeError, json.JSONDecodeError) as exc:
         raise ModelSpecError(f"model {spec!r}: tokenizer does not load: {_one_line(exc)}") from exc
+    # Recent transformers build an empty tokenizer from the config alone instead of failing.
+    if not tokenizer.encode("a", add_special_tokens=False):
+        raise ModelSpecError(f"model {spec!r}: tokenizer does not load: no tokenizer files")
     if not any(any(folder.glob(pattern)) for pattern in WEIGHT_FILE_PATTERNS):
         raise ModelSpecError(f"model {spec!r}: no weight files (*.safetensors, pytorch_model*.bin)")
     return folder

@@ -1,0 +1,196 @@
+"""The multi-LoRA trainer: one frozen base shared by several peft LoRA adapters.
+
+Each adapter has its own optimizer, holding only that adapter's tensors, and its own version
+(steps taken). `train_step(adapter, ...)` activates the adapter and steps its optimizer, so the
+base and every other adapter stay bit-identical. The base with adapters disabled is the initial
+policy of every adapter, so it doubles as the reference model (`reference_log_probs`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from peft import (
+    LoraConfig,
+    PeftModel,
+    get_peft_model,
+    get_peft_model_state_dict,
+    set_peft_model_state_dict,
+)
+from safetensors.torch import load_file
+
+from rlix.executor.ml.batch import TokenBatch
+from rlix.executor.ml.device import host_copy, move_trainer
+from rlix.executor.ml.logprobs import token_log_probs
+from rlix.executor.ml.policy_update import PolicyLossSettings, policy_gradient_step
+from rlix.executor.ml.rollout.base import AdapterWeights
+from rlix.executor.ml.tiny_model import load_causal_lm
+
+# Adapter names become parts of parameter names (`...lora_A.<name>.weight`): keep them plain.
+ADAPTER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+LORA_PREFIX = "lora_"
+ADAPTER_STATE_FILE = "adapter_trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """peft LoRA hyper-parameters shared by every adapter (no dropout: exact old log-probs)."""
+
+    rank: int = 8
+    alpha: int = 16
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+    def peft_config(self) -> LoraConfig:
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha,
+            lora_dropout=0.0,
+            target_modules=list(self.target_modules),
+            task_type="CAUSAL_LM",
+        )
+
+
+class MultiLoraTrainer:
+    """Several adapters on one base; each trained, versioned and exported on its own."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        adapters: Sequence[str],
+        lr: float = 1e-4,
+        weight_decay: float = 0.0,
+        lora: LoraSettings | None = None,
+        loss: PolicyLossSettings | None = None,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        micro_batch_size: int | None = None,
+    ) -> None:
+        if not adapters:
+            raise ValueError("multi-LoRA trainer: no adapters")
+        for name in adapters:
+            if not ADAPTER_NAME.match(name):
+                raise ValueError(f"adapter name {name!r}: use letters, digits, '_' or '-'")
+            if name in LORA_PREFIX:
+                # peft finds adapter tensors by substring; such a name would match every one.
+                raise ValueError(f"adapter name {name!r}: must not be part of {LORA_PREFIX!r}")
+        if len(set(adapters)) != len(adapters):
+            raise ValueError(f"adapter names repeat: {list(adapters)}")
+        self.device = device
+        self.loss_settings = loss or PolicyLossSettings()
+        self.micro_batch_size = micro_batch_size
+        self.lora = lora or LoraSettings()
+        base = load_causal_lm(model_path, device=device, dtype=dtype)
+        config = self.lora.peft_config()
+        self.model: PeftModel = get_peft_model(base, config, adapter_name=adapters[0])
+        for name in adapters[1:]:
+            self.model.add_adapter(name, self.lora.peft_config())
+        self.model.eval()
+        self.adapters = list(adapters)
+        self.versions = dict.fromkeys(adapters, 0)
+        self.optimizers = {
+            name: torch.optim.AdamW(self._adapter_params(name), lr=lr, weight_decay=weight_decay)
+            for name in adapters
+        }
+
+    def _adapter_params(self, adapter: str) -> list[torch.nn.Parameter]:
+        marker = f".{adapter}."
+        params = [p for n, p in self.model.named_parameters() if marker in n and "lora_" in n]
+        if not params:
+            raise ValueError(f"adapter {adapter!r}: no LoRA parameters found")
+        return params
+
+    def _check(self, adapter: str) -> None:
+        if adapter not in self.versions:
+            raise KeyError(f"unknown adapter {adapter!r}; adapters: {', '.join(self.adapters)}")
+
+    def old_log_probs(self, adapter: str, batch: TokenBatch) -> torch.Tensor:
+        """Log-probs [B, T] under base + `adapter` (host tensor)."""
+        self._check(adapter)
+        self.model.set_adapter(adapter)
+        with torch.no_grad():
+            return token_log_probs(self.model, batch.to(self.device)).cpu()
+
+    def reference_log_probs(self, batch: TokenBatch) -> torch.Tensor:
+        """Log-probs [B, T] under the frozen base alone."""
+        with torch.no_grad(), self.model.disable_adapter():
+            return token_log_probs(self.model, batch.to(self.device)).cpu()
+
+    def train_step(
+        self,
+        adapter: str,
+        batch: TokenBatch,
+        advantages: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        ref_log_probs: torch.Tensor | None = None,
+    ) -> dict[str, float]:
+        """One optimizer step of `adapter` only; bumps that adapter's version."""
+        self._check(adapter)
+        # set_adapter also marks only this adapter trainable, so no gradient reaches the others.
+        self.model.set_adapter(adapter)
+        metrics = policy_gradient_step(
+            self.model,
+            self.optimizers[adapter],
+            self._adapter_params(adapter),
+            batch.to(self.device),
+            advantages,
+            old_log_probs,
+            ref_log_probs,
+            self.loss_settings,
+            self.micro_batch_size,
+        )
+        self.versions[adapter] += 1
+        return {**metrics, "version": float(self.versions[adapter])}
+
+    def adapter_state(self, adapter: str) -> AdapterWeights:
+        """Host copy of one adapter's tensors (peft's saved names) with its config and version."""
+        self._check(adapter)
+        state = get_peft_model_state_dict(self.model, adapter_name=adapter)
+        config = self.model.peft_config[adapter].to_dict()
+        config["target_modules"] = sorted(config["target_modules"])
+        # JSON-safe (enums become their values) so it can be written as adapter_config.json.
+        config = json.loads(json.dumps(config, default=str))
+        return AdapterWeights(adapter, self.versions[adapter], config, host_copy(state))
+
+    def offload(self) -> None:
+        move_trainer(self.model, list(self.optimizers.values()), "cpu")
+
+    def onload(self) -> None:
+        move_trainer(self.model, list(self.optimizers.values()), self.device)
+
+    def save(self, folder: str | Path) -> None:
+        """Each adapter in peft's folder layout (folder/<adapter>/), optimizers, versions."""
+        folder = Path(folder)
+        self.model.save_pretrained(str(folder), selected_adapters=self.adapters)
+        for name, optimizer in self.optimizers.items():
+            torch.save(
+                optimizer.state_dict(), _adapter_dir(folder, name, self.adapters) / OPTIMIZER_FILE
+            )
+        (folder / ADAPTER_STATE_FILE).write_text(json.dumps({"versions": self.versions}))
+
+    def load(self, folder: str | Path) -> None:
+        """Restore every adapter's tensors, optimizer state and version saved by `save`."""
+        folder = Path(folder)
+        state_file = folder / ADAPTER_STATE_FILE
+        if not state_file.exists():
+            raise FileNotFoundError(f"multi-LoRA checkpoint {folder}: no {ADAPTER_STATE_FILE}")
+        versions = json.loads(state_file.read_text())["versions"]
+        for name in self.adapters:
+            if name not in versions:
+                raise KeyError(f"multi-LoRA checkpoint {folder}: adapter {name!r} missing")
+            adapter_dir = _adapter_dir(folder, name, self.adapters)
+            tensors = load_file(str(adapter_dir / "adapter_model.safetensors"))
+            set_peft_model_state_dict(self.model, tensors, adapter_name=name)
+            optimizer_state = torch.load(adapter_dir / OPTIMIZER_FILE, map_location=self.device)
+            self.optimizers[name].load_state_dict(optimizer_state)
+            self.versions[name] = int(versions[name])
+
+
+def _adapter_dir(folder: Path, adapter: str, adapters: list[str]) -> Path:
+    """peft saves the adapter named 'default' at the top and the others in sub-folders."""
+    return folder if adapter == "default" else folder / adapter
