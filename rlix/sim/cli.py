@@ -22,13 +22,13 @@ import sys
 from collections.abc import Sequence
 from typing import IO, NoReturn
 
+from rlix.sim.options import UsageError
+
+__all__ = ["UsageError", "build_parser", "main", "run_command", "user_errors"]
+
 BAD_INPUT_STATUS = 2
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE
 INTERRUPTED_STATUS = 130  # 128 + SIGINT
-
-
-class UsageError(ValueError):
-    """Bad input that no other error class covers (e.g. an option out of range for the data)."""
 
 
 def user_errors() -> tuple[type[Exception], ...]:
