@@ -103,6 +103,26 @@ def test_every_sub_command_help_into_a_closed_pipe(monkeypatch: pytest.MonkeyPat
     assert main(["trace", "inspect", "--help"]) == BROKEN_PIPE_STATUS
 
 
+def every_parser(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """`parser` and every sub-command parser under it, at any depth."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to one parser
+                found += every_parser(sub)
+    return found
+
+
+def test_no_help_text_shows_formatting_marks() -> None:
+    # argparse %-formats argument help but not a description without %(prog)s: a '%%' written
+    # in a description shows as '%%'.
+    parsers = every_parser(build_parser())
+    assert {"rlix-sim trace inspect", "rlix-sim demo"} <= {p.prog for p in parsers}
+    for parser in parsers:
+        text = parser.format_help()
+        assert "%%" not in text and "%(" not in text, parser.prog
+
+
 def raising(error: BaseException, **options: object) -> argparse.Namespace:
     """Parsed arguments of a sub-command whose run raises `error`."""
 

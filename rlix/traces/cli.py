@@ -73,7 +73,7 @@ def _add_inspect(actions: argparse._SubParsersAction) -> None:  # type: ignore[t
         formatter_class=_RAW,
         help="length statistics of a trace",
         description="Print rows, mean, p50/p90/p99/max of response_tokens, the share of tokens "
-        "in the longest 10%% of samples, the cap-hit share, and the same per pipeline.",
+        "in the longest 10% of samples, the cap-hit share, and the same per pipeline.",
         epilog="examples:\n  rlix-sim trace inspect trace.parquet --json\n"
         "  rlix-sim trace inspect azure_conv_2023.csv --column response_tokens=num_decode_tokens",
     )
@@ -90,8 +90,8 @@ def _add_generate(actions: argparse._SubParsersAction) -> None:  # type: ignore[
         parents=[_common()],
         formatter_class=_RAW,
         help="write a synthetic trace (agentic or math)",
-        description="Write a seeded synthetic trace: `agentic` (long tail, ~40%% of tokens in "
-        "the longest 10%%, 32k cap, multi-turn with tool time) or `math` (RLVR-like, lighter "
+        description="Write a seeded synthetic trace: `agentic` (long tail, ~40% of tokens in "
+        "the longest 10%, 32k cap, multi-turn with tool time) or `math` (RLVR-like, lighter "
         "tail, 4k cap). The same seed gives the same file.",
         epilog="example:\n  rlix-sim trace generate agentic --rows 4096 --seed 1 "
         "--pipeline agent-a --out agentic.parquet",

@@ -123,3 +123,16 @@ def test_help_teaches_with_examples(action: list[str], capsys: pytest.CaptureFix
         main(["trace", *action, "--help"])
     assert done.value.code == 0
     assert "rlix-sim trace " in capsys.readouterr().out.split("example")[1]
+
+
+@pytest.mark.parametrize(
+    ("action", "shown"),
+    [("inspect", "longest 10% of samples"), ("generate", "~40% of tokens in the longest 10%,")],
+)
+def test_help_shows_percent_signs_once(
+    action: str, shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["trace", action, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert shown in text and "%%" not in text
