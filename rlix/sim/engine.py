@@ -26,8 +26,8 @@ Attempt records (`drain_attempts`) are plain tuples in the order of `ATTEMPT_FIE
 from __future__ import annotations
 
 import math
-from collections import deque
-from heapq import heappop, heappush
+from collections import Counter, deque
+from heapq import heappop, heappush, heapreplace
 from typing import Any
 
 import numpy as np
@@ -35,10 +35,13 @@ import numpy as np
 from rlix.sim.costs import CostModel
 from rlix.sim.engine_state import (
     COMPLETED,
+    IDX_BITS,
+    IDX_MASK,
     REQUEUED,
     Engine,
     boundary_after,
     boundary_at_or_before,
+    drop_dead,
     time_at,
 )
 
@@ -94,10 +97,13 @@ class RolloutGroup:
         # (time, dp_rank, version); an entry whose version is not its engine's current one is stale.
         self._events: list[tuple[float, int, int]] = []
         self._version = 0
+        # Events made while the loop holds the heap's top entry; pushed right after.
+        self._wakes: list[tuple[float, int, int]] = []
         # Ranks with a free slot after their last boundary (queue empty or head not fitting).
-        self._hungry: set[int] = set()
+        self._hungry: dict[int, Engine] = {}
         self._batch_done_flag = False
         self.now = 0.0
+        self._rebind()
 
     # -- inspection ------------------------------------------------------------------------
 
@@ -148,10 +154,13 @@ class RolloutGroup:
                 f"submit: trajectory {ids[i]} needs {prompt[i] + resp[i]} KV tokens, "
                 f"more than a rank holds ({self.kv_capacity_tokens})"
             )
+        if len(self._tid) + len(ids) > IDX_MASK:
+            raise ValueError(f"submit: a group holds at most {IDX_MASK} trajectories")
         if self._shared_lists:
             self._tid, self._prompt = list(self._tid), list(self._prompt)
             self._resp, self._batch = list(self._resp), list(self._batch)
             self._shared_lists = False
+        self._rebind()
         was_empty = self.num_queued == 0
         self._tid.extend(ids.tolist())
         self._prompt.extend(prompt.tolist())
@@ -163,6 +172,7 @@ class RolloutGroup:
             left[value] = left.get(value, 0) + count
         if was_empty:
             self._wake_hungry(self.now, -1)
+            self._flush_wakes()
 
     def add_engine(self, dp_rank: int, t_ready: float) -> None:
         """Start an engine for `dp_rank`; it takes work from `t_ready` on (after its weight load)."""
@@ -175,6 +185,7 @@ class RolloutGroup:
         e = Engine(dp_rank, t_ready)
         self._engines[dp_rank] = e
         self._schedule(e, t_ready, 0)
+        self._flush_wakes()
 
     def remove_engine(self, dp_rank: int, t: float) -> int:
         """Stop `dp_rank`'s engine at `t`: sequences whose last token was done by `t` complete,
@@ -186,16 +197,24 @@ class RolloutGroup:
         self._check_advanced_to(t, "remove_engine")
         self.now = t
         del self._engines[dp_rank]
-        self._hungry.discard(dp_rank)
-        running = [x for x in e.heap if x[1] not in e.gone]
-        if not running:
+        if e.hungry:
+            del self._hungry[dp_rank]
+        if e.busy_since is not None:
+            self._busy.append((dp_rank, e.busy_since, t))
+        running = Counter(e.heap)
+        running.subtract(e.dead)
+        if not e.b:
             return 0
         beta, alpha = self._beta, self._alpha[e.b]
-        n = e.n0 + boundary_at_or_before(e, t, alpha, beta, min(x[0] for x in running) - e.n0)
+        max_m = (min(key for key, count in running.items() if count > 0) >> IDX_BITS) - e.n0
+        n = e.n0 + boundary_at_or_before(e, t, alpha, beta, max_m)
         resp, tid, append = self._resp, self._tid, self._attempts.append
         requeued: list[tuple[int, int]] = []
-        running.sort(key=lambda x: x[1])
-        for fin, _seq, idx, g0, t_start in running:
+        for key in e.order:
+            if running[key] <= 0:
+                continue
+            fin, idx = key >> IDX_BITS, key & IDX_MASK
+            g0, t_start = e.info[idx]
             if fin <= n:
                 self._complete(idx, dp_rank, t_start, time_at(e, fin - e.n0, alpha, beta), g0)
                 continue
@@ -203,10 +222,9 @@ class RolloutGroup:
             append((tid[idx], dp_rank, t_start, t, generated, g0, REQUEUED))
             requeued.append((idx, g0 + generated))
         self._front.extendleft(reversed(requeued))
-        if e.busy_since is not None:
-            self._busy.append((dp_rank, e.busy_since, t))
         if requeued:
             self._wake_hungry(t, -1)
+            self._flush_wakes()
         return len(requeued)
 
     # -- the event loop --------------------------------------------------------------------
@@ -224,19 +242,26 @@ class RolloutGroup:
         if max_completions is not None and max_completions < 1:
             raise ValueError(f"advance: max_completions must be >= 1, got {max_completions!r}")
         target = max_completions if max_completions is not None else -1
-        events, engines, step = self._events, self._engines, self._step
+        events, engines, step, wakes = self._events, self._engines, self._step, self._wakes
         count = 0
         self._batch_done_flag = False
         while events:
             t, rank, version = events[0]
             if t > t_limit:
                 break
-            heappop(events)
             e = engines.get(rank)
             if e is None or e.version != version:
+                heappop(events)
                 continue
             self.now = t
             count += step(e, t, e.ev_n)
+            # The processed entry is still on top (wakes wait in `wakes`): replace it in place.
+            if e.ev_t != _INF:
+                heapreplace(events, (e.ev_t, rank, e.version))
+            else:
+                heappop(events)
+            if wakes:
+                self._flush_wakes()
             if self._batch_done_flag:
                 return t, "batch_done"
             if count >= target > 0:
@@ -246,44 +271,76 @@ class RolloutGroup:
         idle = not self.num_queued and not any(e.b for e in engines.values())
         return self.now, "idle" if idle else "limit"
 
+    def _rebind(self) -> None:
+        """What `_step` reads on every event, in one tuple (one attribute load, not a dozen);
+        rebuilt whenever one of these objects is replaced (submit's copy on write, copy)."""
+        self._hot = (
+            self._prompt,
+            self._resp,
+            self._tid,
+            self._batch,
+            self._batch_left,
+            self._attempts.append,
+            self._front,
+            self._alpha,
+            self._beta,
+            self.kv_capacity_tokens,
+            self.max_batch,
+            self._prefill_per_token_s,
+        )
+
     def _step(self, e: Engine, t: float, n: int) -> int:
-        """One boundary of engine `e` at time t, iteration counter n; returns completions."""
+        """One boundary of engine `e` at time t, iteration counter n; returns completions.
+        Sets the engine's next event (`ev_t`, `ev_n`, `version`) without touching the heap.
+        The simulator's hot path: one function, locals only."""
+        (
+            prompt,
+            resp,
+            tid,
+            batch,
+            left,
+            record,
+            front,
+            alpha,
+            beta,
+            capacity,
+            max_batch,
+            prefill_per_token_s,
+        ) = self._hot
         b = e.b
         kv = e.kv + b * (n - e.n0)
         heap = e.heap
+        info = e.info
         num_completed = 0
-        if heap and heap[0][0] == n:
-            prompt, resp, tid, batch = self._prompt, self._resp, self._tid, self._batch
-            left, gone, rank = self._batch_left, e.gone, e.dp_rank
-            append = self._attempts.append
-            while heap and heap[0][0] == n:
-                _fin, seq, idx, g0, t_start = heappop(heap)
-                if gone and seq in gone:
-                    gone.discard(seq)
-                    continue
-                r = resp[idx]
-                b -= 1
-                kv -= prompt[idx] + r
-                num_completed += 1
-                append((tid[idx], rank, t_start, t, r - g0, g0, COMPLETED))
-                bid = batch[idx]
-                remaining = left[bid] - 1
-                if remaining:
-                    left[bid] = remaining
-                else:
-                    del left[bid]
-                    self._done_batches.append(bid)
-                    self._batch_done_flag = True
-        max_batch, capacity = self.max_batch, self.kv_capacity_tokens
+        # Keys below `alive_from` finish at or before counter n.
+        alive_from = (n + 1) << IDX_BITS
+        dead = e.dead
+        while heap and heap[0] < alive_from:
+            key = heappop(heap)
+            if dead and key in dead:
+                drop_dead(dead, key)
+                continue
+            idx = key & IDX_MASK
+            g0, t_start = info.pop(idx)
+            r = resp[idx]
+            b -= 1
+            kv -= prompt[idx] + r
+            num_completed += 1
+            record((tid[idx], e.dp_rank, t_start, t, r - g0, g0, COMPLETED))
+            bid = batch[idx]
+            remaining = left[bid] - 1
+            if remaining:
+                left[bid] = remaining
+            else:
+                del left[bid]
+                self._done_batches.append(bid)
+                self._batch_done_flag = True
         extra_s = 0.0
         head_changed = False
-        front = self._front
         qhead = self._qhead
-        num_submitted = len(self._tid)
+        num_submitted = len(tid)
         if b < max_batch and (front or qhead < num_submitted):
-            prompt, resp = self._prompt, self._resp
             order_append = e.order.append
-            seq = e.seq
             tokens = 0
             while b < max_batch:
                 if front:
@@ -293,79 +350,92 @@ class RolloutGroup:
                         break
                     front.popleft()
                 elif qhead < num_submitted:
-                    idx, g0 = qhead, 0
+                    idx = qhead
+                    g0 = 0
                     need = prompt[idx]
                     if kv + b + need >= capacity:
                         break
                     qhead += 1
                 else:
                     break
-                entry = (n + resp[idx] - g0, seq, idx, g0, t)
-                heappush(heap, entry)
-                order_append(entry)
-                seq += 1
+                key = (n + resp[idx] - g0) << IDX_BITS | idx
+                heappush(heap, key)
+                order_append(key)
+                info[idx] = (g0, t)
                 kv += need
                 b += 1
                 tokens += need
             if tokens:
-                head_changed = True
-                e.seq = seq
                 self._qhead = qhead
-                extra_s = tokens * self._prefill_per_token_s
+                head_changed = True
+                extra_s = tokens * prefill_per_token_s
                 if e.busy_since is None:
                     e.busy_since = t
                 if len(e.order) > 2 * max_batch + 16:
-                    e.order = [x for x in e.order if x[0] > n]
+                    e.order = [key for key in e.order if key >= alive_from]
         if kv + b > capacity:
             b, kv = self._preempt_for_kv(e, t, n, b, kv)
             head_changed = True
-        e.n0, e.t0, e.kv, e.b, e.extra_s = n, t, kv, b, extra_s
+        e.n0 = n
+        e.t0 = t
+        e.kv = kv
+        e.b = b
+        e.extra_s = extra_s
         if b:
-            gone = e.gone
-            if gone:
-                while heap[0][1] in gone:
-                    gone.discard(heappop(heap)[1])
-            m = heap[0][0] - n
+            if dead:
+                while heap[0] in dead:
+                    drop_dead(dead, heappop(heap))
+            m = (heap[0] >> IDX_BITS) - n
             m_kv = (capacity - kv) // b
             if m_kv < m:
                 m = m_kv
-            te = t + extra_s + m * self._alpha[b] + self._beta * (m * kv + b * m * (m - 1) // 2)
+            e.ev_t = t + extra_s + m * alpha[b] + beta * (m * kv + b * m * (m - 1) // 2)
             e.ev_n = n + m
-            e.ev_t = te
-            self._version = version = self._version + 1
-            e.version = version
-            heappush(self._events, (te, e.dp_rank, version))
+            self._version = e.version = self._version + 1
         else:
-            e.ev_n, e.ev_t = n, _INF
+            e.ev_t = _INF
             if e.busy_since is not None:
                 self._busy.append((e.dp_rank, e.busy_since, t))
                 e.busy_since = None
         if b < max_batch:
-            self._hungry.add(e.dp_rank)
-        elif self._hungry:
-            self._hungry.discard(e.dp_rank)
-        if head_changed and self._hungry and (front or self._qhead < num_submitted):
-            self._wake_hungry(t, e.dp_rank)
+            if not e.hungry:
+                e.hungry = True
+                self._hungry[e.dp_rank] = e
+            if head_changed and len(self._hungry) > 1 and (front or self._qhead < num_submitted):
+                self._wake_hungry(t, e.dp_rank)
+        else:
+            if e.hungry:
+                e.hungry = False
+                del self._hungry[e.dp_rank]
+            if head_changed and self._hungry and (front or self._qhead < num_submitted):
+                self._wake_hungry(t, e.dp_rank)
         return num_completed
 
     def _preempt_for_kv(self, e: Engine, t: float, n: int, b: int, kv: int) -> tuple[int, int]:
-        """Preempt the most recently admitted sequences until the next iteration fits."""
+        """Preempt the most recently admitted sequences until the next iteration fits. Their
+        heap keys are left for the completion loop to drop (`dead`)."""
         order, prompt, resp = e.order, self._prompt, self._resp
-        capacity = self.kv_capacity_tokens
+        capacity, alive_from = self.kv_capacity_tokens, (n + 1) << IDX_BITS
         while kv + b > capacity:
-            fin, seq, idx, g0, t_start = order.pop()
-            if fin <= n:  # completed earlier; left in `order` lazily
+            key = order.pop()
+            if key < alive_from:  # completed earlier; left in `order` lazily
                 continue
+            fin, idx = key >> IDX_BITS, key & IDX_MASK
+            g0, t_start = e.info.pop(idx)
+            e.dead[key] = e.dead.get(key, 0) + 1
             generated = n - (fin - resp[idx] + g0)
             kv -= prompt[idx] + g0 + generated
             b -= 1
-            e.gone.add(seq)
             self._attempts.append((self._tid[idx], e.dp_rank, t_start, t, generated, g0, REQUEUED))
             self._front.appendleft((idx, g0 + generated))
+        heap, dead = e.heap, e.dead
+        while heap and heap[0] in dead:
+            drop_dead(dead, heappop(heap))
         return b, kv
 
     def _wake_hungry(self, t: float, skip_rank: int) -> None:
-        """The queue head changed at t: engines with a free slot look at it at their next boundary."""
+        """The queue head changed at t: engines with a free slot look at it at their next
+        boundary. The new events wait in `_wakes` until `_flush_wakes`."""
         front = self._front
         if front:
             idx, g0 = front[0]
@@ -375,10 +445,9 @@ class RolloutGroup:
             return
         need = self._prompt[idx] + g0
         capacity = self.kv_capacity_tokens
-        for rank in self._hungry:
+        for rank, e in self._hungry.items():
             if rank == skip_rank:
                 continue
-            e = self._engines[rank]
             if not e.b:
                 if e.ev_t > t:
                     self._schedule(e, t, e.n0)
@@ -394,7 +463,12 @@ class RolloutGroup:
     def _schedule(self, e: Engine, t: float, n: int) -> None:
         self._version += 1
         e.version, e.ev_t, e.ev_n = self._version, t, n
-        heappush(self._events, (t, e.dp_rank, self._version))
+        self._wakes.append((t, e.dp_rank, self._version))
+
+    def _flush_wakes(self) -> None:
+        for entry in self._wakes:
+            heappush(self._events, entry)
+        self._wakes.clear()
 
     def _complete(self, idx: int, rank: int, t_start: float, t_end: float, g0: int) -> None:
         self._attempts.append(
@@ -427,7 +501,8 @@ class RolloutGroup:
 
     def drain_attempts(self) -> list[Attempt]:
         """Attempts finished since the last call, as tuples in `ATTEMPT_FIELDS` order."""
-        attempts, self._attempts = self._attempts, []
+        attempts = self._attempts[:]
+        self._attempts.clear()  # in place: `_hot` holds its append
         return attempts
 
     def drain_busy(self, until: float | None = None) -> list[tuple[int, float, float]]:
@@ -453,7 +528,9 @@ class RolloutGroup:
         other._busy = list(self._busy)
         other._engines = {rank: e.copy() for rank, e in self._engines.items()}
         other._events = list(self._events)
-        other._hungry = set(self._hungry)
+        other._wakes = list(self._wakes)
+        other._hungry = {rank: other._engines[rank] for rank in self._hungry}
+        other._rebind()
         return other
 
 

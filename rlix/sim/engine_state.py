@@ -10,10 +10,12 @@ Until the next event, m iterations end at
 step by whole iterations on the very same expression, so a time computed one way and compared
 the other never disagrees by a rounding error.
 
-Running sequences are heap entries `(finish counter, admission seq, trajectory index, generated
-prefix at admission, admission time)`; `order` holds the same entries in admission order (the
-preemption victim is its last live one) and `gone` the admission seqs preempted for KV, whose
-heap entries are dropped lazily.
+Running sequences are int keys `finish counter << 32 | trajectory index` in a heap (int
+comparisons are what make the heap cheap); `order` holds the same keys in admission order (the
+preemption victim is its last live one; completed keys are left in it and skipped lazily) and
+`info` maps a running trajectory index to (generated prefix at admission, admission time).
+`dead` counts the keys of sequences preempted for KV that are still in the heap (a count: a
+trajectory preempted twice on one engine can leave the same key twice, once dead, once live).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import math
 COMPLETED = "completed"
 REQUEUED = "requeued"
 
-Entry = tuple[int, int, int, int, float]
+IDX_BITS = 32
+IDX_MASK = (1 << IDX_BITS) - 1
 
 
 class Engine:
@@ -39,12 +42,13 @@ class Engine:
         "extra_s",
         "heap",
         "order",
-        "gone",
-        "seq",
+        "info",
+        "dead",
         "ev_t",
         "ev_n",
         "version",
         "busy_since",
+        "hungry",
     )
 
     def __init__(self, dp_rank: int, t_ready: float) -> None:
@@ -55,14 +59,15 @@ class Engine:
         self.b = 0
         self.kv = 0
         self.extra_s = 0.0
-        self.heap: list[Entry] = []
-        self.order: list[Entry] = []
-        self.gone: set[int] = set()
-        self.seq = 0
+        self.heap: list[int] = []
+        self.order: list[int] = []
+        self.info: dict[int, tuple[int, float]] = {}
+        self.dead: dict[int, int] = {}
         self.ev_t = math.inf
         self.ev_n = 0
         self.version = -1
         self.busy_since: float | None = None
+        self.hungry = False
 
     def copy(self) -> Engine:
         other = Engine.__new__(Engine)
@@ -70,7 +75,8 @@ class Engine:
             setattr(other, name, getattr(self, name))
         other.heap = list(self.heap)
         other.order = list(self.order)
-        other.gone = set(self.gone)
+        other.info = dict(self.info)
+        other.dead = dict(self.dead)
         return other
 
 
@@ -108,3 +114,12 @@ def boundary_at_or_before(e: Engine, t: float, alpha: float, beta: float, max_m:
     while m > 0 and time_at(e, m, alpha, beta) > t:
         m -= 1
     return m
+
+
+def drop_dead(dead: dict[int, int], key: int) -> None:
+    """One dead copy of `key` has left the heap."""
+    count = dead[key]
+    if count == 1:
+        del dead[key]
+    else:
+        dead[key] = count - 1

@@ -1,0 +1,125 @@
+"""How many simulated rollouts per wall-second the closed-form rollout engines replay.
+
+Pushes `--trajectories` rollouts (prompt and response lengths drawn with replacement from a
+bundled trace) through `--groups` rollout groups of 8-16 engines each, one step at a time
+(`--prompts` x `--samples` trajectories per step, one batch id per step), while ranks are
+removed and added back (after a weight load) every `--churn-s` simulated seconds. The driver
+advances each group in slices of `--slice-s` simulated seconds, as the SimPy driver does between
+policy events. Prints a JSON line last: rollouts per wall-second, per CPU-second of this thread
+(the figure to trust on a shared machine, where wall time includes other processes' turns) and
+the counts behind it.
+
+    .venv/bin/python bench/engine_speed.py [--trajectories 200000] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import json
+import pstats
+import time
+
+import numpy as np
+
+from rlix.sim.costs import CostModel
+from rlix.sim.engine import RolloutGroup
+from rlix.traces import load_bundled
+
+
+def run(args: argparse.Namespace) -> dict[str, float | int | str]:
+    rng = np.random.default_rng(args.seed)
+    trace = load_bundled(args.trace)
+    prompts_all = trace["prompt_tokens"].to_numpy(np.int64)
+    responses_all = trace["response_tokens"].to_numpy(np.int64)
+    costs = CostModel.for_model(args.model)
+    capacity = costs.kv_capacity_tokens(args.tp)
+    load_s = costs.weight_load_seconds(args.tp)
+    per_step = args.prompts * args.samples
+    num_steps = -(-args.trajectories // (per_step * args.groups))
+    groups = []
+    for _ in range(args.groups):
+        g = RolloutGroup(costs, args.tp, args.max_batch, capacity)
+        for rank in range(int(rng.integers(8, 17))):
+            g.add_engine(rank, 0.0)
+        groups.append(g)
+    picks = rng.integers(0, len(trace), size=(args.groups, num_steps, per_step))
+    churn_draws = rng.random(size=100_000)
+    num_done = num_attempts = num_removed = num_events = 0
+    gc.collect()
+    wall0 = time.perf_counter()
+    cpu0 = time.thread_time()
+    for gi, g in enumerate(groups):
+        next_id = 0
+        draw = gi * 1000
+        for step in range(num_steps):
+            pick = picks[gi, step]
+            ids = np.arange(next_id, next_id + per_step)
+            next_id += per_step
+            g.submit(ids, prompts_all[pick], responses_all[pick], np.full(per_step, step))
+            next_churn = g.now + args.churn_s
+            while True:
+                t, reason = g.advance(min(g.now + args.slice_s, next_churn))
+                num_events += 1
+                if reason == "batch_done":
+                    g.done_batches()
+                    break
+                if reason == "idle":
+                    raise RuntimeError("group idle with its batch not done")
+                if t >= next_churn:
+                    # A shrink and an expand: one rank leaves, a new one joins after a weight load.
+                    ranks = g.engines
+                    victim = ranks[int(churn_draws[draw % len(churn_draws)] * len(ranks))]
+                    draw += 1
+                    num_removed += g.remove_engine(victim, t)
+                    g.add_engine(max(ranks) + 1, t + load_s)
+                    next_churn = t + args.churn_s
+            attempts = g.drain_attempts()
+            num_attempts += len(attempts)
+            num_done += sum(1 for a in attempts if a[6] == "completed")
+            g.drain_busy()
+    wall = time.perf_counter() - wall0
+    cpu = time.thread_time() - cpu0
+    return {
+        "bench": "engine_speed",
+        "rollouts_per_wall_s": round(num_done / wall),
+        "rollouts_per_cpu_s": round(num_done / cpu),
+        "rollouts": num_done,
+        "attempts": num_attempts,
+        "requeued_by_removal": num_removed,
+        "advance_calls": num_events,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "simulated_s": round(max(g.now for g in groups), 1),
+        "model": args.model,
+        "trace": args.trace,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trajectories", type=int, default=200_000)
+    parser.add_argument("--groups", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=512)
+    parser.add_argument("--samples", type=int, default=16)
+    parser.add_argument("--trace", default="agentic_small")
+    parser.add_argument("--model", default="7b")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--max-batch", type=int, default=256)
+    parser.add_argument("--slice-s", type=float, default=5.0)
+    parser.add_argument("--churn-s", type=float, default=60.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    if args.profile:
+        profiler = cProfile.Profile()
+        result = profiler.runcall(run, args)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+    else:
+        result = run(args)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

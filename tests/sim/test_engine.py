@@ -1,0 +1,327 @@
+"""The closed-form rollout engines against the token-by-token reference, and their contract:
+no trajectory lost, token accounting, stop reasons, copies, busy intervals, input errors."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from rlix.sim.costs import CostModel
+from rlix.sim.engine import ATTEMPT_FIELDS, RolloutGroup, attempts_to_columns
+from rlix.traces import load_bundled
+from tests.sim.reference_engine import ReferenceGroup
+
+COSTS = CostModel.for_model("7b")
+
+
+def drain_all(group: RolloutGroup, t: float) -> str:
+    """Advance to t through every stop (batch_done, completions) and return the last reason."""
+    while True:
+        _, reason = group.advance(t)
+        if reason in ("limit", "idle"):
+            return reason
+
+
+def random_scenario(seed: int, scale: int) -> list[tuple]:  # type: ignore[type-arg]
+    """A random script of submits, engine additions and removals at random times."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40 * scale))
+    capacity = int(rng.integers(150, 600 * scale))
+    prompt = rng.integers(1, 60, n)
+    response = np.minimum(rng.integers(1, 40 * scale, n), capacity - prompt)
+    ids = rng.permutation(10 * n)[:n]
+    batch = rng.integers(0, 4, n)
+    ops: list[tuple] = [
+        ("config", int(rng.choice([1, 2])), int(rng.integers(1, 6 * scale)), capacity)
+    ]  # type: ignore[type-arg]
+    next_rank = 0
+    for _ in range(int(rng.integers(1, 5))):
+        ops.append(("add", next_rank, float(rng.uniform(0, 0.05))))
+        next_rank += 1
+    cuts = sorted(
+        rng.choice(np.arange(1, n + 1), size=min(n, int(rng.integers(1, 4))), replace=False)
+    )
+    start = 0
+    t = 0.0
+    for cut in [*cuts[:-1], n]:
+        ops.append(
+            ("submit", ids[start:cut], prompt[start:cut], response[start:cut], batch[start:cut])
+        )
+        start = cut
+        for _ in range(int(rng.integers(0, 4))):
+            t += float(rng.exponential(0.25))
+            ops.append(("advance", t))
+            if rng.random() < 0.5:
+                ops.append(("remove", t, float(rng.random())))
+            if rng.random() < 0.6:
+                ops.append(("add", next_rank, t + float(rng.uniform(0, 0.1))))
+                next_rank += 1
+    ops.append(("add", next_rank, t))
+    ops.append(("advance", math.inf))
+    return ops
+
+
+def play(ops: list[tuple], group_cls: type) -> tuple[object, list[tuple]]:  # type: ignore[type-arg]
+    _, tp, max_batch, capacity = ops[0]
+    group = group_cls(COSTS, tp, max_batch, capacity)
+    live: list[int] = []
+    records: list[tuple] = []  # type: ignore[type-arg]
+    for op in ops[1:]:
+        if op[0] == "add":
+            group.add_engine(op[1], op[2])
+            live.append(op[1])
+        elif op[0] == "submit":
+            group.submit(*op[1:])
+        elif op[0] == "advance":
+            if isinstance(group, RolloutGroup):
+                drain_all(group, op[1])
+            else:
+                group.advance(op[1])
+        elif op[0] == "remove" and live:
+            rank = live.pop(int(op[2] * len(live)))
+            records.append(("removed", rank, group.remove_engine(rank, op[1])))
+    attempts = group.drain_attempts() if isinstance(group, RolloutGroup) else group.records
+    return group, sorted(attempts, key=lambda a: (a[0], a[2], a[6])) + records
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_matches_token_by_token_reference(seed: int) -> None:
+    ops = random_scenario(seed, scale=1 + seed % 4)
+    _, fast = play(ops, RolloutGroup)
+    _, slow = play(ops, ReferenceGroup)
+    assert len(fast) == len(slow)
+    for a, b in zip(fast, slow, strict=True):
+        if a[0] == "removed":
+            assert a == b
+            continue
+        assert (a[0], a[1], a[4], a[5], a[6]) == (b[0], b[1], b[4], b[5], b[6]), (a, b)
+        assert a[2] == pytest.approx(b[2], rel=1e-6, abs=1e-9)
+        assert a[3] == pytest.approx(b[3], rel=1e-6, abs=1e-9)
+    assert any(a[6] == "completed" for a in fast)
+
+
+def test_reference_scenarios_exercise_preemption() -> None:
+    """The random scenarios above do reach KV preemption, removals and resumed prefixes."""
+    statuses: dict[str, int] = defaultdict(int)
+    for seed in range(40):
+        _, fast = play(random_scenario(seed, scale=1 + seed % 4), RolloutGroup)
+        for a in fast:
+            if a[0] == "removed":
+                statuses["removals"] += a[2] > 0
+            else:
+                statuses[a[6]] += 1
+                statuses["resumed"] += a[5] > 0
+    assert statuses["requeued"] > 100 and statuses["resumed"] > 100 and statuses["removals"] > 10
+
+
+def agentic_group(
+    seed: int, num: int, max_batch: int = 256
+) -> tuple[RolloutGroup, dict[int, tuple[int, int]]]:
+    trace = load_bundled("agentic_small")
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, len(trace), num)
+    prompts = trace["prompt_tokens"].to_numpy()[pick]
+    responses = trace["response_tokens"].to_numpy()[pick]
+    # A capacity of half a 7B rank keeps every engine under KV pressure.
+    group = RolloutGroup(COSTS, 1, max_batch, COSTS.kv_capacity_tokens(1) // 2)
+    ids = rng.permutation(num * 3)[:num]
+    group.submit(ids, prompts, responses, np.arange(num) % 3)
+    return group, {
+        int(i): (int(p), int(r)) for i, p, r in zip(ids, prompts, responses, strict=True)
+    }
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_preemption_keeps_every_trajectory_and_counts_tokens(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    group, lengths = agentic_group(seed, 1500, max_batch=int(rng.integers(16, 200)))
+    for rank in range(6):
+        group.add_engine(rank, float(rng.uniform(0, 5)))
+    next_rank, t = 6, 0.0
+    attempts = []
+    while True:
+        t += float(rng.exponential(40.0))
+        reason = drain_all(group, t)
+        assert group.num_remaining == group.num_queued + group.num_running
+        if reason == "idle":
+            break
+        for _ in range(int(rng.integers(0, 3))):
+            if len(group.engines) > 1:
+                group.remove_engine(int(rng.choice(group.engines)), t)
+        if rng.random() < 0.7 or not group.engines:
+            group.add_engine(next_rank, t + float(rng.uniform(0, 3)))
+            next_rank += 1
+        attempts += group.drain_attempts()
+    attempts += group.drain_attempts()
+    by_traj = defaultdict(list)
+    for a in attempts:
+        by_traj[a[0]].append(a)
+    assert set(by_traj) == set(lengths)
+    num_requeued = 0
+    for traj, tries in by_traj.items():
+        tries.sort(key=lambda a: a[2])
+        assert [a[6] for a in tries].count("completed") == 1 and tries[-1][6] == "completed"
+        num_requeued += len(tries) - 1
+        generated_before = 0
+        for a in tries:
+            assert a[5] == generated_before  # the prefix recomputed is what earlier attempts made
+            generated_before += a[4]
+            assert a[2] <= a[3]
+        assert generated_before == lengths[traj][1]
+        for earlier, later in zip(tries, tries[1:], strict=False):
+            assert earlier[3] <= later[2]
+    assert num_requeued > 10
+
+
+def test_stop_reasons() -> None:
+    pieces, _ = agentic_group(7, 600)
+    for rank in range(4):
+        pieces.add_engine(rank, 0.0)
+    reasons: set[str] = set()
+    completed = 0
+    while True:
+        before = pieces.now
+        t, reason = pieces.advance(pieces.now + 30.0, max_completions=7)
+        reasons.add(reason)
+        done = [a for a in pieces.drain_attempts() if a[6] == "completed"]
+        completed += len(done)
+        if reason == "completions":
+            assert len(done) >= 7 and max(a[3] for a in done) == t
+        if reason == "batch_done":
+            assert pieces.done_batches() and max(a[3] for a in done) == t
+        if reason == "limit":
+            assert t == before + 30.0
+        if reason == "idle":
+            break
+    assert reasons == {"completions", "batch_done", "limit", "idle"}
+    assert completed == 600
+    assert not pieces.done_batches()
+
+
+def test_advance_in_pieces_equals_advance_at_once() -> None:
+    whole, _ = agentic_group(8, 500)
+    pieces, _ = agentic_group(8, 500)
+    for g in (whole, pieces):
+        for rank in range(3):
+            g.add_engine(rank, 0.0)
+    drain_all(whole, math.inf)
+    kept = []
+    while True:
+        _, reason = pieces.advance(pieces.now + 11.0, max_completions=5)
+        kept += pieces.drain_attempts()
+        if reason == "idle":
+            break
+    assert sorted(kept) == sorted(whole.drain_attempts())
+    assert sorted(whole.done_batches()) == [0, 1, 2]
+
+
+def test_copy_is_independent_and_adoptable() -> None:
+    group, _ = agentic_group(3, 800)
+    for rank in range(4):
+        group.add_engine(rank, 0.0)
+    drain_all(group, 50.0)
+    group.drain_attempts()
+    spec = group.copy()
+    spec.submit([10**6], [100], [50], [9])
+    spec.remove_engine(0, 50.0)
+    drain_all(spec, 400.0)
+    assert spec.drain_attempts()
+    # The original did not see the copy's submit, removal or progress.
+    assert group.now == 50.0 and group.engines == [0, 1, 2, 3] and not group.drain_attempts()
+    twin = group.copy()
+    drain_all(group, math.inf)
+    drain_all(twin, math.inf)
+    assert sorted(group.drain_attempts()) == sorted(twin.drain_attempts())
+    assert sorted(group.drain_busy()) == sorted(twin.drain_busy())
+
+
+def test_busy_intervals_cover_attempts_and_skip_idle_engines() -> None:
+    group, _ = agentic_group(5, 300)
+    group.add_engine(0, 1.0)
+    group.add_engine(1, 2.0)
+    drain_all(group, 100.0)
+    group.remove_engine(1, 100.0)
+    group.add_engine(2, 120.0)
+    drain_all(group, math.inf)
+    group.add_engine(3, group.now + 1)  # never gets work: never busy
+    drain_all(group, group.now + 100)
+    group.remove_engine(3, group.now)
+    busy = group.drain_busy(until=group.now)
+    attempts = group.drain_attempts()
+    by_rank = defaultdict(list)
+    for rank, start, end in busy:
+        assert start < end
+        by_rank[rank].append((start, end))
+    assert set(by_rank) == {0, 1, 2}
+    for intervals in by_rank.values():
+        intervals.sort()
+        assert all(a[1] <= b[0] for a, b in zip(intervals, intervals[1:], strict=False))
+    assert min(s for s, _ in by_rank[0]) == 1.0 and max(e for _, e in by_rank[1]) == 100.0
+    for a in attempts:
+        assert any(s <= a[2] and a[3] <= e for s, e in by_rank[a[1]]), a
+
+
+def test_drain_busy_cuts_open_intervals() -> None:
+    group, _ = agentic_group(5, 50)
+    group.add_engine(0, 0.0)
+    drain_all(group, 10.0)
+    assert group.drain_busy() == []
+    assert group.drain_busy(until=10.0) == [(0, 0.0, 10.0)]
+    drain_all(group, 20.0)
+    assert group.drain_busy(until=20.0) == [(0, 10.0, 20.0)]
+
+
+def test_remove_completes_what_finished_at_that_instant() -> None:
+    group = RolloutGroup(COSTS, 1, 4, 10_000)
+    group.add_engine(0, 0.0)
+    group.submit([1, 2], [10, 10], [5, 50], [0, 0])
+    t, reason = group.advance(math.inf, max_completions=1)
+    assert reason == "completions"
+    assert group.remove_engine(0, t) == 1
+    attempts = sorted(group.drain_attempts())
+    assert attempts[0][0] == 1 and attempts[0][6] == "completed" and attempts[0][3] == t
+    assert attempts[1][:2] == (2, 0) and attempts[1][4:] == (5, 0, "requeued")
+    assert group.num_queued == 1 and group.num_running == 0
+
+
+def test_attempt_columns() -> None:
+    group = RolloutGroup(COSTS, 1, 4, 10_000)
+    group.add_engine(0, 0.0)
+    group.submit([7], [10], [5], [0])
+    drain_all(group, math.inf)
+    cols = attempts_to_columns(group.drain_attempts())
+    assert list(cols) == list(ATTEMPT_FIELDS)
+    assert cols["traj_id"].tolist() == [7] and cols["status"].tolist() == ["completed"]
+    assert cols["generated_tokens"].tolist() == [5]
+    assert len(attempts_to_columns([])["t_end"]) == 0
+
+
+def test_bad_input_is_a_clear_error() -> None:
+    group = RolloutGroup(COSTS, 1, 4, 1000)
+    with pytest.raises(ValueError, match="response_tokens must be 1-D with 2"):
+        group.submit([1, 2], [3, 4], [5], [0, 0])
+    with pytest.raises(ValueError, match="prompt_tokens must be integers"):
+        group.submit([1], [3.5], [5], [0])
+    with pytest.raises(ValueError, match="trajectory 9 has response_tokens=0"):
+        group.submit([8, 9], [3, 4], [5, 0], [0, 0])
+    with pytest.raises(ValueError, match="trajectory 9 needs 1001 KV tokens"):
+        group.submit([8, 9], [3, 1], [5, 1000], [0, 0])
+    assert group.num_queued == 0
+    with pytest.raises(ValueError, match="max_batch must be a positive integer"):
+        RolloutGroup(COSTS, 1, 0, 1000)
+    group.add_engine(0, 1.0)
+    with pytest.raises(ValueError, match="dp_rank 0 already"):
+        group.add_engine(0, 1.0)
+    with pytest.raises(ValueError, match="dp_rank 5 has no engine"):
+        group.remove_engine(5, 1.0)
+    group.submit([1], [3], [500], [0])
+    drain_all(group, 2.0)
+    with pytest.raises(ValueError, match="advance the group to t=5.0 first"):
+        group.remove_engine(0, 5.0)
+    with pytest.raises(ValueError, match="before the group's time"):
+        group.advance(1.0)
+    with pytest.raises(ValueError, match="t_ready 1.0 is before"):
+        group.add_engine(1, 1.0)
