@@ -7,9 +7,11 @@ on a run just finished and on a run folder loaded back (`rlix.runs.load`).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from rlix.policy.specs import PipelineSpec
@@ -54,11 +56,11 @@ def tables_from_recorder(recorder: Recorder, specs: dict[str, PipelineSpec] | No
     registered in its event log. Raises TraceError if a table breaks the schema."""
     facts = facts_from_lines(recorder.event_lines)
     raw: dict[TableName, pd.DataFrame] = {
-        "allocations": pd.DataFrame.from_records(recorder.allocations, columns=list(ALLOCATION_COLUMNS)),
-        "activity": pd.DataFrame.from_records(recorder.activity, columns=list(ACTIVITY_COLUMNS)),
-        "waits": pd.DataFrame.from_records(recorder.waits, columns=list(WAIT_COLUMNS)),
+        "allocations": _frame("allocations", _columns(recorder.allocations, ALLOCATION_COLUMNS)),
+        "activity": _frame("activity", _columns(recorder.activity, ACTIVITY_COLUMNS)),
+        "waits": _frame("waits", _columns(recorder.waits, WAIT_COLUMNS)),
         "steps": _steps_frame(recorder.steps),
-        "rollouts": pd.DataFrame(recorder.rollouts),
+        "rollouts": _frame("rollouts", recorder.rollouts),
     }
     frames = {name: conform_table(frame, name, f"<{name} of the run>") for name, frame in raw.items()}
     return RunTables(
@@ -69,6 +71,22 @@ def tables_from_recorder(recorder: Recorder, specs: dict[str, PipelineSpec] | No
         shrinks=facts.shrinks,
         **frames,
     )
+
+
+def _columns(rows: list[tuple[Any, ...]], names: tuple[str, ...]) -> dict[str, Sequence[Any]]:
+    if not rows:
+        return {name: [] for name in names}
+    return dict(zip(names, zip(*rows, strict=True), strict=True))
+
+
+def _frame(name: TableName, columns: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
+    """A frame from Python lists, column by column through numpy: pandas infers a long list's
+    dtype several times slower. Values are not coerced (conform_table checks them)."""
+    text = {c for c, dtype in TABLE_COLUMNS[name].items() if dtype == "string"}
+    return pd.DataFrame({
+        column: np.array(values, dtype=object) if column in text else np.asarray(values)
+        for column, values in columns.items()
+    })
 
 
 def _steps_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

@@ -31,7 +31,8 @@ class Segments:
 
     @property
     def duration(self) -> FloatArray:
-        return self.t1 - self.t0
+        duration: FloatArray = self.t1 - self.t0
+        return duration
 
     def covered(self, layer: int) -> np.ndarray:
         return self.counts[:, layer] > 0

@@ -127,8 +127,9 @@ def gpu_cover(tables: RunTables, pipeline_ids: list[str]) -> GpuCover:
 
 
 def _key(frame: pd.DataFrame, code: dict[str, int], num_gpus: int) -> np.ndarray:
-    owners = frame["pipeline_id"].map(code).to_numpy(np.int64)
-    return owners * num_gpus + frame["gpu"].to_numpy(np.int64)
+    owners: np.ndarray = frame["pipeline_id"].map(code).to_numpy(np.int64)
+    keys: np.ndarray = owners * num_gpus + frame["gpu"].to_numpy(np.int64)
+    return keys
 
 
 def _scope(tables: RunTables, steps: pd.DataFrame, rollouts: pd.DataFrame, waits: pd.DataFrame,

@@ -26,18 +26,8 @@ US_PER_S = 1e6
 
 
 def trace_events(tables: RunTables) -> list[dict[str, Any]]:
-    """Every trace event of the run, metadata first."""
-    events: list[dict[str, Any]] = [
-        _meta(GPU_PID, None, "process_name", "GPUs"),
-        _meta(STEPS_PID, None, "process_name", "Steps"),
-    ]
-    for gpu in range(tables.num_gpus):
-        events.append(_meta(GPU_PID, gpu, "thread_name", f"GPU {gpu}"))
-        events.append(_meta(GPU_PID, gpu, "thread_sort_index", gpu, key="sort_index"))
-    events += _holdings(tables.allocations)
-    events += _activity(tables.activity)
-    events += _steps(tables.steps)
-    return events
+    """Every trace event of the run as dicts, metadata first (what `timeline.json` holds)."""
+    return [json.loads(line) for line in _event_lines(tables)]
 
 
 def write_timeline(tables: RunTables, path: str | Path) -> Path:
@@ -45,9 +35,28 @@ def write_timeline(tables: RunTables, path: str | Path) -> Path:
     with path.open("w", encoding="utf-8") as handle:
         # One event per line: a long run's file stays greppable and diffable.
         handle.write('{"displayTimeUnit": "ms", "traceEvents": [\n')
-        handle.write(",\n".join(json.dumps(e, separators=(",", ":")) for e in trace_events(tables)))
+        handle.write(",\n".join(_event_lines(tables)))
         handle.write("\n]}\n")
     return path
+
+
+def _event_lines(tables: RunTables) -> list[str]:
+    meta: list[dict[str, Any]] = [
+        _meta(GPU_PID, None, "process_name", "GPUs"),
+        _meta(STEPS_PID, None, "process_name", "Steps"),
+    ]
+    for gpu in range(tables.num_gpus):
+        meta.append(_meta(GPU_PID, gpu, "thread_name", f"GPU {gpu}"))
+        meta.append(_meta(GPU_PID, gpu, "thread_sort_index", gpu, key="sort_index"))
+    lines = [_dumps(e) for e in meta]
+    lines += _holdings(tables.allocations)
+    lines += _activity(tables.activity)
+    lines += [_dumps(e) for e in _steps(tables.steps)]
+    return lines
+
+
+def _dumps(event: dict[str, Any]) -> str:
+    return json.dumps(event, separators=(",", ":"))
 
 
 def _meta(pid: int, tid: int | None, name: str, value: Any, key: str = "name") -> dict[str, Any]:
@@ -57,31 +66,40 @@ def _meta(pid: int, tid: int | None, name: str, value: Any, key: str = "name") -
     return event
 
 
-def _times(frame: pd.DataFrame, start: str = "t_start", end: str = "t_end") -> tuple[np.ndarray, np.ndarray]:
+def _times(frame: pd.DataFrame, start: str = "t_start", end: str = "t_end") -> tuple[list[float], list[float]]:
     ts = np.round(frame[start].to_numpy(float) * US_PER_S, 3)
     dur = np.round(frame[end].to_numpy(float) * US_PER_S, 3) - ts
-    return ts, dur
+    return ts.tolist(), dur.tolist()
 
 
-def _holdings(alloc: pd.DataFrame) -> list[dict[str, Any]]:
+def _quoted(column: pd.Series) -> list[str]:
+    """JSON string literals of a text column, escaped once per distinct value."""
+    values = column.astype(object).where(column.notna(), "").tolist()
+    literal = {v: json.dumps(str(v)) for v in set(values)}
+    return [literal[v] for v in values]
+
+
+# Hundreds of thousands of slices: formatted directly, every text field pre-escaped, about five
+# times faster than building and dumping a dict per slice.
+def _holdings(alloc: pd.DataFrame) -> list[str]:
     ts, dur = _times(alloc)
     return [
-        {"ph": "X", "pid": GPU_PID, "tid": int(gpu), "ts": float(t), "dur": float(d), "name": str(pid),
-         "cat": "holding", "args": {"cluster": str(cluster), "dp_rank": int(rank), "priority": int(priority)}}
+        f'{{"ph":"X","pid":{GPU_PID},"tid":{gpu},"ts":{t},"dur":{d},"name":{pid},"cat":"holding",'
+        f'"args":{{"cluster":{cluster},"dp_rank":{rank},"priority":{priority}}}}}'
         for pid, cluster, priority, rank, gpu, t, d in zip(
-            alloc["pipeline_id"], alloc["cluster"], alloc["priority"], alloc["dp_rank"], alloc["gpu"], ts, dur,
-            strict=True)
+            _quoted(alloc["pipeline_id"]), _quoted(alloc["cluster"]), alloc["priority"].tolist(),
+            alloc["dp_rank"].tolist(), alloc["gpu"].tolist(), ts, dur, strict=True)
     ]
 
 
-def _activity(act: pd.DataFrame) -> list[dict[str, Any]]:
+def _activity(act: pd.DataFrame) -> list[str]:
     ts, dur = _times(act)
     return [
-        {"ph": "X", "pid": GPU_PID, "tid": int(gpu), "ts": float(t), "dur": float(d), "name": str(stage),
-         "cat": str(kind), "args": {"pipeline_id": str(pid), "cluster": str(cluster), "dp_rank": int(rank)}}
+        f'{{"ph":"X","pid":{GPU_PID},"tid":{gpu},"ts":{t},"dur":{d},"name":{stage},"cat":{kind},'
+        f'"args":{{"pipeline_id":{pid},"cluster":{cluster},"dp_rank":{rank}}}}}'
         for pid, cluster, rank, gpu, kind, stage, t, d in zip(
-            act["pipeline_id"], act["cluster"], act["dp_rank"], act["gpu"], act["kind"], act["stage"], ts, dur,
-            strict=True)
+            _quoted(act["pipeline_id"]), _quoted(act["cluster"]), act["dp_rank"].tolist(),
+            act["gpu"].tolist(), _quoted(act["kind"]), _quoted(act["stage"]), ts, dur, strict=True)
     ]
 
 
