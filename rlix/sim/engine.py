@@ -26,8 +26,8 @@ Attempt records (`drain_attempts`) are plain tuples in the order of `ATTEMPT_FIE
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
-from heapq import heappop, heappush, heapreplace
+from collections import deque
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import Any
 
 import numpy as np
@@ -89,16 +89,19 @@ class RolloutGroup:
         # from index `_qhead` on.
         self._front: deque[tuple[int, int]] = deque()
         self._qhead = 0
-        self._batch_left: dict[int, int] = {}
+        # Batches by dense slot (what `_batch` holds per trajectory): id and trajectories left;
+        # `_batch_slot` finds the slot of a batch id not yet done.
+        self._batch_ids: list[int] = []
+        self._batch_left: list[int] = []
+        self._batch_slot: dict[int, int] = {}
         self._done_batches: list[int] = []
         self._attempts: list[Attempt] = []
         self._busy: list[tuple[int, float, float]] = []
         self._engines: dict[int, Engine] = {}
-        # (time, dp_rank, version); an entry whose version is not its engine's current one is stale.
-        self._events: list[tuple[float, int, int]] = []
-        self._version = 0
+        # (time, dp_rank, version, engine); an entry whose version is not its engine's is stale.
+        self._events: list[tuple[float, int, int, Engine]] = []
         # Events made while the loop holds the heap's top entry; pushed right after.
-        self._wakes: list[tuple[float, int, int]] = []
+        self._wakes: list[tuple[float, int, int, Engine]] = []
         # Ranks with a free slot after their last boundary (queue empty or head not fitting).
         self._hungry: dict[int, Engine] = {}
         self._batch_done_flag = False
@@ -165,11 +168,18 @@ class RolloutGroup:
         self._tid.extend(ids.tolist())
         self._prompt.extend(prompt.tolist())
         self._resp.extend(resp.tolist())
-        self._batch.extend(batch.tolist())
-        left = self._batch_left
-        values, counts = np.unique(batch, return_counts=True)
+        slot_of = self._batch_slot
+        values, inverse, counts = np.unique(batch, return_inverse=True, return_counts=True)
+        slots = []
         for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-            left[value] = left.get(value, 0) + count
+            slot = slot_of.get(value)
+            if slot is None:
+                slot = slot_of[value] = len(self._batch_ids)
+                self._batch_ids.append(value)
+                self._batch_left.append(0)
+            self._batch_left[slot] += count
+            slots.append(slot)
+        self._batch.extend(np.asarray(slots, dtype=np.int64)[inverse].tolist())
         if was_empty:
             self._wake_hungry(self.now, -1)
             self._flush_wakes()
@@ -197,24 +207,20 @@ class RolloutGroup:
         self._check_advanced_to(t, "remove_engine")
         self.now = t
         del self._engines[dp_rank]
+        e.version += 1  # its pending event is stale
         if e.hungry:
             del self._hungry[dp_rank]
         if e.busy_since is not None:
             self._busy.append((dp_rank, e.busy_since, t))
-        running = Counter(e.heap)
-        running.subtract(e.dead)
-        if not e.b:
+        if not e.info:
             return 0
         beta, alpha = self._beta, self._alpha[e.b]
-        max_m = (min(key for key, count in running.items() if count > 0) >> IDX_BITS) - e.n0
-        n = e.n0 + boundary_at_or_before(e, t, alpha, beta, max_m)
+        max_m = min(key for _, _, key in e.info.values()) >> IDX_BITS
+        n = e.n0 + boundary_at_or_before(e, t, alpha, beta, max_m - e.n0)
         resp, tid, append = self._resp, self._tid, self._attempts.append
         requeued: list[tuple[int, int]] = []
-        for key in e.order:
-            if running[key] <= 0:
-                continue
-            fin, idx = key >> IDX_BITS, key & IDX_MASK
-            g0, t_start = e.info[idx]
+        for idx, (g0, t_start, key) in e.info.items():  # admission order
+            fin = key >> IDX_BITS
             if fin <= n:
                 self._complete(idx, dp_rank, t_start, time_at(e, fin - e.n0, alpha, beta), g0)
                 continue
@@ -246,18 +252,17 @@ class RolloutGroup:
         count = 0
         self._batch_done_flag = False
         while events:
-            t, rank, version = events[0]
+            t, rank, version, e = events[0]
             if t > t_limit:
                 break
-            e = engines.get(rank)
-            if e is None or e.version != version:
+            if e.version != version:
                 heappop(events)
                 continue
             self.now = t
             count += step(e, t, e.ev_n)
             # The processed entry is still on top (wakes wait in `wakes`): replace it in place.
             if e.ev_t != _INF:
-                heapreplace(events, (e.ev_t, rank, e.version))
+                heapreplace(events, (e.ev_t, rank, e.version, e))
             else:
                 heappop(events)
             if wakes:
@@ -321,26 +326,21 @@ class RolloutGroup:
                 drop_dead(dead, key)
                 continue
             idx = key & IDX_MASK
-            g0, t_start = info.pop(idx)
+            g0, t_start, _ = info.pop(idx)
             r = resp[idx]
             b -= 1
             kv -= prompt[idx] + r
             num_completed += 1
             record((tid[idx], e.dp_rank, t_start, t, r - g0, g0, COMPLETED))
-            bid = batch[idx]
-            remaining = left[bid] - 1
-            if remaining:
-                left[bid] = remaining
-            else:
-                del left[bid]
-                self._done_batches.append(bid)
-                self._batch_done_flag = True
+            slot = batch[idx]
+            left[slot] -= 1
+            if not left[slot]:
+                self._batch_finished(slot)
         extra_s = 0.0
         head_changed = False
         qhead = self._qhead
         num_submitted = len(tid)
         if b < max_batch and (front or qhead < num_submitted):
-            order_append = e.order.append
             tokens = 0
             while b < max_batch:
                 if front:
@@ -360,8 +360,7 @@ class RolloutGroup:
                     break
                 key = (n + resp[idx] - g0) << IDX_BITS | idx
                 heappush(heap, key)
-                order_append(key)
-                info[idx] = (g0, t)
+                info[idx] = (g0, t, key)
                 kv += need
                 b += 1
                 tokens += need
@@ -371,8 +370,6 @@ class RolloutGroup:
                 extra_s = tokens * prefill_per_token_s
                 if e.busy_since is None:
                     e.busy_since = t
-                if len(e.order) > 2 * max_batch + 16:
-                    e.order = [key for key in e.order if key >= alive_from]
         if kv + b > capacity:
             b, kv = self._preempt_for_kv(e, t, n, b, kv)
             head_changed = True
@@ -391,7 +388,7 @@ class RolloutGroup:
                 m = m_kv
             e.ev_t = t + extra_s + m * alpha[b] + beta * (m * kv + b * m * (m - 1) // 2)
             e.ev_n = n + m
-            self._version = e.version = self._version + 1
+            e.version += 1
         else:
             e.ev_t = _INF
             if e.busy_since is not None:
@@ -412,23 +409,21 @@ class RolloutGroup:
         return num_completed
 
     def _preempt_for_kv(self, e: Engine, t: float, n: int, b: int, kv: int) -> tuple[int, int]:
-        """Preempt the most recently admitted sequences until the next iteration fits. Their
-        heap keys are left for the completion loop to drop (`dead`)."""
-        order, prompt, resp = e.order, self._prompt, self._resp
-        capacity, alive_from = self.kv_capacity_tokens, (n + 1) << IDX_BITS
+        """Preempt the most recently admitted sequences (the last in `info`, which keeps
+        admission order) until the next iteration fits. Their heap keys stay for the completion
+        loop to drop (`dead`)."""
+        info, dead, prompt, resp = e.info, e.dead, self._prompt, self._resp
+        capacity = self.kv_capacity_tokens
         while kv + b > capacity:
-            key = order.pop()
-            if key < alive_from:  # completed earlier; left in `order` lazily
-                continue
-            fin, idx = key >> IDX_BITS, key & IDX_MASK
-            g0, t_start = e.info.pop(idx)
-            e.dead[key] = e.dead.get(key, 0) + 1
-            generated = n - (fin - resp[idx] + g0)
+            idx = next(reversed(info))
+            g0, t_start, key = info.pop(idx)
+            dead[key] = dead.get(key, 0) + 1
+            generated = n - ((key >> IDX_BITS) - resp[idx] + g0)
             kv -= prompt[idx] + g0 + generated
             b -= 1
             self._attempts.append((self._tid[idx], e.dp_rank, t_start, t, generated, g0, REQUEUED))
             self._front.appendleft((idx, g0 + generated))
-        heap, dead = e.heap, e.dead
+        heap = e.heap
         while heap and heap[0] in dead:
             drop_dead(dead, heappop(heap))
         return b, kv
@@ -461,9 +456,9 @@ class RolloutGroup:
                 self._schedule(e, time_at(e, m, alpha, self._beta), e.n0 + m)
 
     def _schedule(self, e: Engine, t: float, n: int) -> None:
-        self._version += 1
-        e.version, e.ev_t, e.ev_n = self._version, t, n
-        self._wakes.append((t, e.dp_rank, self._version))
+        e.version += 1
+        e.ev_t, e.ev_n = t, n
+        self._wakes.append((t, e.dp_rank, e.version, e))
 
     def _flush_wakes(self) -> None:
         for entry in self._wakes:
@@ -474,17 +469,21 @@ class RolloutGroup:
         self._attempts.append(
             (self._tid[idx], rank, t_start, t_end, self._resp[idx] - g0, g0, COMPLETED)
         )
-        bid = self._batch[idx]
-        self._batch_left[bid] -= 1
-        if not self._batch_left[bid]:
-            del self._batch_left[bid]
-            self._done_batches.append(bid)
+        slot = self._batch[idx]
+        self._batch_left[slot] -= 1
+        if not self._batch_left[slot]:
+            self._batch_finished(slot)
+
+    def _batch_finished(self, slot: int) -> None:
+        batch_id = self._batch_ids[slot]
+        if self._batch_slot.get(batch_id) == slot:
+            del self._batch_slot[batch_id]
+        self._done_batches.append(batch_id)
+        self._batch_done_flag = True
 
     def _check_advanced_to(self, t: float, what: str) -> None:
         events = self._events
-        while events and (
-            events[0][1] not in self._engines or self._engines[events[0][1]].version != events[0][2]
-        ):
+        while events and events[0][3].version != events[0][2]:
             heappop(events)
         if not t >= self.now or (events and events[0][0] < t):
             pending = events[0][0] if events else None
@@ -522,13 +521,20 @@ class RolloutGroup:
         other.__dict__.update(self.__dict__)
         self._shared_lists = other._shared_lists = True
         other._front = deque(self._front)
-        other._batch_left = dict(self._batch_left)
+        other._batch_ids = list(self._batch_ids)
+        other._batch_left = list(self._batch_left)
+        other._batch_slot = dict(self._batch_slot)
         other._done_batches = list(self._done_batches)
         other._attempts = list(self._attempts)
         other._busy = list(self._busy)
         other._engines = {rank: e.copy() for rank, e in self._engines.items()}
-        other._events = list(self._events)
-        other._wakes = list(self._wakes)
+        other._events = [
+            (t, rank, version, other._engines[rank])
+            for t, rank, version, e in self._events
+            if e.version == version
+        ]
+        heapify(other._events)
+        other._wakes = []
         other._hungry = {rank: other._engines[rank] for rank in self._hungry}
         other._rebind()
         return other

@@ -11,9 +11,9 @@ step by whole iterations on the very same expression, so a time computed one way
 the other never disagrees by a rounding error.
 
 Running sequences are int keys `finish counter << 32 | trajectory index` in a heap (int
-comparisons are what make the heap cheap); `order` holds the same keys in admission order (the
-preemption victim is its last live one; completed keys are left in it and skipped lazily) and
-`info` maps a running trajectory index to (generated prefix at admission, admission time).
+comparisons are what make the heap cheap); `info` maps a running trajectory index to (generated
+prefix at admission, admission time, key) in admission order (a dict keeps insertion order, so
+the preemption victim, the latest admitted, is its last entry).
 `dead` counts the keys of sequences preempted for KV that are still in the heap (a count: a
 trajectory preempted twice on one engine can leave the same key twice, once dead, once live).
 """
@@ -41,7 +41,6 @@ class Engine:
         "kv",
         "extra_s",
         "heap",
-        "order",
         "info",
         "dead",
         "ev_t",
@@ -60,8 +59,7 @@ class Engine:
         self.kv = 0
         self.extra_s = 0.0
         self.heap: list[int] = []
-        self.order: list[int] = []
-        self.info: dict[int, tuple[int, float]] = {}
+        self.info: dict[int, tuple[int, float, int]] = {}
         self.dead: dict[int, int] = {}
         self.ev_t = math.inf
         self.ev_n = 0
@@ -74,7 +72,6 @@ class Engine:
         for name in Engine.__slots__:
             setattr(other, name, getattr(self, name))
         other.heap = list(self.heap)
-        other.order = list(self.order)
         other.info = dict(self.info)
         other.dead = dict(self.dead)
         return other
