@@ -33,6 +33,6 @@ def test_bundled_agentic_tail_share() -> None:
 
 
 def test_names_and_unknown_name() -> None:
-    assert bundled_names() == ["agentic_small", "math_small"]
+    assert bundled_names() == ["agentic_small", "math_16k", "math_small"]
     with pytest.raises(TraceError, match="no bundled trace 'chat'"):
         load_bundled("chat")
