@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from rlix.sim.options import non_negative_int, positive_int
 from rlix.traces.fit import fit_trace
 from rlix.traces.generate import KINDS, generate
 from rlix.traces.io import FORMATS, read_trace, write_trace
@@ -97,10 +98,10 @@ def _add_generate(actions: argparse._SubParsersAction) -> None:  # type: ignore[
         "--pipeline agent-a --out agentic.parquet",
     )
     parser.add_argument("kind", choices=KINDS, help="trace shape")
-    parser.add_argument("--rows", type=int, default=4096, help="samples (default 4096)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--rows", type=positive_int, default=4096, help="samples (default 4096)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
     parser.add_argument("--pipeline", help="add a pipeline column with this name")
-    parser.add_argument("--max-tokens", type=int, help="length cap (default: the shape's)")
+    parser.add_argument("--max-tokens", type=positive_int, help="length cap (default: the shape's)")
     _output_options(parser)
     parser.set_defaults(run=_run_generate)
 
@@ -121,12 +122,14 @@ def _add_fit(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-
     parser.add_argument("summary", metavar="SUMMARY", help="summary log: .csv, .jsonl, .parquet")
     parser.add_argument(
         "--samples-per-step",
-        type=int,
+        type=positive_int,
         default=1024,
         help="samples per step, as in the logged run (prompts × group size; default 1024)",
     )
-    parser.add_argument("--max-tokens", type=int, help="length cap (default: from the log)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--max-tokens", type=positive_int, help="length cap (default: from the log)"
+    )
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
     _column_option(parser, "mean=response_length_mean")
     _output_options(parser)
     parser.set_defaults(run=_run_fit)

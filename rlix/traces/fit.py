@@ -33,7 +33,7 @@ import pandas as pd
 from rlix.traces.columns import apply_column_map, as_column_map
 from rlix.traces.errors import TraceError
 from rlix.traces.io import read_frame
-from rlix.traces.schema import ColumnKind
+from rlix.traces.schema import MAX_TOKENS, ColumnKind
 from rlix.traces.validate import check_column, locate
 
 _NORMAL = NormalDist()
@@ -117,6 +117,8 @@ def fit_summary(
     file: str | Path | None = None,
 ) -> pd.DataFrame:
     """Per-step (mu, sigma) of a capped lognormal; columns step, mu, sigma, max_tokens."""
+    if max_tokens is not None and not 1 <= max_tokens <= MAX_TOKENS:
+        raise TraceError(f"max_tokens must be between 1 and {MAX_TOKENS:,}, not {max_tokens}")
     clipping = summary.loc[summary["clip_ratio"] > 0, "max"]
     cap = max_tokens or int(clipping.max() if len(clipping) else summary["max"].max())
     rows = []
@@ -204,6 +206,8 @@ def fit_trace(
     """Read a step summary, fit it and sample a trace from the fit (see the module docstring)."""
     if samples_per_step < 1:
         raise TraceError(f"samples per step must be at least 1, not {samples_per_step}")
+    if seed < 0:
+        raise TraceError(f"seed must be 0 or more, not {seed}")
     summary = read_summary(path, as_column_map(column_map, targets=SUMMARY_ALIASES))
     fit = fit_summary(summary, samples_per_step=samples_per_step, max_tokens=max_tokens, file=path)
     return sample_fit(fit, samples_per_step=samples_per_step, seed=seed)

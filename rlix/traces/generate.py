@@ -101,6 +101,10 @@ def generate(
         raise TraceError(f"unknown trace kind {kind!r}; kinds are {', '.join(KINDS)}")
     if rows < 1:
         raise TraceError(f"rows must be at least 1, not {rows}")
+    if seed < 0:
+        raise TraceError(f"seed must be 0 or more, not {seed}")
+    if pipeline is not None and not pipeline.strip():
+        raise TraceError(f"pipeline name {pipeline!r} is empty")
     shape = SHAPES[kind]
     cap = shape.max_tokens if max_tokens is None else max_tokens
     if not 1 <= cap <= MAX_TOKENS:

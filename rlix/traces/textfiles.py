@@ -114,7 +114,7 @@ def csv_record_lines(path: Path, strict: bool = False) -> list[int] | None:
 
     The `csv` module reads record by record and counts lines, a quoted field spanning several
     lines included (about 1 µs a record, as long as pandas takes). Raises TraceError for a
-    record with more fields than the header. A record the `csv` module cannot read (e.g. a quote
+    header naming a column twice and for a record with more fields than the header. A record the `csv` module cannot read (e.g. a quote
     never closed, or, with `strict`, stray text after a closing quote) raises TraceError naming
     its line if `strict`, else returns None: pandas may have read it, and the caller falls back
     to rows.
@@ -141,10 +141,22 @@ def csv_record_lines(path: Path, strict: bool = False) -> list[int] | None:
                 continue
             if header is None:
                 header, header_line = record, start
+                _check_header(header, start, path)
             elif len(record) > len(header):
                 raise _surplus_fields(len(record), len(header), header_line, start, path)
             else:
                 starts.append(start)
+
+
+def _check_header(header: list[str], line: int, path: Path) -> None:
+    """pandas would rename a second 'x' to 'x.1' and read on; a trace must say which it means."""
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise TraceError(
+                f"the header names column {name!r} twice; rename one of them", file=path, line=line
+            )
+        seen.add(name)
 
 
 def _surplus_fields(

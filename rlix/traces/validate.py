@@ -184,6 +184,8 @@ def _first_problem(
         return None
     position, order = best
     value = raw.iloc[position]
+    if isinstance(value, np.generic):  # show 5, not np.int64(5)
+        value = value.item()
     return Problem(position, name, checks[order][1](value), locate(raw.index, position))
 
 

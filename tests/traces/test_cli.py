@@ -77,7 +77,7 @@ def test_fit(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
         (["trace", "inspect", "{tmp}/bad.csv"], "bad.csv, line 3, column"),
         (["trace", "inspect", "{tmp}/bad.csv", "--column", "steps=x"], "column map target"),
         (["trace", "fit", "{tmp}/bad.csv", "--out", "{tmp}/o.csv"], "summary has no mean"),
-        (["trace", "generate", "math", "--rows", "0", "--out", "{tmp}/o.csv"], "rows must be"),
+        (["trace", "fit", "{tmp}/bad.csv", "--max-tokens", "5", "--out", "{tmp}/o.csv"], "no mean"),
     ],
 )
 def test_errors_are_one_line_and_exit_2(
@@ -136,3 +136,25 @@ def test_help_shows_percent_signs_once(
         main(["trace", action, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert shown in text and "%%" not in text
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["generate", "math", "--seed", "-1"], "argument --seed: must be 0 or more, not '-1'"),
+        (["generate", "math", "--rows", "0"], "argument --rows: must be a positive integer"),
+        (["generate", "math", "--max-tokens", "0"], "argument --max-tokens: must be a positive"),
+        (["fit", "s.csv", "--seed", "-1"], "argument --seed: must be 0 or more, not '-1'"),
+        (["fit", "s.csv", "--max-tokens", "0"], "argument --max-tokens: must be a positive"),
+        (["fit", "s.csv", "--samples-per-step", "x"], "--samples-per-step: must be an integer"),
+    ],
+)
+def test_bad_option_is_one_line_at_parsing(
+    args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["trace", *args, "--out", "o.csv"])
+    assert done.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"rlix-sim trace {args[0]}: error: ") and fragment in err

@@ -115,3 +115,19 @@ def test_bad_summary(tmp_path: Path, text: str, fragment: str, line: int | None)
     assert caught.value.file == str(path)
     if line is not None:
         assert str(caught.value).startswith(f"{path}, line {line}")
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({"max_tokens": 0}, "max_tokens must be between 1 and 10,000,000, not 0"),
+        ({"max_tokens": -1}, "max_tokens must be between 1 and 10,000,000, not -1"),
+        ({"seed": -1}, "seed must be 0 or more, not -1"),
+    ],
+)
+def test_bad_options(tmp_path: Path, options: dict[str, int], fragment: str) -> None:
+    path = tmp_path / "summary.csv"
+    path.write_text("mean,max,clip_ratio\n100,200,0.1\n")
+    # max_tokens=0 used to be ignored (the cap came from the log); -1 blamed the log's row.
+    with pytest.raises(TraceError, match=fragment):
+        fit_trace(path, **options)  # type: ignore[arg-type]

@@ -89,3 +89,7 @@ def test_max_tokens_override_and_bad_arguments() -> None:
         generate("chat", 10, 0)  # type: ignore[arg-type]
     with pytest.raises(TraceError, match="rows must be at least 1"):
         generate("math", 0, 0)
+    with pytest.raises(TraceError, match="seed must be 0 or more, not -1"):
+        generate("math", 10, -1)  # numpy's own error is a bare ValueError
+    with pytest.raises(TraceError, match="pipeline name ' ' is empty"):
+        generate("math", 10, 0, pipeline=" ")

@@ -119,6 +119,12 @@ def test_csv_rows_when_lines_cannot_be_counted(tmp_path: Path) -> None:
     assert f"row 2 {ROW}" in str(error)
 
 
+def test_values_are_shown_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"response_tokens": 3, "capped": 5}\n')
+    assert str(read_error(path)).endswith("column 'capped': 5 is not true or false")
+
+
 def test_bad_value_in_jsonl_and_parquet(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"response_tokens": 3}\n{"response_tokens": true}\n')
@@ -149,6 +155,7 @@ def test_bad_value_in_jsonl_and_parquet(tmp_path: Path) -> None:
         ("broken.jsonl", b'{"response_tokens": 1\n', "line 1: not valid JSON at character 22"),
         ("trace.txt", b"response_tokens\n1\n", "cannot tell the format"),
         ("other.csv", b"tokens\n5\n", "missing required column 'response_tokens'"),
+        ("twice.csv", b"\nresponse_tokens,response_tokens\n5,6\n", "line 2: the header names"),
     ],
 )
 def test_bad_file(tmp_path: Path, name: str, content: bytes, fragment: str) -> None:
