@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Sets up a fresh virtualenv (.venv) with rlix and its dev tools, then runs lint, types and
-# the whole test suite. Works on a fresh machine with Python 3.11 and pip; used by CI as is.
+# Sets up a virtualenv (.venv) with rlix, the simulator, the CPU executor and the dev tools,
+# then runs lint, types and the whole test suite. Works on a fresh machine with Python 3.11
+# and pip; used by CI as is. Re-running skips the install when pyproject.toml is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev]'
+stamp=.venv/.rlix-test-install
+want="$(sha256sum pyproject.toml | cut -c1-16)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  # torch first and pinned: the CPU build; an unpinned torch pulls a multi-GB CUDA build.
+  .venv/bin/python -m pip install -q torch==2.13.0
+  .venv/bin/python -m pip install -q -e '.[dev,sim,exec]'
+  echo "$want" > "$stamp"
+fi
 echo "== ruff"; .venv/bin/ruff check rlix tests bench
-echo "== mypy (rlix/policy)"; .venv/bin/mypy
+echo "== mypy (rlix/policy, rlix/pipelines)"; .venv/bin/mypy
 echo "== pytest"
 set +e
 .venv/bin/python -m pytest "$@"

@@ -1,0 +1,66 @@
+"""The pipeline programs yield the step sequence of DESIGN.md, checked by hand, op by op."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlix.pipelines import AdapterConfig, ProgramConfig, ops, program_for
+from rlix.policy.specs import PipelineKind, Priority
+
+
+def trace(program: Any, answers: dict[type, Any] | None = None, limit: int = 200) -> list[Any]:
+    """Run a program thread alone, answering each op plainly; forks are recorded, not run."""
+    seen: list[Any] = []
+    value: Any = None
+    for _ in range(limit):
+        try:
+            op = program.send(value)
+        except StopIteration:
+            return seen
+        seen.append(op)
+        value = (answers or {}).get(type(op))
+        if isinstance(op, ops.AwaitAnyBatch):
+            value = op.keys[0]
+    raise AssertionError("program did not finish")
+
+
+def test_ppo_with_kl_step_follows_the_priority_order() -> None:
+    config = ProgramConfig("p", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 1, 0),), 4, 2,
+                           has_critic=True, has_reference=True)
+    main = trace(program_for(config))
+    requests = [(op.cluster, op.priority) for op in main if isinstance(op, ops.Request)]
+    assert requests == [
+        ("actor_train", Priority.INIT), ("critic", Priority.INIT), ("reference", Priority.INIT),
+        ("critic", Priority.VALUE), ("actor_train", Priority.OLD_LOG_PROBS),
+        ("reference", Priority.REF_LOG_PROBS), ("critic", Priority.CRITIC_TRAIN),
+        ("actor_train", Priority.ACTOR_TRAIN),
+    ]
+    stages = [op.stage for op in main if isinstance(op, ops.Stage) and op.step == 0]
+    assert stages == ["values", "old_log_probs", "ref_log_probs", "critic_train", "actor_train"]
+    assert isinstance(main[-1], ops.Publish) and main[-1].version == 1
+    # Each stage releases its cluster right after it.
+    for i, op in enumerate(main):
+        if isinstance(op, ops.Stage):
+            assert main[i + 1] == ops.Release(op.cluster)
+
+
+def test_producer_paces_every_step_before_submitting_it() -> None:
+    config = ProgramConfig("p", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 3, 1),), 4, 2)
+    main = trace(program_for(config))
+    (fork,) = [op for op in main if isinstance(op, ops.Fork)]
+    produced = trace(fork.program)
+    assert produced == [x for s in range(3) for x in (ops.AwaitAllowed("base", s), ops.Generate("base", s, 4, 2))]
+
+
+def test_multi_lora_trains_the_adapter_whose_batch_is_ready() -> None:
+    adapters = (AdapterConfig("a", 2, 0), AdapterConfig("b", 1, 1))
+    config = ProgramConfig("m", PipelineKind.MULTI_LORA, adapters, 2, 2)
+    main = trace(program_for(config))
+    forks = [op for op in main if isinstance(op, ops.Fork)]
+    assert len(forks) == 2
+    waits = [op.keys for op in main if isinstance(op, ops.AwaitAnyBatch)]
+    # Answered with the first key each time: a0, a1 (b waits), then b0.
+    assert waits == [(("a", 0), ("b", 0)), (("a", 1), ("b", 0)), (("b", 0),)]
+    published = [(op.adapter, op.version) for op in main if isinstance(op, ops.Publish)]
+    assert published == [("a", 1), ("a", 2), ("b", 1)]
+    assert not any(isinstance(op, ops.Request) and op.cluster == "critic" for op in main)
