@@ -429,8 +429,11 @@ class RolloutGroup:
         return b, kv
 
     def _wake_hungry(self, t: float, skip_rank: int) -> None:
-        """The queue head changed at t: engines with a free slot look at it at their next
-        boundary. The new events wait in `_wakes` until `_flush_wakes`."""
+        """The queue head changed at t. Of the engines with a free slot, the one that can take
+        the head first gets an event at that boundary (the new event waits in `_wakes` until
+        `_flush_wakes`). Waking one is enough: when it takes the head, the head changes and
+        this runs again; the others could not take this head before it anyway, since an
+        engine's KV only grows until its own next completion, which is an event anyway."""
         front = self._front
         if front:
             idx, g0 = front[0]
@@ -439,21 +442,29 @@ class RolloutGroup:
         else:
             return
         need = self._prompt[idx] + g0
-        capacity = self.kv_capacity_tokens
+        capacity, beta = self.kv_capacity_tokens, self._beta
+        best: tuple[float, int, int, Engine] | None = None
         for rank, e in self._hungry.items():
             if rank == skip_rank:
                 continue
-            if not e.b:
-                if e.ev_t > t:
-                    self._schedule(e, t, e.n0)
-                continue
-            # K only grows until the engine's own next completion, which is an event anyway.
-            if e.kv + 2 * e.b + need >= capacity:
-                continue
-            alpha = self._alpha[e.b]
-            m = boundary_after(e, t, alpha, self._beta)
-            if e.n0 + m < e.ev_n and e.kv + e.b * (m + 1) + need < capacity:
-                self._schedule(e, time_at(e, m, alpha, self._beta), e.n0 + m)
+            b = e.b
+            if not b:
+                candidate = (t, rank, e.n0, e)
+            else:
+                if e.kv + 2 * b + need >= capacity:
+                    continue
+                alpha = self._alpha[b]
+                m = boundary_after(e, t, alpha, beta)
+                if e.kv + b * (m + 1) + need >= capacity:
+                    continue
+                candidate = (time_at(e, m, alpha, beta), rank, e.n0 + m, e)
+            if best is None or candidate[:2] < best[:2]:
+                best = candidate
+        if best is not None:
+            t_wake, _, n_wake, e = best
+            # Unless its own next event comes first (busy: by counter; idle: by time).
+            if (n_wake < e.ev_n) if e.b else (t_wake < e.ev_t):
+                self._schedule(e, t_wake, n_wake)
 
     def _schedule(self, e: Engine, t: float, n: int) -> None:
         e.version += 1
