@@ -18,6 +18,7 @@ import argparse
 import cProfile
 import gc
 import json
+import math
 import pstats
 import time
 
@@ -26,6 +27,19 @@ import numpy as np
 from rlix.sim.costs import CostModel
 from rlix.sim.engine import RolloutGroup
 from rlix.traces import load_bundled
+
+
+def python_speed_ns() -> float:
+    """CPU nanoseconds per turn of a plain Python loop (best of 5), to compare figures taken
+    on machines of different speed or load: a quiet current x86 core takes about 30-40."""
+    best = math.inf
+    for _ in range(5):
+        cpu0 = time.thread_time()
+        total = 0
+        for i in range(200_000):
+            total += i
+        best = min(best, (time.thread_time() - cpu0) / 200_000 * 1e9)
+    return round(best, 1)
 
 
 def run(args: argparse.Namespace) -> dict[str, float | int | str]:
@@ -83,6 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, float | int | str]:
     cpu = time.thread_time() - cpu0
     return {
         "bench": "engine_speed",
+        "python_loop_ns": python_speed_ns(),
         "rollouts_per_wall_s": round(num_done / wall),
         "rollouts_per_cpu_s": round(num_done / cpu),
         "rollouts": num_done,

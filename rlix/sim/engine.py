@@ -247,38 +247,18 @@ class RolloutGroup:
             )
         if max_completions is not None and max_completions < 1:
             raise ValueError(f"advance: max_completions must be >= 1, got {max_completions!r}")
-        target = max_completions if max_completions is not None else -1
-        events, engines, step, wakes = self._events, self._engines, self._step, self._wakes
-        count = 0
         self._batch_done_flag = False
-        while events:
-            t, rank, version, e = events[0]
-            if t > t_limit:
-                break
-            if e.version != version:
-                heappop(events)
-                continue
-            self.now = t
-            count += step(e, t, e.ev_n)
-            # The processed entry is still on top (wakes wait in `wakes`): replace it in place.
-            if e.ev_t != _INF:
-                heapreplace(events, (e.ev_t, rank, e.version, e))
-            else:
-                heappop(events)
-            if wakes:
-                self._flush_wakes()
-            if self._batch_done_flag:
-                return t, "batch_done"
-            if count >= target > 0:
-                return t, "completions"
-        if t_limit != _INF:
-            self.now = t_limit
-        idle = not self.num_queued and not any(e.b for e in engines.values())
+        t, reason = self._run(t_limit, max_completions if max_completions is not None else -1)
+        if reason:
+            return t, reason
+        # `_run` returns the last event's time when it ran out of events.
+        self.now = t_limit if t_limit != _INF else t
+        idle = not self.num_queued and not any(e.b for e in self._engines.values())
         return self.now, "idle" if idle else "limit"
 
     def _rebind(self) -> None:
-        """What `_step` reads on every event, in one tuple (one attribute load, not a dozen);
-        rebuilt whenever one of these objects is replaced (submit's copy on write, copy)."""
+        """What `_run` reads, in one tuple (one attribute load, not a dozen); rebuilt whenever
+        one of these objects is replaced (submit's copy on write, copy)."""
         self._hot = (
             self._prompt,
             self._resp,
@@ -292,12 +272,16 @@ class RolloutGroup:
             self.kv_capacity_tokens,
             self.max_batch,
             self._prefill_per_token_s,
+            self._events,
+            self._wakes,
+            self._hungry,
         )
 
-    def _step(self, e: Engine, t: float, n: int) -> int:
-        """One boundary of engine `e` at time t, iteration counter n; returns completions.
-        Sets the engine's next event (`ev_t`, `ev_n`, `version`) without touching the heap.
-        The simulator's hot path: one function, locals only."""
+    def _run(self, t_limit: float, target: int) -> tuple[float, str]:
+        """The event loop: one boundary of one engine per turn, in (time, dp_rank) order.
+        At a boundary (time t, iteration counter n): completions, admissions from the queue
+        head, KV preemption, then the engine's next event. This is the simulator's hot path,
+        so it is one function over local variables; the rare paths are methods."""
         (
             prompt,
             resp,
@@ -311,102 +295,126 @@ class RolloutGroup:
             capacity,
             max_batch,
             prefill_per_token_s,
+            events,
+            wakes,
+            hungry,
         ) = self._hot
-        b = e.b
-        kv = e.kv + b * (n - e.n0)
-        heap = e.heap
-        info = e.info
-        num_completed = 0
-        # Keys below `alive_from` finish at or before counter n.
-        alive_from = (n + 1) << IDX_BITS
-        dead = e.dead
-        while heap and heap[0] < alive_from:
-            key = heappop(heap)
-            if dead and key in dead:
-                drop_dead(dead, key)
-                continue
-            idx = key & IDX_MASK
-            g0, t_start, _ = info.pop(idx)
-            r = resp[idx]
-            b -= 1
-            kv -= prompt[idx] + r
-            num_completed += 1
-            record((tid[idx], e.dp_rank, t_start, t, r - g0, g0, COMPLETED))
-            slot = batch[idx]
-            left[slot] -= 1
-            if not left[slot]:
-                self._batch_finished(slot)
-        extra_s = 0.0
-        head_changed = False
-        qhead = self._qhead
+        count = 0
         num_submitted = len(tid)
-        if b < max_batch and (front or qhead < num_submitted):
-            tokens = 0
-            while b < max_batch:
-                if front:
-                    idx, g0 = front[0]
-                    need = prompt[idx] + g0
-                    if kv + b + need >= capacity:
+        t = self.now
+        while events:
+            t, rank, version, e = events[0]
+            if t > t_limit:
+                return t_limit, ""
+            if e.version != version:
+                heappop(events)
+                continue
+            n = e.ev_n
+            b = e.b
+            kv = e.kv + b * (n - e.n0)
+            heap = e.heap
+            info = e.info
+            dead = e.dead
+            # Keys below `alive_from` finish at or before counter n.
+            alive_from = (n + 1) << IDX_BITS
+            while heap and heap[0] < alive_from:
+                key = heappop(heap)
+                if dead and key in dead:
+                    drop_dead(dead, key)
+                    continue
+                idx = key & IDX_MASK
+                g0, t_start, _ = info.pop(idx)
+                r = resp[idx]
+                b -= 1
+                kv -= prompt[idx] + r
+                count += 1
+                record((tid[idx], rank, t_start, t, r - g0, g0, COMPLETED))
+                slot = batch[idx]
+                left[slot] -= 1
+                if not left[slot]:
+                    self._batch_finished(slot)
+            extra_s = 0.0
+            head_changed = False
+            if b < max_batch and (front or self._qhead < num_submitted):
+                qhead = self._qhead
+                tokens = 0
+                while b < max_batch:
+                    if front:
+                        idx, g0 = front[0]
+                        need = prompt[idx] + g0
+                        if kv + b + need >= capacity:
+                            break
+                        front.popleft()
+                    elif qhead < num_submitted:
+                        idx = qhead
+                        g0 = 0
+                        need = prompt[idx]
+                        if kv + b + need >= capacity:
+                            break
+                        qhead += 1
+                    else:
                         break
-                    front.popleft()
-                elif qhead < num_submitted:
-                    idx = qhead
-                    g0 = 0
-                    need = prompt[idx]
-                    if kv + b + need >= capacity:
-                        break
-                    qhead += 1
-                else:
-                    break
-                key = (n + resp[idx] - g0) << IDX_BITS | idx
-                heappush(heap, key)
-                info[idx] = (g0, t, key)
-                kv += need
-                b += 1
-                tokens += need
-            if tokens:
-                self._qhead = qhead
+                    key = (n + resp[idx] - g0) << IDX_BITS | idx
+                    heappush(heap, key)
+                    info[idx] = (g0, t, key)
+                    kv += need
+                    b += 1
+                    tokens += need
+                if tokens:
+                    self._qhead = qhead
+                    head_changed = True
+                    extra_s = tokens * prefill_per_token_s
+                    if e.busy_since is None:
+                        e.busy_since = t
+            if kv + b > capacity:
+                b, kv = self._preempt_for_kv(e, t, n, b, kv)
                 head_changed = True
-                extra_s = tokens * prefill_per_token_s
-                if e.busy_since is None:
-                    e.busy_since = t
-        if kv + b > capacity:
-            b, kv = self._preempt_for_kv(e, t, n, b, kv)
-            head_changed = True
-        e.n0 = n
-        e.t0 = t
-        e.kv = kv
-        e.b = b
-        e.extra_s = extra_s
-        if b:
-            if dead:
-                while heap[0] in dead:
-                    drop_dead(dead, heappop(heap))
-            m = (heap[0] >> IDX_BITS) - n
-            m_kv = (capacity - kv) // b
-            if m_kv < m:
-                m = m_kv
-            e.ev_t = t + extra_s + m * alpha[b] + beta * (m * kv + b * m * (m - 1) // 2)
-            e.ev_n = n + m
-            e.version += 1
-        else:
-            e.ev_t = _INF
-            if e.busy_since is not None:
-                self._busy.append((e.dp_rank, e.busy_since, t))
-                e.busy_since = None
-        if b < max_batch:
-            if not e.hungry:
-                e.hungry = True
-                self._hungry[e.dp_rank] = e
-            if head_changed and len(self._hungry) > 1 and (front or self._qhead < num_submitted):
-                self._wake_hungry(t, e.dp_rank)
-        else:
-            if e.hungry:
+            e.n0 = n
+            e.t0 = t
+            e.kv = kv
+            e.b = b
+            e.extra_s = extra_s
+            if b:
+                if dead:
+                    while heap[0] in dead:
+                        drop_dead(dead, heappop(heap))
+                m = (heap[0] >> IDX_BITS) - n
+                m_kv = (capacity - kv) // b
+                if m_kv < m:
+                    m = m_kv
+                te = e.ev_t = t + extra_s + m * alpha[b] + beta * (m * kv + b * m * (m - 1) // 2)
+                e.ev_n = n + m
+                e.version = version = version + 1
+                # The processed entry is still on top (wakes wait in `wakes`): replace it.
+                heapreplace(events, (te, rank, version, e))
+            else:
+                e.ev_t = _INF
+                heappop(events)
+                if e.busy_since is not None:
+                    self._busy.append((rank, e.busy_since, t))
+                    e.busy_since = None
+            if b < max_batch:
+                if not e.hungry:
+                    e.hungry = True
+                    hungry[rank] = e
+                if head_changed and len(hungry) > 1 and (front or self._qhead < num_submitted):
+                    self._wake_hungry(t, rank)
+            elif e.hungry:
                 e.hungry = False
-                del self._hungry[e.dp_rank]
-            if head_changed and self._hungry and (front or self._qhead < num_submitted):
-                self._wake_hungry(t, e.dp_rank)
-        return num_completed
+                del hungry[rank]
+                if head_changed and hungry and (front or self._qhead < num_submitted):
+                    self._wake_hungry(t, rank)
+            elif head_changed and hungry and (front or self._qhead < num_submitted):
+                self._wake_hungry(t, rank)
+            if wakes:
+                self._flush_wakes()
+            if self._batch_done_flag:
+                self.now = t
+                return t, "batch_done"
+            if count >= target > 0:
+                self.now = t
+                return t, "completions"
+        return t, ""
 
     def _preempt_for_kv(self, e: Engine, t: float, n: int, b: int, kv: int) -> tuple[int, int]:
         """Preempt the most recently admitted sequences (the last in `info`, which keeps
