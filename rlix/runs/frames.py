@@ -74,9 +74,7 @@ def tables_from_recorder(recorder: Recorder, specs: dict[str, PipelineSpec] | No
 
 
 def _columns(rows: list[tuple[Any, ...]], names: tuple[str, ...]) -> dict[str, Sequence[Any]]:
-    if not rows:
-        return {name: [] for name in names}
-    return dict(zip(names, zip(*rows, strict=True), strict=True))
+    return {name: [row[i] for row in rows] for i, name in enumerate(names)}
 
 
 def _frame(name: TableName, columns: Mapping[str, Sequence[Any]]) -> pd.DataFrame:

@@ -55,9 +55,12 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
     pipeline_ids = tables.pipeline_ids
     gpu_time = gpu_time_by_pipeline(tables, pipeline_ids)
     pool_s = tables.num_gpus * tables.makespan_s
-    overall = _scope(tables, tables.steps, tables.rollouts, tables.waits, gpu_time.sum(axis=0), pool_s, pool_s)
+    trajectories = _trajectory_counts(tables.rollouts)
+    overall = _scope(tables, tables.steps, trajectories.sum(axis=0), tables.waits, gpu_time.sum(axis=0),
+                     pool_s, pool_s)
     overall["shrinks"] = _count_shrinks(tables.shrinks.values())
-    steps, rollouts, waits = _split(tables.steps), _split(tables.rollouts), _split(tables.waits)
+    steps, waits = _split(tables.steps), _split(tables.waits)
+    per_pipeline = trajectories.reindex(pipeline_ids, fill_value=0)
     pipelines: dict[str, Any] = {}
     for index, pipeline_id in enumerate(pipeline_ids):
         spec = tables.specs.get(pipeline_id)
@@ -68,8 +71,8 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
         }
         own_steps = steps.get(pipeline_id, tables.steps.iloc[:0])
         figures.update(_scope(
-            tables, own_steps, rollouts.get(pipeline_id, tables.rollouts.iloc[:0]),
-            waits.get(pipeline_id, tables.waits.iloc[:0]), gpu_time[index], held_s, pool_s,
+            tables, own_steps, per_pipeline.loc[pipeline_id], waits.get(pipeline_id, tables.waits.iloc[:0]),
+            gpu_time[index], held_s, pool_s,
         ))
         figures["shrinks"] = _count_shrinks([tables.shrinks.get(pipeline_id, {})])
         ends = own_steps["t_end"]
@@ -132,15 +135,29 @@ def _key(frame: pd.DataFrame, code: dict[str, int], num_gpus: int) -> np.ndarray
     return keys
 
 
-def _scope(tables: RunTables, steps: pd.DataFrame, rollouts: pd.DataFrame, waits: pd.DataFrame,
+def _trajectory_counts(rollouts: pd.DataFrame) -> pd.DataFrame:
+    """Per pipeline (index): completed trajectories, their response tokens, re-queued attempts
+    and recomputed tokens. One grouped sum over the (possibly millions of) rollout rows."""
+    status = rollouts["status"]
+    completed = (status == "completed").fillna(False).to_numpy(bool)
+    recomputed = (rollouts["recomputed_tokens"].to_numpy(np.int64) if "recomputed_tokens" in rollouts
+                  else np.zeros(len(rollouts), dtype=np.int64))
+    counts = pd.DataFrame({
+        "trajectories": completed.astype(np.int64),
+        "generated_tokens": np.where(completed, rollouts["response_tokens"].to_numpy(np.int64), 0),
+        "preemptions": (status == "requeued").fillna(False).to_numpy(np.int64),
+        "recomputed_tokens": recomputed,
+    })
+    return counts.groupby(rollouts["pipeline_id"].to_numpy(object)).sum()
+
+
+def _scope(tables: RunTables, steps: pd.DataFrame, trajectories: pd.Series, waits: pd.DataFrame,
            gpu_s: np.ndarray, scope_s: float, pool_s: float) -> dict[str, Any]:
     makespan_h = tables.makespan_s / SECONDS_PER_HOUR
     scope_h = scope_s / SECONDS_PER_HOUR
     num_steps = len(steps)
     step_s = (steps["t_end"] - steps["t_start"]).to_numpy(float)
-    completed = rollouts[(rollouts["status"] == "completed").fillna(False).astype(bool)]
-    tokens = int(completed["response_tokens"].sum())
-    recomputed = int(rollouts["recomputed_tokens"].sum()) if "recomputed_tokens" in rollouts else 0
+    tokens = int(trajectories["generated_tokens"])
     busy_s, loading_s = float(gpu_s[BUSY]), float(gpu_s[LOADING])
     return {
         "steps": num_steps,
@@ -153,12 +170,12 @@ def _scope(tables: RunTables, steps: pd.DataFrame, rollouts: pd.DataFrame, waits
         "busy_share": _ratio(busy_s, scope_s),
         "loading_share": _ratio(loading_s, scope_s),
         "idle_share": _ratio(scope_s - busy_s - loading_s, scope_s),
-        "trajectories": len(completed),
+        "trajectories": int(trajectories["trajectories"]),
         "generated_tokens": tokens,
         "tokens_per_gpu_hour": _ratio(tokens, scope_h),
         "queue_wait_s": _waits_by_priority(waits),
-        "preemptions": int((rollouts["status"] == "requeued").fillna(False).sum()),
-        "recomputed_tokens": recomputed,
+        "preemptions": int(trajectories["preemptions"]),
+        "recomputed_tokens": int(trajectories["recomputed_tokens"]),
     }
 
 
