@@ -27,6 +27,7 @@ from rlix.policy.events import (
     PipelineAdmitted,
     PipelineRegistered,
     PipelineRemoved,
+    RequestWithdrawn,
     RolloutProgressed,
     Tick,
     TrainStepFinished,
@@ -34,6 +35,7 @@ from rlix.policy.events import (
 from rlix.policy.policies import POLICIES, Policy, get_policy
 from rlix.policy.specs import (
     BASE_ADAPTER,
+    MAX_WORK,
     ROLLOUT_CLUSTER,
     ClusterSpec,
     PipelineKind,
@@ -44,11 +46,11 @@ from rlix.policy.specs import (
 )
 
 __all__ = [
-    "BASE_ADAPTER", "POLICIES", "ROLLOUT_CLUSTER", "AllowRollout", "ClusterReleased",
+    "BASE_ADAPTER", "MAX_WORK", "POLICIES", "ROLLOUT_CLUSTER", "AllowRollout", "ClusterReleased",
     "ClusterReleasedAndRequested", "ClusterRequested", "ClusterSpec", "Decision",
     "DecisionApplied", "DecisionFailed", "Event", "EventError", "Expand", "GpuLost",
     "GpuRestored", "Grant", "Hold", "InvariantViolation", "PipelineAdmitted", "PipelineKind",
     "PipelineRegistered", "PipelineRemoved", "PipelineSpec", "Policy", "PolicyConfig",
-    "PolicyError", "Priority", "Revoke", "RolloutProgressed", "Scheduler", "Shrink", "SpecError",
-    "Tick", "Topology", "TrainStepFinished", "get_policy",
+    "PolicyError", "Priority", "RequestWithdrawn", "Revoke", "RolloutProgressed", "Scheduler",
+    "Shrink", "SpecError", "Tick", "Topology", "TrainStepFinished", "get_policy",
 ]

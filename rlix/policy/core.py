@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING
 from rlix.policy import lifecycle
 from rlix.policy.admission import Reservations, serve_requests
 from rlix.policy.decisions import Decision
-from rlix.policy.errors import EventError
+from rlix.policy.errors import EventError, SpecError
 from rlix.policy.events import Event
 from rlix.policy.ledger import Ledger
 from rlix.policy.policies import Policy, get_policy
-from rlix.policy.specs import PolicyConfig, Topology
+from rlix.policy.specs import PolicyConfig, Topology, is_number
 from rlix.policy.state import ClusterState, PipelineState, RankStatus, Request
 
 if TYPE_CHECKING:
@@ -61,8 +61,13 @@ class Scheduler:
     ) -> None:
         topology.validate()
         self.topology = topology
+        if not isinstance(policy, str | Policy):
+            raise SpecError("policy", policy, "must be a policy name or a Policy")
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
-        self.config = config or PolicyConfig()
+        self.config = PolicyConfig() if config is None else config
+        if not isinstance(self.config, PolicyConfig):
+            raise SpecError("config", config, "must be a PolicyConfig")
+        self.config.validate()
         self.cluster = ClusterState(topology)
         self.pipelines: dict[str, PipelineState] = {}
         #: Pending non-rollout requests in service order (priority, arrival number, pipeline).
@@ -88,8 +93,8 @@ class Scheduler:
         handler = lifecycle.HANDLERS.get(type(event))
         if handler is None:
             raise EventError("event", type(event).__name__, "unknown event type")
-        if not isinstance(event.now, int | float) or event.now != event.now:
-            raise EventError("now", event.now, "must be a number")
+        if not is_number(event.now):
+            raise EventError("now", event.now, "must be a finite number of seconds")
         if event.now < self.now:
             raise EventError("now", event.now, f"goes backwards (last event was at {self.now})")
         previous_now, self.now = self.now, float(event.now)
@@ -105,6 +110,8 @@ class Scheduler:
         return decisions
 
     def pipeline(self, pipeline_id: str) -> PipelineState:
+        if not isinstance(pipeline_id, str):
+            raise EventError("pipeline_id", pipeline_id, "must be a string")
         try:
             return self.pipelines[pipeline_id]
         except KeyError:
@@ -147,7 +154,7 @@ class Scheduler:
             if pipeline.rolling and pipeline.pipeline_id in self.runnable:
                 continue
             for rank in list(pipeline.active.values()):
-                if rank.status is RankStatus.ACTIVE:
-                    self.ledger.shrink(rank, "release")
-                else:
+                if rank.status is not RankStatus.ACTIVE:
                     rank.release_when_applied = True
+                elif rank.shrink_retry_after_s <= self.now:  # else: its last shrink failed
+                    self.ledger.shrink(rank, "release")

@@ -43,7 +43,8 @@ class ClusterRequested(Event):
     """A pipeline asks for a cluster at a stage priority.
 
     `actor_infer` at Priority.ROLLOUT starts rollout demand, with `estimate` units of rollout
-    work (e.g. trajectories or tokens); rollout ranks then expand and shrink elastically.
+    work (e.g. trajectories or tokens; a finite number in [0, MAX_WORK], 1 when omitted);
+    rollout ranks then expand and shrink elastically.
     Any cluster at priorities 0-5 is granted its whole device mapping at once (gang).
     """
 
@@ -75,9 +76,29 @@ class ClusterReleasedAndRequested(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class RequestWithdrawn(Event):
+    """A pipeline no longer wants a cluster it requested and was not granted (it changed its
+    mind, or a Revoke re-queued a request it gives up).
+
+    For a non-rollout cluster the pending request leaves the queue; a grant already emitted
+    cannot be withdrawn (release the cluster once the grant is applied). For `actor_infer` at
+    the rollout priority it ends the rollout demand, exactly like `ClusterReleased`: ranks not
+    yet started are never started, and ranks already emitted or active are shrunk ("release").
+    The driver need not know whether the core already emitted an Expand for it.
+    """
+
+    pipeline_id: str
+    cluster: str
+
+
+@dataclass(frozen=True, slots=True)
 class RolloutProgressed(Event):
     """Rollout work still to do for one adapter of a pipeline (the sum over adapters is the
-    pipeline's demand). With `adapter=None` a multi-LoRA pipeline reports one total."""
+    pipeline's demand). With `adapter=None` a multi-LoRA pipeline reports one total.
+
+    Until an adapter reports, it counts its share (1 / number of adapters) of the request's
+    estimate, or of the last pipeline-wide total if one was reported since; a total replaces
+    every per-adapter figure. `remaining` is a finite number in [0, MAX_WORK]."""
 
     pipeline_id: str
     remaining: float

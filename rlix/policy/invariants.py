@@ -1,8 +1,9 @@
 """The invariant checker, run on the core's state after a decision round.
 
 Ownership is recomputed from the holders themselves, not from the core's indexes, so a
-bookkeeping bug cannot hide itself; the split check shares only the rollout budget's
-definition with the planner (`rlix.policy.rollout.rollout_budget`). Each policy is held to the invariants it guarantees
+bookkeeping bug cannot hide itself; likewise the rollout budget, the reservations (who waits
+on whom) and who may donate are recomputed here from the pipelines, the queue and the config,
+not taken from the planner. Each policy is held to the invariants it guarantees
 (`Policy.guarantees`). Invariants 7 (for consumed trajectories) and 8 are about a finished run
 and live in `rlix.policy.run_checks`; invariant 10 (liveness) is a property of whole runs and
 is tested by driving workloads to completion.
@@ -18,10 +19,11 @@ from typing import TYPE_CHECKING
 from rlix.policy import events as ev
 from rlix.policy.decisions import AllowRollout, Decision, Expand, Grant, Revoke, Shrink
 from rlix.policy.errors import InvariantViolation
-from rlix.policy.state import ClusterHold, Rank, RankStatus
+from rlix.policy.state import ClusterHold, HoldStatus, Rank, RankStatus, Request
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
+    from rlix.policy.state import PipelineState
 
 
 def _fail(number: int, detail: str) -> None:
@@ -33,30 +35,36 @@ class InvariantChecker:
         self.sched = sched
         self._holdings = self._snapshot()
 
-    def _snapshot(self) -> dict[tuple[str, str], int]:
+    def _snapshot(self) -> dict[tuple[str, str], tuple[int, HoldStatus]]:
+        """Each holding by its grant's decision id (never reused, unlike an object's id())."""
         return {
-            (p.pipeline_id, name): id(hold)
+            (p.pipeline_id, name): (hold.decision_id, hold.status)
             for p in self.sched.pipelines.values()
             for name, hold in p.holdings.items()
         }
 
     def after_round(self, event: ev.Event, decisions: list[Decision]) -> None:
-        guarantees = self.sched.policy.guarantees
-        check_ownership(self.sched)  # 1 and 2 hold for every policy
+        sched = self.sched
+        guarantees = sched.policy.guarantees
+        check_ownership(sched)  # 1 and 2 hold for every policy
         self._check_holdings_kept(event, decisions)  # 3 and 9
         check_shrink_reasons(decisions, strict=4 in guarantees)
-        if 5 in guarantees:
-            check_no_overtaking(self.sched, decisions)
-        if 6 in guarantees:
-            check_split(self.sched)
-        check_pacing(self.sched, decisions)
+        check_shrink_backoff(sched, decisions)
+        if 5 in guarantees or 6 in guarantees:
+            view = ReservationView(sched, decisions)
+            if 5 in guarantees:
+                check_no_overtaking(sched, decisions, view)
+            if 6 in guarantees:
+                check_split(sched, view)
+                check_rebalance_keeps_targets(sched, decisions)
+        check_pacing(sched, decisions)
         self._holdings = self._snapshot()
 
     def _check_holdings_kept(self, event: ev.Event, decisions: list[Decision]) -> None:
         now = self._snapshot()
         revoked = {(d.pipeline_id, d.cluster) for d in decisions if isinstance(d, Revoke) and d.dp_rank < 0}
-        for key, ident in self._holdings.items():
-            if now.get(key) == ident:
+        for key, (decision_id, status) in self._holdings.items():
+            if key in now and now[key][0] == decision_id:
                 continue
             pipeline_id, cluster = key
             if isinstance(event, ev.PipelineRemoved) and event.pipeline_id == pipeline_id:
@@ -65,8 +73,8 @@ class InvariantChecker:
                 released = event.cluster if isinstance(event, ev.ClusterReleased) else event.released
                 if released == cluster:
                     continue
-            if isinstance(event, ev.DecisionFailed) and key not in now:
-                continue  # a grant that failed was rolled back
+            if isinstance(event, ev.DecisionFailed) and status is HoldStatus.GRANTING:
+                continue  # a grant not yet applied failed (or a shrink it required did): rolled back
             if key in revoked and isinstance(event, ev.GpuLost):
                 continue
             number = 9 if isinstance(event, ev.PipelineRemoved) else 3
@@ -138,52 +146,118 @@ def check_shrink_reasons(decisions: list[Decision], strict: bool) -> None:
             _fail(4, f"rebalancing shrink {d.decision_id} is not followed by an expansion")
 
 
-def check_no_overtaking(sched: Scheduler, decisions: list[Decision]) -> None:
-    """Invariant 5: a GPU wanted by blocked requests goes, this round, to no later request and
-    to no rollout, unless the taker's holdings block the oldest of those requests (it must be
-    able to move on for that request to be served)."""
-    given: list[tuple[tuple[int, int], str, tuple[int, ...]]] = []
+def check_shrink_backoff(sched: Scheduler, decisions: list[Decision]) -> None:
+    """Invariant 3 (retry side): a rank whose last Shrink failed is not shrunk again before
+    `retry_backoff_s` has passed."""
+    for d in decisions:
+        if isinstance(d, Shrink):
+            pipeline = sched.pipelines.get(d.pipeline_id)
+            if pipeline is not None and pipeline.ranks[d.dp_rank].shrink_retry_after_s > sched.now:
+                _fail(3, f"{d.pipeline_id} rank {d.dp_rank} shrunk again while backing off a failed shrink")
+
+
+class ReservationView:
+    """The reservations of the round as the contract defines them, worked out from the queue:
+    every runnable request still queued after the round was blocked and, unless a GPU of its
+    mapping is lost, reserved its mapping; each GPU belongs to the first such request wanting
+    it. A request's reservation does not block the pipelines it waits on, nor those the first
+    reserving request waits on (see rlix.policy.admission)."""
+
+    def __init__(self, sched: Scheduler, decisions: list[Decision]) -> None:
+        self.sched = sched
+        self.granted_now = {d.decision_id for d in decisions if isinstance(d, Grant)}
+        offline = sched.cluster.offline
+        self.reserving: list[Request] = [
+            r for r in sched.queue
+            if r.pipeline_id in sched.runnable and offline.isdisjoint(self._mapping(r))
+        ]
+        self.first_for: dict[int, Request] = {}
+        for request in self.reserving:
+            for gpu in self._mapping(request):
+                self.first_for.setdefault(gpu, request)
+        self._waits: dict[int, frozenset[str]] = {}
+
+    def _mapping(self, request: Request) -> tuple[int, ...]:
+        return self.sched.pipelines[request.pipeline_id].spec.clusters[request.cluster].mapping
+
+    def waits_on(self, request: Request) -> frozenset[str]:
+        """Pipelines whose holdings block the request, grown to a fixed point by the holders
+        blocking those pipelines' own pending requests. Holdings granted this round after the
+        request (in service order) did not exist when it was served."""
+        found = self._waits.get(request.seq)
+        if found is not None:
+            return found
+        owner = self.sched.cluster.owner
+        order = (request.priority, request.seq)
+
+        def holders(mapping: tuple[int, ...]) -> set[str]:
+            return {
+                h.pipeline_id for g in mapping
+                if isinstance(h := owner[g], ClusterHold)
+                and (h.decision_id not in self.granted_now or (h.request.priority, h.request.seq) < order)
+            }
+
+        result = holders(self._mapping(request))
+        while True:
+            grown = set(result)
+            for pipeline_id in result:
+                for pending in self.sched.pipelines[pipeline_id].pending.values():
+                    grown |= holders(self._mapping(pending))
+            if grown == result:
+                break
+            result = grown
+        self._waits[request.seq] = frozenset(result)
+        return self._waits[request.seq]
+
+    def exempt(self, request: Request, pipeline_id: str) -> bool:
+        return pipeline_id in self.waits_on(request) or pipeline_id in self.waits_on(self.reserving[0])
+
+    def blocks(self, gpu: int, pipeline_id: str) -> bool:
+        request = self.first_for.get(gpu)
+        return request is not None and not self.exempt(request, pipeline_id)
+
+
+def check_no_overtaking(sched: Scheduler, decisions: list[Decision], view: ReservationView | None = None) -> None:
+    """Invariant 5: a GPU wanted by a blocked request that reserves goes, this round, to no
+    later request and to no rollout, unless the taker is a pipeline the request (or the oldest
+    reserving request) waits on: it must be able to move on for that request to be served."""
+    view = view or ReservationView(sched, decisions)
     for d in decisions:
         if isinstance(d, Grant):
             hold = sched.pipelines[d.pipeline_id].holdings.get(d.cluster)
-            seq = hold.request.seq if hold is not None else -1
-            given.append(((d.priority, seq), d.pipeline_id, d.gpus))
+            order = (d.priority, hold.request.seq if hold is not None else -1)
         elif isinstance(d, Expand):
-            given.append(((7, 0), d.pipeline_id, d.gpus))
-    if not given:
-        return
-    granted_now = {d.decision_id for d in decisions if isinstance(d, Grant)}
-    oldest: dict[int, tuple[tuple[int, int], str, frozenset[str]]] = {}
-    for request in sched.queue:  # in service order: the first to want a GPU is the oldest
-        if request.pipeline_id not in sched.runnable:
+            order = (7, 0)
+        else:
             continue
-        mapping = sched.pipelines[request.pipeline_id].spec.clusters[request.cluster].mapping
-        order = (request.priority, request.seq)
-        # A holder granted this round after the request (in service order) cannot excuse itself.
-        blockers = frozenset(
-            h.pipeline_id for g in mapping
-            if isinstance(h := sched.cluster.owner[g], ClusterHold)
-            and (h.decision_id not in granted_now or (h.request.priority, h.request.seq) < order)
-        )
-        for gpu in mapping:
-            oldest.setdefault(gpu, (order, f"{request.pipeline_id}/{request.cluster}", blockers))
-    for order, pipeline_id, gpus in given:
-        for gpu in gpus:
-            if gpu not in oldest:
+        for gpu in d.gpus:
+            request = view.first_for.get(gpu)
+            if request is None or order <= (request.priority, request.seq):
                 continue
-            request_order, who, blockers = oldest[gpu]
-            if order > request_order and pipeline_id not in blockers:
-                _fail(5, f"{pipeline_id} was given GPU {gpu} that the older blocked request {who} needs")
+            if not view.exempt(request, d.pipeline_id):
+                _fail(5, f"{d.pipeline_id} was given GPU {gpu} that the older blocked request "
+                         f"{request.pipeline_id}/{request.cluster} needs")
 
 
-def check_split(sched: Scheduler) -> None:
+def _rollout_budget(sched: Scheduler, rollers: list[PipelineState], view: ReservationView) -> int:
+    """GPUs of the rollers' mappings neither lost, nor under a non-rollout holding, nor reserved."""
+    union = {g for p in rollers for g in p.spec.rollout.mapping}
+    held = {g for p in sched.pipelines.values() for h in p.holdings.values() for g in h.gpus}
+    return sum(1 for g in union if g not in sched.cluster.offline and g not in held and g not in view.first_for)
+
+
+def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
     """Invariant 6: targets fit the GPUs rollout may use, and no pipeline short of its target by
-    a whole bundle has a bundle it could take (free, or held by pipelines above target)."""
-    from rlix.policy.rollout import is_donor, may_receive, rollout_budget
-
+    a whole bundle has a bundle it could take: free, or held by donors (above target, not given
+    ranks by a rebalance within `min_rebalance_interval_s`) without taking any donor below its
+    target. Taking from donors is due once the shortfall passes the margin (at once for a
+    first bundle) and the pipeline did not itself donate within the interval; for a first
+    bundle, donors given ranks by a recent rebalance donate too."""
+    view = view or ReservationView(sched, [])
     rollers = sched.rolling_pipelines()
     targets = sched.targets
-    budget = rollout_budget(sched, rollers)
+    config = sched.config
+    budget = _rollout_budget(sched, rollers, view)
     if sum(targets.get(p.pipeline_id, 0) for p in rollers) > budget:
         _fail(6, f"targets {targets} sum past the budget {budget}")
     demanding = [p for p in rollers if p.demand > 0]
@@ -191,36 +265,80 @@ def check_split(sched: Scheduler) -> None:
         for p in demanding:
             if targets.get(p.pipeline_id, 0) < p.tp:
                 _fail(6, f"{p.pipeline_id} has demand but no bundle in its target")
-    over = {p.pipeline_id for p in rollers if is_donor(sched, p)}
-    margin = sched.config.rebalance_margin_bundles
+    holds = {p.pipeline_id: sum(len(r.gpus) for r in p.ranks if r.status is not RankStatus.INACTIVE) for p in rollers}
+    above = {
+        p.pipeline_id: holds[p.pipeline_id] - targets.get(p.pipeline_id, 0)
+        for p in rollers
+        if holds[p.pipeline_id] > targets.get(p.pipeline_id, 0)
+    }
+    settled = {  # not given ranks by a rebalance within the interval
+        pid: excess for pid, excess in above.items()
+        if sched.now >= sched.pipelines[pid].last_rebalanced_in_s + config.min_rebalance_interval_s
+    }
     for p in rollers:
-        if p.num_active_gpus + p.tp > targets.get(p.pipeline_id, 0):
+        held, target = holds[p.pipeline_id], targets.get(p.pipeline_id, 0)
+        if held + p.tp > target:
             continue
-        may_take_donor = (
-            p.num_active_gpus + p.tp * (1 + margin) <= targets.get(p.pipeline_id, 0)
-            and may_receive(sched, p)
-        )
+        if held == 0:
+            donors = above  # a first bundle: no margin, no interval
+        elif (
+            held + p.tp * (1 + config.rebalance_margin_bundles) <= target
+            and sched.now >= p.last_rebalanced_out_s + config.min_rebalance_interval_s
+        ):
+            donors = settled
+        else:
+            donors = {}
         for rank in p.ranks:
             if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > sched.now:
                 continue
-            if _takeable(sched, rank, p.pipeline_id, over if may_take_donor else set()):
-                _fail(6, f"{p.pipeline_id} is short of its target {targets[p.pipeline_id]} "
-                         f"(holds {p.num_active_gpus}) yet could take rank {rank.dp_rank}")
+            if _takeable(sched, view, rank, p.pipeline_id, donors):
+                _fail(6, f"{p.pipeline_id} is short of its target {target} "
+                         f"(holds {held}) yet could take rank {rank.dp_rank}")
 
 
-def _takeable(sched: Scheduler, rank: Rank, pipeline_id: str, donors: set[str]) -> bool:
+def _takeable(sched: Scheduler, view: ReservationView, rank: Rank, pipeline_id: str, excess: dict[str, int]) -> bool:
     cluster = sched.cluster
+    loss: dict[str, int] = {}
+    counted: set[int] = set()
     for gpu in rank.gpus:
-        if gpu in cluster.offline or sched.reservations.blocks(gpu, pipeline_id):
+        if gpu in cluster.offline or view.blocks(gpu, pipeline_id):
             return False
         holder = cluster.owner[gpu]
         if holder is None:
             continue
         if not isinstance(holder, Rank) or holder.status is not RankStatus.ACTIVE:
             return False
-        if holder.pipeline_id not in donors:
+        if holder.pipeline_id not in excess or holder.shrink_retry_after_s > sched.now:
             return False
-    return True
+        if id(holder) not in counted:
+            counted.add(id(holder))
+            loss[holder.pipeline_id] = loss.get(holder.pipeline_id, 0) + len(holder.gpus)
+    return all(lost <= excess[pid] for pid, lost in loss.items())
+
+
+def check_rebalance_keeps_targets(sched: Scheduler, decisions: list[Decision]) -> None:
+    """Invariant 6 (donor side): a rebalance never takes a pipeline below its own target, nor
+    one that was already below it lower. What a pipeline held when the round began is what it
+    holds now, plus what this round shrank, less what it expanded (shrinks for a rolling
+    pipeline happen only in the round)."""
+    moved: dict[str, int] = {}
+    donors: set[str] = set()
+    for d in decisions:
+        if isinstance(d, Shrink):
+            moved[d.pipeline_id] = moved.get(d.pipeline_id, 0) + len(d.gpus)
+            if d.reason == "rebalance":
+                donors.add(d.pipeline_id)
+        elif isinstance(d, Expand):
+            moved[d.pipeline_id] = moved.get(d.pipeline_id, 0) - len(d.gpus)
+    for pipeline_id in sorted(donors):
+        pipeline = sched.pipelines[pipeline_id]
+        if not pipeline.rolling:
+            continue
+        held = sum(len(r.gpus) for r in pipeline.ranks if r.status is not RankStatus.INACTIVE)
+        target = sched.targets.get(pipeline_id, 0)
+        if held < min(target, held + moved[pipeline_id]):
+            _fail(6, f"a rebalance took {pipeline_id} from {held + moved[pipeline_id]} to {held} GPUs, "
+                     f"below its target {target}")
 
 
 def check_pacing(sched: Scheduler, decisions: list[Decision]) -> None:

@@ -6,12 +6,15 @@ decision in the same round already sees it. Its undo is implied by its kind:
 - Grant: the holding goes away, its GPUs are free, the request returns to the queue at its
   old place (same arrival number) after a back-off.
 - Expand: the rank is inactive again, its GPUs free, and it is not retried before a back-off.
-- Shrink: the rank is active again on its bundle.
+- Shrink: the rank is active again on its bundle, and is not shrunk again before a back-off
+  (a rank whose actor hangs would otherwise be shrunk and fail in every round, for ever).
 
 A GPU freed by a Shrink that is still in flight is "releasing": whoever takes it next gets the
 Shrink in its `requires`, and a failed Shrink first fails everything that required it, so undo
-always finds the GPUs it needs free. Reports for decisions already settled (or belonging to a
-removed pipeline) are ignored, which makes settling idempotent.
+always finds the GPUs it needs free. For the same reason a decision may not be reported applied
+while a decision it requires is still in flight (the core rejects that report). Reports for
+decisions already settled (or belonging to a removed pipeline) are ignored, which makes
+settling idempotent.
 """
 
 from __future__ import annotations
@@ -154,6 +157,13 @@ class Ledger:
 
     # --- settling -------------------------------------------------------------------------
 
+    def unsettled_requirements(self, decision_id: int) -> list[int]:
+        """The decisions that `decision_id` requires and that are still in flight."""
+        entry = self.inflight.get(decision_id)
+        if entry is None or not isinstance(entry[0], Grant | Expand):
+            return []
+        return [needed for needed in entry[0].requires if needed in self.inflight]
+
     def applied(self, decision_id: int) -> None:
         entry = self.inflight.pop(decision_id, None)
         if entry is None:
@@ -199,6 +209,7 @@ class Ledger:
         elif isinstance(decision, Shrink):
             assert isinstance(holder, Rank)
             self._undo_shrink(decision, holder)
+            holder.shrink_retry_after_s = backoff_until
 
     def _undo_shrink(self, decision: Shrink, rank: Rank) -> None:
         sched = self.sched

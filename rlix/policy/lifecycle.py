@@ -6,13 +6,20 @@ leaves the scheduler exactly as it was. The decision round runs after the handle
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rlix.policy import events as ev
 from rlix.policy.errors import EventError
-from rlix.policy.specs import ROLLOUT_CLUSTER, Priority
+from rlix.policy.specs import (
+    MAX_WORK,
+    ROLLOUT_CLUSTER,
+    TOTAL_KEY,
+    PipelineSpec,
+    Priority,
+    is_int,
+    is_number,
+)
 from rlix.policy.state import HoldStatus, PipelineState, Rank, RankStatus, Request
 
 if TYPE_CHECKING:
@@ -24,6 +31,8 @@ if TYPE_CHECKING:
 
 def on_registered(sched: Scheduler, event: ev.PipelineRegistered) -> None:
     spec = event.spec
+    if not isinstance(spec, PipelineSpec):
+        raise EventError("spec", spec, "must be a PipelineSpec")
     spec.validate(sched.topology)
     if spec.pipeline_id in sched.pipelines:
         raise EventError("pipeline_id", spec.pipeline_id, "already registered")
@@ -69,6 +78,16 @@ def on_removed(sched: Scheduler, event: ev.PipelineRemoved) -> None:
 # --- requests and releases ------------------------------------------------------------------
 
 
+def _check_cluster(pipeline: PipelineState, cluster: str, field: str = "cluster") -> None:
+    if not isinstance(cluster, str) or cluster not in pipeline.spec.clusters:
+        raise EventError(field, cluster, f"pipeline {pipeline.pipeline_id} has no such cluster")
+
+
+def _check_work(field: str, value: object) -> None:
+    if not (is_number(value) and 0 <= value <= MAX_WORK):
+        raise EventError(field, value, f"must be a finite number in [0, {MAX_WORK:g}]")
+
+
 def _check_request(
     sched: Scheduler, pipeline: PipelineState, cluster: str, priority: int, estimate: float | None,
     releasing: str | None = None,
@@ -76,14 +95,13 @@ def _check_request(
     pid = pipeline.pipeline_id
     if not pipeline.admitted:
         raise EventError("pipeline_id", pid, "request before the pipeline was admitted")
-    if cluster not in pipeline.spec.clusters:
-        raise EventError("cluster", cluster, f"pipeline {pid} has no such cluster")
-    if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 6:
+    _check_cluster(pipeline, cluster, "requested" if releasing is not None else "cluster")
+    if not is_int(priority) or not 0 <= priority <= 6:
         raise EventError("priority", priority, "must be an integer stage priority 0..6")
     if priority == Priority.ROLLOUT and cluster != ROLLOUT_CLUSTER:
         raise EventError("priority", priority, f"only {ROLLOUT_CLUSTER} is requested at the rollout priority")
-    if estimate is not None and not (isinstance(estimate, int | float) and math.isfinite(estimate) and estimate >= 0):
-        raise EventError("estimate", estimate, "must be a finite number >= 0")
+    if estimate is not None:
+        _check_work("estimate", estimate)
     if cluster in pipeline.pending:
         raise EventError("cluster", cluster, f"pipeline {pid} already has a pending request for it")
     if cluster in pipeline.holdings and cluster != releasing:
@@ -96,10 +114,7 @@ def _apply_request(
     sched: Scheduler, pipeline: PipelineState, cluster: str, priority: int, estimate: float | None
 ) -> None:
     if priority == Priority.ROLLOUT:
-        pipeline.rolling = True
-        pipeline.rollout_request_pending = True
-        pipeline.estimate = 1.0 if estimate is None else float(estimate)
-        pipeline.remaining = {}
+        pipeline.start_rollout(1.0 if estimate is None else float(estimate))
         return
     sched.enqueue(Request(pipeline.pipeline_id, cluster, priority, sched.new_seq()))
 
@@ -112,16 +127,17 @@ def on_requested(sched: Scheduler, event: ev.ClusterRequested) -> None:
     _apply_request(sched, pipeline, event.cluster, event.priority, event.estimate)
 
 
-def _check_release(pipeline: PipelineState, cluster: str) -> None:
+def _check_release(pipeline: PipelineState, cluster: str, field: str = "cluster") -> None:
     pid = pipeline.pipeline_id
+    _check_cluster(pipeline, cluster, field)
     hold = pipeline.holdings.get(cluster)
     if hold is not None:
         if hold.status is not HoldStatus.HELD:
-            raise EventError("cluster", cluster, f"the grant to {pid} was not applied yet")
+            raise EventError(field, cluster, f"the grant to {pid} was not applied yet")
         return
     if cluster == ROLLOUT_CLUSTER and pipeline.rolling:
         return
-    raise EventError("cluster", cluster, f"pipeline {pid} does not hold it")
+    raise EventError(field, cluster, f"pipeline {pid} does not hold it")
 
 
 def _apply_release(sched: Scheduler, pipeline: PipelineState, cluster: str) -> None:
@@ -129,10 +145,7 @@ def _apply_release(sched: Scheduler, pipeline: PipelineState, cluster: str) -> N
     if hold is not None:
         sched.cluster.free(hold.gpus, hold)
         return
-    pipeline.rolling = False
-    pipeline.rollout_request_pending = False
-    pipeline.remaining = {}
-    pipeline.estimate = 0.0  # the round shrinks the active ranks ("release")
+    pipeline.end_rollout()  # the round shrinks the active ranks ("release")
 
 
 def on_released(sched: Scheduler, event: ev.ClusterReleased) -> None:
@@ -143,16 +156,37 @@ def on_released(sched: Scheduler, event: ev.ClusterReleased) -> None:
 
 def on_released_and_requested(sched: Scheduler, event: ev.ClusterReleasedAndRequested) -> None:
     pipeline = sched.pipeline(event.pipeline_id)
-    _check_release(pipeline, event.released)
+    _check_release(pipeline, event.released, "released")
     _check_request(sched, pipeline, event.requested, event.priority, event.estimate, releasing=event.released)
     _apply_release(sched, pipeline, event.released)
     _apply_request(sched, pipeline, event.requested, event.priority, event.estimate)
+
+
+def on_withdrawn(sched: Scheduler, event: ev.RequestWithdrawn) -> None:
+    pipeline = sched.pipeline(event.pipeline_id)
+    cluster = event.cluster
+    _check_cluster(pipeline, cluster)
+    request = pipeline.pending.get(cluster)
+    if request is not None:
+        del pipeline.pending[cluster]
+        sched.queue.remove(request)
+        return
+    if cluster == ROLLOUT_CLUSTER and pipeline.rolling:
+        pipeline.end_rollout()  # as a release: the round shrinks whatever was started
+        return
+    if cluster in pipeline.holdings:
+        raise EventError("cluster", cluster, f"pipeline {pipeline.pipeline_id} was already granted it (release it)")
+    raise EventError("cluster", cluster, f"pipeline {pipeline.pipeline_id} has no pending request for it")
 
 
 # --- rollout progress and staleness ---------------------------------------------------------
 
 
 def _adapter(pipeline: PipelineState, adapter: str | None) -> str:
+    if adapter is None and pipeline.spec.adapters:
+        raise EventError("adapter", adapter, f"multi_lora pipeline {pipeline.pipeline_id} must name the adapter")
+    if adapter is not None and not isinstance(adapter, str):
+        raise EventError("adapter", adapter, "must be an adapter name")
     name = pipeline.adapter_or_base(adapter)
     if name not in pipeline.versions:
         raise EventError("adapter", adapter, f"pipeline {pipeline.pipeline_id} has no such adapter")
@@ -164,14 +198,14 @@ def on_progressed(sched: Scheduler, event: ev.RolloutProgressed) -> None:
     if not pipeline.rolling:
         raise EventError("pipeline_id", event.pipeline_id, "progress reported while not rolling out")
     remaining = event.remaining
-    if not (isinstance(remaining, int | float) and math.isfinite(remaining) and remaining >= 0):
-        raise EventError("remaining", remaining, "must be a finite number >= 0")
+    _check_work("remaining", remaining)
     if event.adapter is None and pipeline.spec.adapters:
         # A multi-LoRA pipeline may report one total instead of one figure per adapter.
-        pipeline.remaining = {"*": float(remaining)}
+        pipeline.reported_total = float(remaining)
+        pipeline.remaining = {TOTAL_KEY: float(remaining)}
         return
     adapter = _adapter(pipeline, event.adapter)
-    pipeline.remaining.pop("*", None)
+    pipeline.remaining.pop(TOTAL_KEY, None)  # still the baseline of adapters yet to report
     pipeline.remaining[adapter] = float(remaining)
 
 
@@ -179,7 +213,7 @@ def on_step_finished(sched: Scheduler, event: ev.TrainStepFinished) -> None:
     pipeline = sched.pipeline(event.pipeline_id)
     adapter = _adapter(pipeline, event.adapter)
     version = event.version
-    if not isinstance(version, int) or isinstance(version, bool) or version <= pipeline.versions[adapter]:
+    if not is_int(version) or version <= pipeline.versions[adapter]:
         raise EventError("version", version, f"must be an integer above {pipeline.versions[adapter]}")
     pipeline.versions[adapter] = version
     if pipeline.admitted:
@@ -198,12 +232,18 @@ def _pace(sched: Scheduler, pipeline: PipelineState, adapter: str) -> None:
 
 
 def _check_decision_id(sched: Scheduler, decision_id: int) -> None:
-    if not isinstance(decision_id, int) or not 1 <= decision_id < sched.ledger.next_id:
+    if not is_int(decision_id) or not 1 <= decision_id < sched.ledger.next_id:
         raise EventError("decision_id", decision_id, "no decision with this id was issued")
 
 
 def on_applied(sched: Scheduler, event: ev.DecisionApplied) -> None:
     _check_decision_id(sched, event.decision_id)
+    unsettled = sched.ledger.unsettled_requirements(event.decision_id)
+    if unsettled:
+        raise EventError(
+            "decision_id", event.decision_id,
+            f"reported applied before the decisions it requires ({unsettled}) were reported applied",
+        )
     sched.ledger.applied(event.decision_id)
 
 
@@ -213,7 +253,7 @@ def on_failed(sched: Scheduler, event: ev.DecisionFailed) -> None:
 
 
 def _check_gpu(sched: Scheduler, gpu: int) -> None:
-    if not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < sched.topology.num_gpus:
+    if not is_int(gpu) or not 0 <= gpu < sched.topology.num_gpus:
         raise EventError("gpu", gpu, f"not a GPU of this cluster [0, {sched.topology.num_gpus})")
 
 
@@ -245,6 +285,7 @@ HANDLERS: dict[type[ev.Event], Callable[[Any, Any], None]] = {
     ev.ClusterRequested: on_requested,
     ev.ClusterReleased: on_released,
     ev.ClusterReleasedAndRequested: on_released_and_requested,
+    ev.RequestWithdrawn: on_withdrawn,
     ev.RolloutProgressed: on_progressed,
     ev.TrainStepFinished: on_step_finished,
     ev.DecisionApplied: on_applied,

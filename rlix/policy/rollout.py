@@ -49,8 +49,9 @@ def rollout_budget(sched: Scheduler, rollers: list[PipelineState]) -> int:
 
 
 def _rollout_union(sched: Scheduler, rollers: list[PipelineState]) -> frozenset[int]:
-    """Every GPU some roller's rollout mapping covers; cached while the set of rollers holds."""
-    key = frozenset(p.pipeline_id for p in rollers)
+    """Every GPU some roller's rollout mapping covers; cached while the set of rollers holds
+    (identified by registration numbers, which are never reused)."""
+    key = frozenset(p.registered_seq for p in rollers)
     cached = sched.cluster.union_cache
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -85,6 +86,9 @@ class RoundPlanner:
         # pipeline -> bits of free bundles it may not use this round (reserved, backing off);
         # neither changes within a round, so each is looked at once
         self._unusable: dict[str, int] = {}
+        #: Searching for a pipeline's first bundle: donors given ranks by a recent rebalance
+        #: donate too (see is_donor).
+        self.first_bundle = False
 
     def _usable_by(self, rank: Rank, pipeline_id: str) -> bool:
         if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > self.sched.now:
@@ -118,20 +122,22 @@ class RoundPlanner:
         return None
 
     def donor_fit(self, pipeline: PipelineState, donors: list[PipelineState]) -> tuple[Rank, list[Rank]] | None:
-        """A rank of `pipeline` whose bundle is free or held by donors' active ranks: the
-        first that takes a single rank of the donor with the most work left, else the one
-        that needs the fewest donor ranks."""
+        """A rank of `pipeline` whose bundle is free or held by donors' active ranks, taking
+        from no donor more than it holds above its target: the first that takes a single rank
+        of the donor with the most work left, else the one that needs the fewest donor ranks."""
         mine = pipeline.rank_by_slot
         pid = pipeline.pipeline_id
         donor_ids: set[str] | None = None  # only needed for bundles that overlap others
         partial = self.sched.cluster.partial_overlap
+        now = self.sched.now
         best: tuple[int, Rank, list[Rank]] | None = None
         for donor in donors:
             for donor_rank in donor.active.values():
-                if donor_rank.status is not RankStatus.ACTIVE:
+                if donor_rank.status is not RankStatus.ACTIVE or donor_rank.shrink_retry_after_s > now:
                     continue
                 if donor_rank.slot not in partial:
-                    # An aligned bundle: the receiver's rank there (if any) needs exactly it.
+                    # An aligned bundle: the receiver's rank there (if any) needs exactly it,
+                    # and one rank is never more than a donor holds above its target.
                     rank = mine.get(donor_rank.slot)
                     if rank is not None and self._usable_by(rank, pid):
                         return rank, [donor_rank]
@@ -142,14 +148,96 @@ class RoundPlanner:
                     rank = mine.get(slot)
                     if rank is None or not self._usable_by(rank, pid):
                         continue
-                    victims = self._victims(rank, donor_ids)
-                    if victims is None:
+                    victims = self._victims(rank.gpus, pid, donor_ids)
+                    if victims is None or self._overdrawn(victims, {}):
                         continue
                     if len(victims) == 1:
                         return rank, victims
                     if best is None or len(victims) < best[0]:
                         best = (len(victims), rank, victims)
         return None if best is None else (best[1], best[2])
+
+    def relocation_fit(self, pipeline: PipelineState, rollers: set[str]) -> Move | None:
+        """A first bundle for `pipeline` that takes ranks of other rollers beyond what they
+        hold above target (or that are not donors at all), each such roller made whole in the
+        same round by as many of its own ranks elsewhere, on free bundles or on bundles of
+        donors within their excess. This is what gives a TP-4 newcomer its bundle when the
+        GPUs are held by TP-1 or TP-2 ranks of pipelines at their targets: no roller ends
+        below its target, and none moves for less than a whole first bundle of another."""
+        pid = pipeline.pipeline_id
+        for rank in pipeline.ranks:
+            if not self._usable_by(rank, pid):
+                continue
+            victims = self._victims(rank.gpus, pid, rollers)
+            if not victims:
+                continue  # blocked (or free: free_fit would have found it)
+            move = self._make_whole(rank, victims, rollers)
+            if move is not None:
+                return move
+        return None
+
+    def _make_whole(self, rank: Rank, victims: list[Rank], rollers: set[str]) -> Move | None:
+        sched = self.sched
+        # GPUs of the receiver's bundle and of every rank already displaced: a replacement
+        # never lands on them (a displaced rank is shrunk once and counted once).
+        claimed = set(rank.gpus).union(g for victim in victims for g in victim.gpus)
+        spent: dict[str, int] = {}
+        for victim in victims:
+            spent[victim.pipeline_id] = spent.get(victim.pipeline_id, 0) + len(victim.gpus)
+        shortfall = {
+            pid: lost - max(self._excess(sched.pipelines[pid]), 0) for pid, lost in spent.items()
+        }
+        extra: list[tuple[Rank, list[Rank]]] = []
+        for victim_id, short in shortfall.items():
+            owner = sched.pipelines[victim_id]
+            while short > 0:
+                found = self._replacement(owner, claimed, spent, rollers)
+                if found is None:
+                    return None
+                extra.append(found)
+                claimed.update(found[0].gpus)
+                claimed.update(g for victim in found[1] for g in victim.gpus)
+                short -= len(found[0].gpus)
+        return rank, victims, extra
+
+    def _replacement(
+        self, owner: PipelineState, claimed: set[int], spent: dict[str, int], rollers: set[str]
+    ) -> tuple[Rank, list[Rank]] | None:
+        """A rank of `owner` off `claimed`, on a free bundle (preferred) or on donors' ranks
+        within what they hold above target (counting `spent`, which this updates)."""
+        oid = owner.pipeline_id
+        donors = {
+            pid for pid in rollers if pid != oid and is_donor(self.sched, self.sched.pipelines[pid], self.first_bundle)
+        }
+        fallback: tuple[Rank, list[Rank]] | None = None
+        for candidate in owner.ranks:
+            if not claimed.isdisjoint(candidate.gpus) or not self._usable_by(candidate, oid):
+                continue
+            victims = self._victims(candidate.gpus, oid, donors)
+            if victims is None:
+                continue
+            if not victims:
+                return candidate, []
+            if fallback is None and not self._overdrawn(victims, spent):
+                fallback = (candidate, victims)
+        if fallback is not None:
+            for victim in fallback[1]:
+                spent[victim.pipeline_id] = spent.get(victim.pipeline_id, 0) + len(victim.gpus)
+        return fallback
+
+    def _excess(self, pipeline: PipelineState) -> int:
+        """GPUs `pipeline` may give away by a rebalance: what it holds above its target."""
+        if not is_donor(self.sched, pipeline, self.first_bundle):
+            return 0
+        return pipeline.num_active_gpus - self.sched.targets.get(pipeline.pipeline_id, 0)
+
+    def _overdrawn(self, victims: list[Rank], spent: dict[str, int]) -> bool:
+        """Whether taking `victims` (on top of `spent`) takes a donor below its target."""
+        loss: dict[str, int] = {}
+        for victim in victims:
+            loss[victim.pipeline_id] = loss.get(victim.pipeline_id, 0) + len(victim.gpus)
+        pipelines = self.sched.pipelines
+        return any(lost + spent.get(pid, 0) > self._excess(pipelines[pid]) for pid, lost in loss.items())
 
     def _overlapping(self, slot: int) -> set[int]:
         cluster = self.sched.cluster
@@ -160,10 +248,13 @@ class RoundPlanner:
             cache[slot] = found
         return found
 
-    def _victims(self, rank: Rank, donor_ids: set[str]) -> list[Rank] | None:
+    def _victims(self, gpus: tuple[int, ...], receiver: str, owners: set[str]) -> list[Rank] | None:
+        """The active ranks on `gpus`, or None if a GPU is lost, held by anything else, or by a
+        rank of a pipeline not in `owners` (or of the receiver), or backing off a failed shrink."""
         cluster = self.sched.cluster
+        now = self.sched.now
         victims: dict[int, Rank] = {}
-        for gpu in rank.gpus:
+        for gpu in gpus:
             holder = cluster.owner[gpu]
             if holder is None:
                 if gpu in cluster.offline:
@@ -171,17 +262,24 @@ class RoundPlanner:
                 continue
             if type(holder) is not Rank or holder.status is not RankStatus.ACTIVE:
                 return None
-            if holder.pipeline_id not in donor_ids:
+            if holder.pipeline_id not in owners or holder.pipeline_id == receiver:
+                return None
+            if holder.shrink_retry_after_s > now:
                 return None
             victims[id(holder)] = holder
         return list(victims.values())
 
 
-def is_donor(sched: Scheduler, pipeline: PipelineState) -> bool:
-    """Above its target, and not itself given ranks by a rebalance too recently."""
-    return (
-        pipeline.num_active_gpus > sched.targets.get(pipeline.pipeline_id, 0)
-        and sched.now >= pipeline.last_rebalanced_in_s + sched.config.min_rebalance_interval_s
+#: A move: the receiver's rank, the ranks it displaces, and for rollers it would take below
+#: their targets, the ranks that make them whole again (each with the ranks it displaces).
+Move = tuple[Rank, list[Rank], list[tuple[Rank, list[Rank]]]]
+
+
+def is_donor(sched: Scheduler, pipeline: PipelineState, first_bundle: bool = False) -> bool:
+    """Above its target, and not itself given ranks by a rebalance too recently (unless it
+    is asked for another pipeline's first bundle: the one-bundle minimum is not noise)."""
+    return pipeline.num_active_gpus > sched.targets.get(pipeline.pipeline_id, 0) and (
+        first_bundle or sched.now >= pipeline.last_rebalanced_in_s + sched.config.min_rebalance_interval_s
     )
 
 
@@ -226,8 +324,12 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
         if rank is not None:
             ledger.expand(rank)
         elif not (
-            pipeline.num_active_gpus + pipeline.tp * stickiness <= target
-            and may_receive(sched, pipeline)
+            # The margin and the no-reversal interval keep ranks from moving back and forth
+            # for marginal gains; a first bundle is not one, and it comes first.
+            (
+                pipeline.num_active_gpus == 0
+                or (pipeline.num_active_gpus + pipeline.tp * stickiness <= target and may_receive(sched, pipeline))
+            )
             and donors.move_one_to(pipeline, planner)
         ):
             item = heapq.heappop(heap) if heap else None  # placement-limited this round
@@ -249,26 +351,54 @@ class _Donors:
         self.donors: list[PipelineState] | None = None
 
     def move_one_to(self, pipeline: PipelineState, planner: RoundPlanner) -> bool:
-        """Shrink donor ranks to expand one rank of `pipeline` on their bundle; whether any."""
+        """Shrink ranks of donors (or, for a first bundle, relocate ranks of others) to expand
+        one rank of `pipeline`; whether any."""
         sched = self.sched
         if self.donors is None:
             self.donors = [d for d in self.rollers if is_donor(sched, d)]
             self.donors.sort(key=lambda d: (-d.demand, d.admitted_seq))
-        found = planner.donor_fit(pipeline, self.donors)
-        if found is None:
+        move: Move | None = None
+        if pipeline.num_active_gpus:
+            found = planner.donor_fit(pipeline, self.donors)
+            if found is not None:
+                move = (found[0], found[1], [])
+        else:
+            planner.first_bundle = True
+            try:
+                above = [d for d in self.rollers if is_donor(sched, d, first_bundle=True)]
+                above.sort(key=lambda d: (-d.demand, d.admitted_seq))
+                found = planner.donor_fit(pipeline, above)
+                if found is not None:
+                    move = (found[0], found[1], [])
+                else:
+                    move = planner.relocation_fit(pipeline, {p.pipeline_id for p in self.rollers})
+            finally:
+                planner.first_bundle = False
+        if move is None:
             return False
-        rank, victims = found
-        for victim in victims:
-            sched.ledger.shrink(victim, "rebalance")
-            sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = sched.now
-        sched.ledger.expand(rank)
-        pipeline.last_rebalanced_in_s = sched.now
-        # Only the victims' pipelines can have stopped being donors.
-        for victim in victims:
-            donor = sched.pipelines[victim.pipeline_id]
-            if donor in self.donors and not is_donor(sched, donor):
-                self.donors.remove(donor)
+        self._carry_out(pipeline, move)
         return True
+
+    def _carry_out(self, pipeline: PipelineState, move: Move) -> None:
+        sched = self.sched
+        ledger = sched.ledger
+        rank, victims, replacements = move
+        net: dict[str, int] = {}
+        for victim in victims + [v for _, displaced in replacements for v in displaced]:
+            ledger.shrink(victim, "rebalance")
+            net[victim.pipeline_id] = net.get(victim.pipeline_id, 0) - len(victim.gpus)
+        ledger.expand(rank)
+        pipeline.last_rebalanced_in_s = sched.now
+        for replacement, _ in replacements:
+            ledger.expand(replacement)
+            net[replacement.pipeline_id] += len(replacement.gpus)
+        assert self.donors is not None
+        for pid, change in net.items():
+            affected = sched.pipelines[pid]
+            if change < 0:
+                affected.last_rebalanced_out_s = sched.now
+            if affected in self.donors and not is_donor(sched, affected):
+                self.donors.remove(affected)
 
 
 def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner | None = None) -> bool:
@@ -280,7 +410,7 @@ def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlan
     ledger = sched.ledger
     order = sorted(
         (p for p in rollers if p.demand > 0),
-        key=lambda p: (p.num_active_gpus / max(p.demand * p.tp * p.spec.weight, 1e-12), p.admitted_seq),
+        key=lambda p: (p.num_active_gpus / _share(p), p.admitted_seq),
     )
     lent = False
     progress = True
@@ -292,3 +422,8 @@ def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlan
                 ledger.expand(rank)
                 progress = lent = True
     return lent
+
+
+def _share(pipeline: PipelineState) -> float:
+    """demand x tp x weight, kept within [1e-300, 1e300] so that ratios to it stay finite."""
+    return min(max(pipeline.demand * (pipeline.tp * pipeline.spec.weight), 1e-300), 1e300)

@@ -2,6 +2,9 @@
 
 Specs are plain frozen dataclasses (standard library only). `validate()` on each raises a
 `SpecError` naming the field and value; the core calls it before it registers anything.
+What configuration files give in another but unambiguous form is accepted and converted when
+the spec is built: a list (or range) of GPU ids or of adapter names becomes a tuple, a kind
+given as its string value becomes the `PipelineKind`. Booleans are never numbers or ids.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
+from typing import TypeGuard
 
 from rlix.policy.errors import SpecError
 
@@ -31,9 +35,31 @@ class PipelineKind(StrEnum):
 
 
 ROLLOUT_CLUSTER = "actor_infer"
+#: The largest amount of rollout work (an estimate or a progress report) the core accepts, in
+#: the driver's units (trajectories, tokens, ...). Far above any real step (a day of a large
+#: cluster is ~1e11 tokens), and low enough that shares (work x TP x weight) summed over
+#: every pipeline stay far from float overflow in every policy.
+MAX_WORK = 1e18
 CLUSTER_NAMES = ("actor_train", "actor_infer", "critic", "reference")
 #: The adapter name a full-finetune pipeline uses in events and tables (it has one model).
 BASE_ADAPTER = "base"
+#: The key of a multi-LoRA pipeline's pipeline-wide progress total; no adapter may be named so.
+TOTAL_KEY = "*"
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """An integer that is not a bool (True is an int to Python, never a GPU id or a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    """A finite int or float that is not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _as_tuple(value: object) -> object:
+    """A list or range (as YAML/JSON or a quick script give it) as a tuple; anything else as is."""
+    return tuple(value) if isinstance(value, list | range) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +79,7 @@ class Topology:
     def validate(self) -> None:
         for name in ("num_nodes", "gpus_per_node"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value) or value < 1:
                 raise SpecError(f"topology.{name}", value, "must be a positive integer")
 
 
@@ -67,6 +93,9 @@ class ClusterSpec:
     tp: int
     mapping: tuple[int, ...]
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mapping", _as_tuple(self.mapping))
+
     @property
     def num_ranks(self) -> int:
         return len(self.mapping) // self.tp
@@ -76,13 +105,15 @@ class ClusterSpec:
 
     def validate(self, where: str, topology: Topology) -> None:
         tp = self.tp
-        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        if not is_int(tp) or tp < 1:
             raise SpecError(f"{where}.tp", tp, "must be a positive integer")
+        if not isinstance(self.mapping, tuple):
+            raise SpecError(f"{where}.mapping", self.mapping, "must be a list or tuple of GPU ids")
         if not self.mapping:
             raise SpecError(f"{where}.mapping", self.mapping, "must name at least one GPU")
         seen: set[int] = set()
         for gpu in self.mapping:
-            if not isinstance(gpu, int) or isinstance(gpu, bool):
+            if not is_int(gpu):
                 raise SpecError(f"{where}.mapping", gpu, "GPU ids must be integers")
             if not 0 <= gpu < topology.num_gpus:
                 raise SpecError(
@@ -121,6 +152,12 @@ class PipelineSpec:
     max_staleness: int | dict[str, int] = 0
     weight: float = 1.0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "adapters", _as_tuple(self.adapters))
+        if isinstance(self.kind, str) and not isinstance(self.kind, PipelineKind):
+            if self.kind in {k.value for k in PipelineKind}:
+                object.__setattr__(self, "kind", PipelineKind(self.kind))
+
     @property
     def rollout(self) -> ClusterSpec:
         return self.clusters[ROLLOUT_CLUSTER]
@@ -145,18 +182,29 @@ class PipelineSpec:
             raise SpecError("pipeline_id", pid, "must be a non-empty string")
         if not isinstance(self.kind, PipelineKind):
             raise SpecError(f"{pid}.kind", self.kind, f"must be one of {[k.value for k in PipelineKind]}")
-        if ROLLOUT_CLUSTER not in self.clusters:
-            raise SpecError(f"{pid}.clusters", sorted(self.clusters), "every pipeline needs actor_infer")
+        if not isinstance(self.clusters, dict):
+            raise SpecError(f"{pid}.clusters", self.clusters, "must map cluster names to ClusterSpecs")
         for name, cluster in self.clusters.items():
             if name not in CLUSTER_NAMES:
                 raise SpecError(f"{pid}.clusters", name, f"unknown cluster (known: {CLUSTER_NAMES})")
+            if not isinstance(cluster, ClusterSpec):
+                raise SpecError(f"{pid}.clusters.{name}", cluster, "must be a ClusterSpec")
             cluster.validate(f"{pid}.clusters.{name}", topology)
+        if ROLLOUT_CLUSTER not in self.clusters:
+            raise SpecError(f"{pid}.clusters", sorted(self.clusters), "every pipeline needs actor_infer")
         self._validate_adapters()
-        if not (isinstance(self.weight, int | float) and math.isfinite(self.weight) and self.weight > 0):
+        if not (is_number(self.weight) and self.weight > 0):
             raise SpecError(f"{pid}.weight", self.weight, "must be a positive finite number")
 
     def _validate_adapters(self) -> None:
         pid = self.pipeline_id
+        if not isinstance(self.adapters, tuple):
+            raise SpecError(f"{pid}.adapters", self.adapters, "must be a list or tuple of adapter names")
+        for adapter in self.adapters:
+            if not isinstance(adapter, str) or not adapter.strip():
+                raise SpecError(f"{pid}.adapters", adapter, "adapter names must be non-empty strings")
+            if adapter == TOTAL_KEY:
+                raise SpecError(f"{pid}.adapters", adapter, "is reserved for a pipeline-wide progress total")
         if self.kind is PipelineKind.MULTI_LORA:
             if not self.adapters:
                 raise SpecError(f"{pid}.adapters", self.adapters, "a multi_lora pipeline needs adapters")
@@ -176,7 +224,7 @@ class PipelineSpec:
         else:
             values = [bounds]
         for value in values:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not is_int(value) or value < 0:
                 raise SpecError(f"{pid}.max_staleness", value, "must be an integer >= 0")
 
 
@@ -195,3 +243,9 @@ class PolicyConfig:
     #: rollout nears its end its remaining work (and so its share) swings from tick to tick;
     #: without this the split chases the noise. Expanding onto free GPUs is never held back.
     min_rebalance_interval_s: float = 30.0
+
+    def validate(self) -> None:
+        for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s"):
+            value = getattr(self, name)
+            if not (is_number(value) and value >= 0):
+                raise SpecError(f"config.{name}", value, "must be a finite number >= 0")

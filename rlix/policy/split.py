@@ -3,12 +3,17 @@
 Given a budget of B GPUs and pipelines p with rollout work R_p, TP size tp_p, job weight w_p,
 current GPUs a_p and at most n_p ranks:
 
-1. Shares s_p = R_p * tp_p * w_p (pipelines with R_p = 0 get nothing).
-2. One bundle minimum while the budget allows: if the bundles of all demanding pipelines do not
-   fit, pipelines already holding GPUs keep one bundle first, then the others in admission
-   order, until the budget runs out.
-3. Water-filling: ideal x_p = clamp(lam * s_p, one bundle, n_p bundles), with one common
-   lam such that the ideals sum to B (or everyone is at n_p bundles).
+1. Shares s_p = R_p * tp_p * w_p (pipelines with R_p = 0 get nothing). They are computed
+   scaled (R_p / max R and w_p / max w), so any finite non-negative work and any positive
+   finite weight give finite shares: no overflow to inf, no NaN, no division by a share that
+   underflowed to zero (a share too small to matter still gets its one bundle).
+2. One bundle minimum while the budget allows. If the bundles of all demanding pipelines do
+   not fit, the largest shares get theirs first (holders win ties, then admission order):
+   proportional means the large claimant gets its bundle, and a small one does not keep a
+   bundle the large one needs just because it came first.
+3. Water-filling over the pipelines that got a bundle: ideal x_p = clamp(lam * s_p, one
+   bundle, n_p bundles), with one common lam such that the ideals sum to B (or everyone is at
+   n_p bundles).
 4. Rounding by largest remainder in whole bundles, so the targets never sum past B: everyone
    gets floor(x_p / tp_p) bundles, then the leftover is handed out one bundle each, first to
    pipelines that already hold at least the rounded-up amount (sticky rounding: a tiny change
@@ -42,24 +47,41 @@ class Split:
     ideal: dict[str, float]  # GPUs, before rounding
 
 
-def _floor_bundles(claims: list[Claim], budget: int) -> tuple[list[Claim], int]:
-    """Pick who gets the one-bundle minimum when not everybody can."""
+#: Scaled shares are at least this: a share that underflowed to 0 or to a subnormal must not
+#: make a breakpoint (one bundle / share) overflow. It only matters to shares that are
+#: negligible next to the largest one, which get their one bundle and nothing more.
+MIN_SHARE = 1e-200
+
+
+def _shares(claims: list[Claim]) -> dict[str, float]:
+    """s_p proportional to demand * tp * weight, scaled into [MIN_SHARE, max tp]."""
+    max_demand = max(c.demand for c in claims)
+    max_weight = max(c.weight for c in claims)
+    return {
+        c.pipeline_id: max((c.demand / max_demand) * c.tp * (c.weight / max_weight), MIN_SHARE)
+        for c in claims
+    }
+
+
+def _floor_bundles(claims: list[Claim], shares: dict[str, float], budget: int) -> list[Claim]:
+    """Pick who gets the one-bundle minimum when not everybody can: largest share first."""
     if sum(c.tp for c in claims) <= budget:
-        return claims, budget
+        return claims
     chosen: list[Claim] = []
     left = budget
-    for claim in sorted(claims, key=lambda c: (c.num_active_gpus == 0, c.order, c.pipeline_id)):
+    ranked = sorted(claims, key=lambda c: (-shares[c.pipeline_id], c.num_active_gpus == 0, c.order, c.pipeline_id))
+    for claim in ranked:
         if claim.tp <= left:
             chosen.append(claim)
             left -= claim.tp
-    return chosen, budget
+    return chosen
 
 
-def _water_fill(claims: list[Claim], budget: int) -> dict[str, float]:
+def _water_fill(claims: list[Claim], all_shares: dict[str, float], budget: int) -> dict[str, float]:
     """Ideal GPUs x_p = clamp(lam * s_p, one bundle, all ranks), with lam chosen so that the
     x_p sum to the budget (or everyone is at its cap). f(lam) is piecewise linear and
     non-decreasing, so one sweep over its sorted breakpoints finds the right piece."""
-    shares = [c.demand * c.tp * c.weight for c in claims]
+    shares = [all_shares[c.pipeline_id] for c in claims]
     lows = [float(c.tp) for c in claims]
     highs = [float(c.max_ranks * c.tp) for c in claims]
     if sum(highs) <= budget:
@@ -102,16 +124,13 @@ def _water_fill(claims: list[Claim], budget: int) -> dict[str, float]:
 def split_rollout(claims: list[Claim], budget: int) -> Split:
     demanding = [c for c in claims if c.demand > 0 and c.max_ranks > 0]
     targets = {c.pipeline_id: 0 for c in claims}
-    chosen, budget = _floor_bundles(demanding, budget)
+    if not demanding:
+        return Split(targets, {c.pipeline_id: 0.0 for c in claims})
+    shares = _shares(demanding)
+    chosen = _floor_bundles(demanding, shares, budget)
     if not chosen:
         return Split(targets, {c.pipeline_id: 0.0 for c in claims})
-    if len(chosen) < len(demanding):
-        # Not everybody fits one bundle: the chosen hold exactly one bundle each.
-        for claim in chosen:
-            targets[claim.pipeline_id] = claim.tp
-        ideal = {c.pipeline_id: float(targets[c.pipeline_id]) for c in claims}
-        return Split(targets, ideal)
-    ideal = _water_fill(chosen, budget)
+    ideal = _water_fill(chosen, shares, budget)
     left = budget
     remainders: list[tuple[bool, float, str, Claim]] = []
     for claim in chosen:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from rlix.policy.specs import BASE_ADAPTER, PipelineSpec, Topology
+from rlix.policy.specs import BASE_ADAPTER, TOTAL_KEY, PipelineSpec, Topology
 
 
 class RankStatus(Enum):
@@ -67,7 +67,8 @@ class Rank:
     slot: int
     status: RankStatus = RankStatus.INACTIVE
     decision_id: int = -1
-    retry_after_s: float = float("-inf")
+    retry_after_s: float = float("-inf")  # a failed Expand: not restarted before this
+    shrink_retry_after_s: float = float("-inf")  # a failed Shrink: not shrunk again before this
     release_when_applied: bool = False
 
 
@@ -88,7 +89,11 @@ class PipelineState:
     #: A rollout request not yet answered by a first rank (read by the RLix model, gap_ratio.py).
     rollout_request_pending: bool = False
     estimate: float = 0.0
+    #: Progress reports: adapter -> remaining work, or {TOTAL_KEY: total} right after a
+    #: pipeline-wide report of a multi-LoRA pipeline (adapter=None; "*" is no adapter name).
     remaining: dict[str, float] = field(default_factory=dict)
+    #: The last pipeline-wide total, kept when adapters report after it (their baseline).
+    reported_total: float | None = None
     num_active_gpus: int = 0  # GPUs of EXPANDING or ACTIVE ranks
     active: dict[int, Rank] = field(default_factory=dict)  # EXPANDING or ACTIVE, by dp_rank
     versions: dict[str, int] = field(default_factory=dict)
@@ -100,10 +105,29 @@ class PipelineState:
     # Copied from the spec: read on every hot path.
     pipeline_id: str = field(init=False)
     tp: int = field(init=False)  # rollout TP size: GPUs per rank
+    num_adapters: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.pipeline_id = self.spec.pipeline_id
         self.tp = self.spec.rollout.tp
+        self.num_adapters = len(self.spec.adapter_names)
+
+    def start_rollout(self, estimate: float) -> None:
+        self.rolling = True
+        self.rollout_request_pending = True
+        self.estimate = estimate
+        self.remaining = {}
+        self.reported_total = None
+        # A rank released while its Expand was in flight is wanted again: keep it.
+        for rank in self.active.values():
+            rank.release_when_applied = False
+
+    def end_rollout(self) -> None:
+        self.rolling = False
+        self.rollout_request_pending = False
+        self.estimate = 0.0
+        self.remaining = {}
+        self.reported_total = None
 
     @property
     def admitted(self) -> bool:
@@ -111,12 +135,18 @@ class PipelineState:
 
     @property
     def demand(self) -> float:
-        """Rollout work still to do: reported progress if any, else the request's estimate."""
+        """Rollout work still to do: each adapter's last report; an adapter that has not
+        reported counts its share of the last pipeline-wide total, or else of the estimate."""
         if not self.rolling:
             return 0.0
-        if self.remaining:
-            return sum(self.remaining.values())
-        return self.estimate
+        remaining = self.remaining
+        num_adapters = self.num_adapters
+        if len(remaining) == num_adapters:
+            return sum(remaining.values())
+        if TOTAL_KEY in remaining:
+            return remaining[TOTAL_KEY]
+        baseline = self.estimate if self.reported_total is None else self.reported_total
+        return sum(remaining.values()) + baseline * (num_adapters - len(remaining)) / num_adapters
 
     def adapter_or_base(self, adapter: str | None) -> str:
         return BASE_ADAPTER if adapter is None else adapter
@@ -142,8 +172,10 @@ class ClusterState:
         self.slot_num_busy: list[int] = []
         #: slot -> slots sharing a GPU with it (itself included); filled lazily.
         self.overlap_cache: dict[int, set[int]] = {}
-        #: (roller ids, the union of their rollout mappings); see rlix.policy.rollout.
-        self.union_cache: tuple[frozenset[str], frozenset[int]] | None = None
+        #: (the rollers' registration numbers, the union of their rollout mappings); see
+        #: rlix.policy.rollout. Registration numbers are never reused, so a pipeline removed
+        #: and registered again under its id (with another mapping) misses the cache.
+        self.union_cache: tuple[frozenset[int], frozenset[int]] | None = None
         #: The free slots, one bit per slot in an int, bits ordered by the bundles' GPU ids:
         #: intersecting it with a pipeline's `slot_bits` and taking the lowest bit finds that
         #: pipeline's free bundle with the lowest GPUs in a few C-level int operations.
