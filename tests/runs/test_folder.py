@@ -132,3 +132,13 @@ def test_load_errors_are_one_line(tmp_path: Path, run_dir: Path) -> None:
     (tmp_path / "events.jsonl").write_text((run_dir / "events.jsonl").read_text())
     with pytest.raises(RunError, match="summary.json: missing"):
         load(tmp_path)
+
+
+def test_compare_plot(run_dir: Path, tmp_path: Path) -> None:
+    from rlix.runs.compare_plot import compare_runs
+
+    out = compare_runs([run_dir, run_dir], tmp_path / "compare.png")
+    data = out.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 5000
+    with pytest.raises(ValueError, match="1 labels for 2 runs"):
+        compare_runs([run_dir, run_dir], tmp_path / "x.png", labels=["one"])
