@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -42,9 +43,9 @@ class RunTables:
         frame: pd.DataFrame = getattr(self, name)
         return frame
 
-    @property
+    @cached_property
     def pipeline_ids(self) -> list[str]:
-        """Every pipeline that registered or appears in a table, sorted."""
+        """Every pipeline that registered or appears in a table, sorted (computed once)."""
         seen = set(self.specs)
         for name in TABLE_NAMES:
             seen.update(self.table(name)["pipeline_id"].dropna().unique().tolist())

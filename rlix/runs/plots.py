@@ -2,9 +2,9 @@
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot, no global backend switch), so
 it is safe in notebooks and headless runs. Large runs stay fast: the Gantt chart is one image
-sampled at a few thousand instants per GPU (not one bar per holding: tens of thousands of
-bars take minutes to draw), and the time plots integrate exact GPU-seconds into `NUM_BINS`
-time bins.
+sampled at about one instant per pixel column and GPU (not one bar per holding: tens of
+thousands of bars take minutes to draw), and the time plots integrate exact GPU-seconds into
+`NUM_BINS` time bins.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ def pipeline_colours(pipeline_ids: list[str]) -> dict[str, Any]:
 
 
 def gantt(figure: Any, tables: RunTables, colours: dict[str, Any]) -> None:
-    """One row per GPU, drawn as an image sampled at `gantt_samples` instants (spans shorter
-    than a sample's spacing may not show): the holder's
-    colour, solid while it rolls out, darker while it runs another stage, near-black while it
-    loads weights, and a light tint while it holds the GPU idle; white when nobody holds it."""
+    """One row per GPU: the holder's colour, solid while it rolls out, darker while it runs
+    another stage, near-black while it loads weights, a light tint while it holds the GPU idle;
+    white when nobody holds it. Drawn as an image sampled at `gantt_samples` instants, so a
+    span shorter than the spacing of the samples may not show."""
     from matplotlib.patches import Patch
 
     num_gpus, pids = max(tables.num_gpus, 1), tables.pipeline_ids
