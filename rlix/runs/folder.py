@@ -59,7 +59,7 @@ def write_run(
         raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
     if plots and importlib.util.find_spec("matplotlib") is None:
         raise RunError("plots need matplotlib (pip install 'rlix[sim]'); or write the run without plots")
-    if recorder._open:  # holdings still open: finish() closes them
+    if not recorder.finished:  # holdings still open: finish() closes them
         raise RunError("the recorder is not finished: call recorder.finish(now) first")
     tables = tables_from_recorder(recorder, dict(specs) if specs is not None else None)
     figures = summary(tables)

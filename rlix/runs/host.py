@@ -70,6 +70,7 @@ class Host(Generic[F]):
         self._deferred: dict[Any, list[str]] = {}  # thread -> clusters whose release is held back
         self._grant_wait: dict[str, F] = {}
         self._requested_at: dict[str, tuple[int, float]] = {}
+        self._priority_of: dict[str, int] = {}
         self._revocations: dict[str, int] = {}
         self._allowed: dict[str, int] = {}
         self._allow_wait: dict[tuple[str, int], list[F]] = {}
@@ -181,6 +182,7 @@ class Host(Generic[F]):
         now = self.clock()
         future = self._grant_future(op.cluster)  # before the event: a grant may apply at once
         self._requested_at[op.cluster] = (op.priority, now)
+        self._priority_of[op.cluster] = op.priority
         released = deferred.pop() if deferred else None
         self._flush(deferred)
         if released is None:
@@ -212,7 +214,7 @@ class Host(Generic[F]):
     def revoked(self, decision: Revoke) -> None:
         if decision.dp_rank < 0:
             self._revocations[decision.cluster] = self._revocations.get(decision.cluster, 0) + 1
-            self._requested_at[decision.cluster] = (-1, self.clock())
+            self._requested_at[decision.cluster] = (self._priority_of.get(decision.cluster, -1), self.clock())
 
     # --- staleness pacing and rollout -----------------------------------------------------
 

@@ -51,6 +51,7 @@ class Recorder:
         #: Open holdings: (pipeline, cluster, dp_rank) -> (priority, gpus, t_start).
         self._open: dict[Key, tuple[int, tuple[int, ...], float]] = {}
         self.end_s = 0.0
+        self.finished = False
 
     # --- the loop's side ------------------------------------------------------------------
 
@@ -124,3 +125,4 @@ class Recorder:
         for key in list(self._open):
             self._close(key, now)
         self.end_s = now
+        self.finished = True

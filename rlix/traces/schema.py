@@ -132,7 +132,8 @@ TABLE_COLUMNS: Final[dict[TableName, dict[str, str]]] = {
         "t_grant": "float64",
     },
 }
-ROLLOUT_STATUSES: Final = ("completed", "requeued", "aborted")
+# in_flight: still generating when a run was cut at its time limit.
+ROLLOUT_STATUSES: Final = ("completed", "requeued", "aborted", "in_flight")
 
 # A recorded `rollouts` table replays as a trace: its completed rows, with these columns taken
 # as the trace's pipeline and step (io.read_trace applies this unless the caller maps them).
