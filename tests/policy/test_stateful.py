@@ -32,7 +32,9 @@ from rlix.policy import (
     PipelineRegistered,
     PipelineRemoved,
     PipelineSpec,
+    PolicyConfig,
     PolicyError,
+    RequestWithdrawn,
     RolloutProgressed,
     Scheduler,
     Shrink,
@@ -45,15 +47,21 @@ from tests.policy.builders import pipeline_specs, topologies
 from tests.policy.digest import digest
 
 EXAMPLES = int(os.environ.get("RLIX_HYPOTHESIS_EXAMPLES", "500"))
+#: The defaults, and the corners: retry and rebalance at once, a margin with a short interval.
+CONFIGS = [
+    PolicyConfig(),
+    PolicyConfig(retry_backoff_s=0.0, min_rebalance_interval_s=0.0),
+    PolicyConfig(retry_backoff_s=3.0, rebalance_margin_bundles=0.5, min_rebalance_interval_s=5.0),
+]
 
 
 class SchedulerMachine(RuleBasedStateMachine):
     policy_name = "rlix"
 
-    @initialize(topology=topologies())
-    def setup(self, topology: Topology) -> None:
+    @initialize(topology=topologies(), config=st.sampled_from(CONFIGS))
+    def setup(self, topology: Topology, config: PolicyConfig) -> None:
         self.topology = topology
-        self.sched = Scheduler(topology, self.policy_name, check_invariants=True)
+        self.sched = Scheduler(topology, self.policy_name, config=config, check_invariants=True)
         self.now = 0.0
         self.num_registered = 0
         self.outstanding: dict[int, Grant | Expand | Shrink] = {}
@@ -132,6 +140,20 @@ class SchedulerMachine(RuleBasedStateMachine):
         if options:
             cluster, priority = data.draw(st.sampled_from(options))
             self.send(ClusterRequested(self.now, pid, cluster, priority, estimate))
+
+    def _withdrawable(self) -> list[tuple[str, str]]:
+        found = []
+        for pid, pipeline in self.sched.pipelines.items():
+            found += [(pid, cluster) for cluster in pipeline.pending]
+            if pipeline.rolling:
+                found.append((pid, ROLLOUT_CLUSTER))
+        return sorted(found)
+
+    @precondition(lambda self: self._withdrawable())
+    @rule(data=st.data())
+    def withdraw(self, data: st.DataObject) -> None:
+        pid, cluster = data.draw(st.sampled_from(self._withdrawable()))
+        self.send(RequestWithdrawn(self.now, pid, cluster))
 
     def _releasable(self) -> list[tuple[str, str]]:
         found = []
@@ -259,6 +281,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         ]
         if now >= 1:
             bad.append(Tick(now - 1))
+        bad.append(Tick(float("inf")))
+        for decision in self.outstanding.values():  # reported applied before what it requires
+            if any(r in self.outstanding for r in decision.requires):
+                bad.append(DecisionApplied(now, decision.decision_id))
         if topo.num_nodes > 1:
             gpn = topo.gpus_per_node
             bad.append(PipelineRegistered(now, _spec(f"cross-{gpn}", ClusterSpec(2, (gpn - 1, gpn)))))
@@ -272,8 +298,12 @@ class SchedulerMachine(RuleBasedStateMachine):
                 bad.append(ClusterRequested(now, pid, cluster, 3))
             if pipeline.rolling:
                 bad.append(RolloutProgressed(now, pid, -1))
+                bad.append(RolloutProgressed(now, pid, 1e300))
             else:
                 bad.append(RolloutProgressed(now, pid, 5))
+                if pipeline.admitted and ROLLOUT_CLUSTER not in pipeline.pending:
+                    bad.append(ClusterRequested(now, pid, ROLLOUT_CLUSTER, 6, 1e300))
+                    bad.append(RequestWithdrawn(now, pid, ROLLOUT_CLUSTER))
             if "critic" not in pipeline.holdings:
                 bad.append(ClusterReleased(now, pid, "critic"))
         return bad

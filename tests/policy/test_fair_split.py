@@ -1,0 +1,128 @@
+"""The weaknesses of the split named in issue 7, and what the split now does about them.
+
+- Multi-LoRA: an adapter that has not reported keeps its share of the estimate.
+- A large TP-4 claimant gets its bundle: when not every pipeline fits one bundle, the largest
+  shares get theirs first; and a first bundle may relocate ranks of pipelines at their
+  targets (made whole elsewhere in the same round) instead of leaving the claimant with 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlix.policy import (
+    ClusterRequested,
+    ClusterSpec,
+    PipelineKind,
+    PipelineRemoved,
+    PipelineSpec,
+    RolloutProgressed,
+    Tick,
+    Topology,
+)
+from rlix.policy.split import Claim, split_rollout
+from tests.policy.builders import full_finetune, multi_lora
+from tests.policy.drive import Driver, rollout_only
+
+ALL = tuple(range(8))
+
+
+def test_unreported_adapters_keep_their_share_of_the_estimate() -> None:
+    d = Driver(Topology(1, 8))
+    d.add(multi_lora("L", ALL, (7,), adapters=("a0", "a1", "a2", "a3")), full_finetune("F", ALL, (7,)))
+    d.send(ClusterRequested(0, "L", "actor_infer", 6, 400))  # 4 adapters x 100
+    d.send(ClusterRequested(0, "F", "actor_infer", 6, 400))
+    assert d.sched.targets == {"L": 4, "F": 4}
+    d.send(RolloutProgressed(0, "L", 99, adapter="a0"))  # a0 did 1 unit; a1-a3 have not reported
+    assert d.sched.pipelines["L"].demand == 99 + 300
+    assert d.sched.targets == {"L": 4, "F": 4}
+    for adapter in ("a1", "a2", "a3"):
+        d.send(RolloutProgressed(0, "L", 10, adapter=adapter))
+    assert d.sched.pipelines["L"].demand == 99 + 30
+
+
+def test_a_total_then_adapter_reports() -> None:
+    d = Driver(Topology(1, 8))
+    d.add(multi_lora("L", ALL, (7,), adapters=("a0", "a1", "a2", "a3")))
+    d.send(ClusterRequested(0, "L", "actor_infer", 6, 400))
+    d.send(RolloutProgressed(0, "L", 80))  # one pipeline-wide total: 20 per adapter
+    assert d.sched.pipelines["L"].demand == 80
+    d.send(RolloutProgressed(0, "L", 5, adapter="a1"))
+    assert d.sched.pipelines["L"].demand == 5 + 60
+    d.send(RolloutProgressed(0, "L", 40))  # a new total replaces every per-adapter figure
+    assert d.sched.pipelines["L"].demand == 40
+
+
+def test_a_large_tp4_newcomer_gets_a_bundle_before_a_small_holder() -> None:
+    """small (TP 1, share 10) and big (TP 4, share 400) hold; late (TP 4, share 160) comes:
+    one bundle each does not fit 8 GPUs, and late's share is 16x small's."""
+    d = Driver(Topology(1, 8))
+    d.add(rollout_only("small", 1), rollout_only("big", 4, weight=2.0), rollout_only("late", 4))
+    d.send(ClusterRequested(0, "small", "actor_infer", 6, 10.0))
+    d.send(ClusterRequested(0, "big", "actor_infer", 6, 50.0))
+    d.apply_all()
+    assert (d.held("small"), d.held("big")) == (4, 4)  # small was lent the free half
+    d.send(ClusterRequested(1, "late", "actor_infer", 6, 40.0))
+    assert d.sched.targets == {"small": 0, "big": 4, "late": 4}
+    assert (d.held("small"), d.held("big"), d.held("late")) == (0, 4, 4)  # in the same round
+
+
+def test_a_tp4_claimant_is_not_left_with_nothing_by_a_tp1_holder_at_its_target() -> None:
+    """8 GPUs; p1 (TP 1, 818 left) holds GPUs 0 and 4; p0 (TP 4, estimate 1000: ideal 6.6
+    GPUs) asks while GPUs 1-3, 5-7 are being freed. Neither TP-4 bundle is free, p1 is at its
+    (sticky) target: p1's rank on 0 moves to a free GPU and p0 gets 0-3 in the same round."""
+    d = Driver(Topology(1, 8))
+    busy = (1, 2, 3, 5, 6, 7)
+    d.add(PipelineSpec("q", PipelineKind.FULL_FINETUNE,
+                       {"actor_infer": ClusterSpec(1, (0,)), "actor_train": ClusterSpec(1, busy)}))
+    d.send(ClusterRequested(0, "q", "actor_train", 1))
+    d.apply_all()
+    d.add(rollout_only("p1", 1), rollout_only("p0", 4))
+    d.send(ClusterRequested(0, "p1", "actor_infer", 6, 818.0))
+    d.apply_all()
+    d.send(ClusterRequested(1, "p0", "actor_infer", 6, 1000.0))
+    assert d.held("p0") == 0  # the GPUs are held by q
+    lines = d.send(PipelineRemoved(1, "q"))
+    assert d.sched.targets == {"p1": 2, "p0": 4}
+    assert d.held("p0") == 4 and d.held("p1") == 4  # p1 lent the other free half
+    assert lines[:2] == ["shrink p10 rebalance", "expand p00"]
+    d.apply_all()
+    for t in range(2, 40):  # and it stays so
+        d.send(Tick(t))
+        d.apply_all()
+    assert d.held("p0") == 4
+
+
+@settings(max_examples=300)
+@given(
+    demands=st.lists(
+        st.one_of(
+            st.floats(0, 1e18, allow_subnormal=True),
+            st.sampled_from([0.0, 5e-324, 1e-310, 1e-300, 1e18]),
+        ),
+        min_size=1, max_size=6,
+    ),
+    weights=st.lists(st.sampled_from([5e-324, 1e-300, 0.5, 1.0, 1e300, 1e308]), min_size=6, max_size=6),
+    budget=st.integers(0, 64),
+)
+def test_the_split_is_finite_and_within_budget_for_any_valid_numbers(
+    demands: list[float], weights: list[float], budget: int
+) -> None:
+    claims = [Claim(f"p{i}", dem, (1, 2, 4)[i % 3], weights[i], 0, 8, i) for i, dem in enumerate(demands)]
+    split = split_rollout(claims, budget)
+    assert sum(split.targets.values()) <= budget
+    assert all(math.isfinite(x) and x >= 0 for x in split.ideal.values())
+    demanding = [c for c in claims if c.demand > 0]
+    if sum(c.tp for c in demanding) <= budget:
+        assert all(split.targets[c.pipeline_id] >= c.tp for c in demanding)
+
+
+def test_floors_go_to_the_largest_shares() -> None:
+    cs = [Claim("small", 10, 1, 1.0, 4, 8, 0), Claim("big", 50, 4, 2.0, 4, 2, 1), Claim("late", 40, 4, 1.0, 0, 2, 2)]
+    assert split_rollout(cs, 8).targets == {"small": 0, "big": 4, "late": 4}
+    # Equal shares: holders first, then admission order.
+    cs = [Claim(f"p{i}", 10, 4, 1.0, 4 if i == 2 else 0, 2, i) for i in range(4)]
+    assert split_rollout(cs, 8).targets == {"p0": 4, "p1": 0, "p2": 4, "p3": 0}
