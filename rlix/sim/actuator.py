@@ -56,8 +56,16 @@ class SimActuator:
         rollout = sim.rollouts.get(decision.pipeline_id)
         if rollout is None or not rollout.alive:
             return  # the pipeline went away while loading; the core forgot the decision
-        sim.recorder.add_activity(decision.pipeline_id, "actor_infer", decision.dp_rank, decision.gpus,
-                                  "loading", "load", t0, sim.env.now)
+        sim.recorder.add_activity(
+            decision.pipeline_id,
+            "actor_infer",
+            decision.dp_rank,
+            decision.gpus,
+            "loading",
+            "load",
+            t0,
+            sim.env.now,
+        )
         rollout.add_engine(decision.dp_rank)
         sim.loop.applied(decision.decision_id)
 
@@ -69,6 +77,14 @@ class SimActuator:
         t0 = sim.env.now
         costs = sim.costs[decision.pipeline_id]
         yield sim.env.timeout(costs.offload_seconds(len(decision.gpus)))
-        sim.recorder.add_activity(decision.pipeline_id, "actor_infer", decision.dp_rank, decision.gpus,
-                                  "loading", "offload", t0, sim.env.now)
+        sim.recorder.add_activity(
+            decision.pipeline_id,
+            "actor_infer",
+            decision.dp_rank,
+            decision.gpus,
+            "loading",
+            "offload",
+            t0,
+            sim.env.now,
+        )
         sim.loop.applied(decision.decision_id)

@@ -21,9 +21,13 @@ from rlix.scenarios.load import validate_scenario
 from rlix.sim.simulate import SimResult, Simulation
 
 
-def resolve_scenario(scenario: Scenario | str | os.PathLike[str], policy: str | None = None,
-                     trace: str | os.PathLike[str] | None = None, columns: dict[str, str] | None = None,
-                     seed: int | None = None) -> Scenario:
+def resolve_scenario(
+    scenario: Scenario | str | os.PathLike[str],
+    policy: str | None = None,
+    trace: str | os.PathLike[str] | None = None,
+    columns: dict[str, str] | None = None,
+    seed: int | None = None,
+) -> Scenario:
     """The scenario with the overrides applied and validated again (errors name the field)."""
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -44,18 +48,28 @@ def resolve_scenario(scenario: Scenario | str | os.PathLike[str], policy: str | 
     return validate_scenario(data, scenario.source)
 
 
-def simulate(scenario: Scenario | str | os.PathLike[str], policy: str | None = None, *,
-             trace: str | os.PathLike[str] | None = None, columns: dict[str, str] | None = None,
-             seed: int | None = None, out: str | os.PathLike[str] | None = None,
-             overwrite: bool = False, table_format: str = "parquet", plots: bool = True,
-             check_invariants: bool = False,
-             progress: Callable[[float], None] | None = None) -> SimResult:
+def simulate(
+    scenario: Scenario | str | os.PathLike[str],
+    policy: str | None = None,
+    *,
+    trace: str | os.PathLike[str] | None = None,
+    columns: dict[str, str] | None = None,
+    seed: int | None = None,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    table_format: str = "parquet",
+    plots: bool = True,
+    check_invariants: bool = False,
+    progress: Callable[[float], None] | None = None,
+) -> SimResult:
     """Run the scenario to the end (or its `max_time_s`); return the summary and tables."""
     from rlix.runs.frames import tables_from_recorder
     from rlix.runs.metrics import summary as summarize
 
     resolved = resolve_scenario(scenario, policy, trace, columns, seed)
-    sim = Simulation(resolved, resolved.policy.name, resolved.seed, check_invariants=check_invariants)
+    sim = Simulation(
+        resolved, resolved.policy.name, resolved.seed, check_invariants=check_invariants
+    )
     sim.run(resolved.max_time_s, progress)
     specs = sim.specs
     run_tables = tables_from_recorder(sim.recorder, specs)
@@ -64,9 +78,19 @@ def simulate(scenario: Scenario | str | os.PathLike[str], policy: str | None = N
     if out is not None:
         from rlix.runs.folder import write_run
 
-        run_dir = write_run(sim.recorder, out, scenario_yaml=resolved.to_yaml(), specs=specs,
-                            format=table_format, plots=plots, overwrite=overwrite)
-    tables = {name: run_tables.table(name) for name in ("allocations", "activity", "waits", "steps", "rollouts")}
+        run_dir = write_run(
+            sim.recorder,
+            out,
+            scenario_yaml=resolved.to_yaml(),
+            specs=specs,
+            format=table_format,
+            plots=plots,
+            overwrite=overwrite,
+        )
+    tables = {
+        name: run_tables.table(name)
+        for name in ("allocations", "activity", "waits", "steps", "rollouts")
+    }
     return SimResult(summary, tables, run_dir, sim.recorder, specs)
 
 
@@ -74,7 +98,9 @@ def alone_on_home(scenario: Scenario, pipeline_id: str) -> Scenario:
     """The scenario with only `pipeline_id`, arriving at 0, confined to its home (static), no
     faults: the pipeline's time without sharing, for slowdowns."""
     data: dict[str, Any] = scenario.model_dump(mode="json", exclude_none=True)
-    data["pipelines"] = [dict(p, arrival_s=0.0) for p in data["pipelines"] if p["id"] == pipeline_id]
+    data["pipelines"] = [
+        dict(p, arrival_s=0.0) for p in data["pipelines"] if p["id"] == pipeline_id
+    ]
     data["faults"] = {"events": [], "decision_failure_rate": 0.0}
     data["policy"] = {**data.get("policy", {}), "name": "static"}
     data.pop("max_time_s", None)

@@ -34,7 +34,9 @@ class Batch:
 class BatchSampler:
     """Samples the batches of one trace."""
 
-    def __init__(self, trace: pd.DataFrame, seed: int, max_response_tokens: int | None = None) -> None:
+    def __init__(
+        self, trace: pd.DataFrame, seed: int, max_response_tokens: int | None = None
+    ) -> None:
         response = trace["response_tokens"].to_numpy(dtype=np.int64)
         if max_response_tokens is not None:
             response = np.minimum(response, max_response_tokens)
@@ -58,8 +60,9 @@ class BatchSampler:
         salt = zlib.crc32(f"{pipeline_id}/{adapter}".encode())
         return np.random.default_rng([self.seed, salt, step])
 
-    def sample(self, pipeline_id: str, adapter: str, step: int, num_prompts: int,
-               samples_per_prompt: int) -> Batch:
+    def sample(
+        self, pipeline_id: str, adapter: str, step: int, num_prompts: int, samples_per_prompt: int
+    ) -> Batch:
         rng = self.rng(pipeline_id, adapter, step)
         if self.groups is None:
             rows = rng.integers(0, len(self.response), num_prompts * samples_per_prompt)

@@ -33,15 +33,29 @@ running alone, preemptions) and write a comparison plot. Example:
 def _column(text: str) -> tuple[str, str]:
     name, sep, source = text.partition("=")
     if not sep or not name or not source:
-        raise argparse.ArgumentTypeError(f"expected NAME=SOURCE (e.g. response_tokens=GeneratedTokens), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=SOURCE (e.g. response_tokens=GeneratedTokens), got {text!r}"
+        )
     return name, source
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", metavar="SCENARIO", help="a bundled scenario name or a YAML path")
-    parser.add_argument("--trace", metavar="FILE", help="replay this trace (CSV, JSONL or Parquet) for every pipeline")
-    parser.add_argument("--column", metavar="NAME=SRC", action="append", type=_column, default=[],
-                        help="map a trace column, e.g. response_tokens=num_decode_tokens (repeatable)")
+    parser.add_argument(
+        "scenario", metavar="SCENARIO", help="a bundled scenario name or a YAML path"
+    )
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="replay this trace (CSV, JSONL or Parquet) for every pipeline",
+    )
+    parser.add_argument(
+        "--column",
+        metavar="NAME=SRC",
+        action="append",
+        type=_column,
+        default=[],
+        help="map a trace column, e.g. response_tokens=num_decode_tokens (repeatable)",
+    )
     parser.add_argument("--seed", type=int, help="override the scenario's seed")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -51,8 +65,14 @@ def _progress(enabled: bool, label: str, total: float | None) -> Any:
         return None, lambda: None
     from tqdm import tqdm
 
-    bar = tqdm(total=None if total is None else round(total), desc=label, unit="sim s", leave=False,
-               file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=None if total is None else round(total),
+        desc=label,
+        unit="sim s",
+        leave=False,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
 
     def update(t: float) -> None:
         bar.update(max(0, round(t) - bar.n))
@@ -65,8 +85,13 @@ def _scenario(args: argparse.Namespace) -> Any:
 
     if args.column and not args.trace:
         raise SystemExit("rlix-sim: error: --column needs --trace")
-    return resolve_scenario(args.scenario, getattr(args, "policy", None), args.trace,
-                            dict(args.column) or None, args.seed)
+    return resolve_scenario(
+        args.scenario,
+        getattr(args, "policy", None),
+        args.trace,
+        dict(args.column) or None,
+        args.seed,
+    )
 
 
 def run_main(args: argparse.Namespace) -> int:
@@ -75,25 +100,47 @@ def run_main(args: argparse.Namespace) -> int:
 
     scenario = _scenario(args)
     out = Path(args.out) if args.out else Path("runs") / scenario.name / scenario.policy.name
-    update, close = _progress(not args.quiet, f"{scenario.name} [{scenario.policy.name}]", scenario.max_time_s)
+    update, close = _progress(
+        not args.quiet, f"{scenario.name} [{scenario.policy.name}]", scenario.max_time_s
+    )
     try:
-        result = simulate(scenario, out=out, overwrite=args.out is None or args.overwrite,
-                          table_format=args.format, progress=update)
+        result = simulate(
+            scenario,
+            out=out,
+            overwrite=args.out is None or args.overwrite,
+            table_format=args.format,
+            progress=update,
+        )
     finally:
         close()
     summary = result.summary
     overall = summary["overall"]
-    print(f"{scenario.name}: policy {summary['policy']}, {summary['num_gpus']} GPUs, "
-          f"makespan {summary['makespan_s']:.0f} s, {overall.get('steps')} steps, "
-          f"{overall.get('steps_per_hour', 0):.2f} steps/h, GPU busy {overall.get('busy_share', 0):.1%} "
-          f"(idle {overall.get('idle_share', 0):.1%})")
+    print(
+        f"{scenario.name}: policy {summary['policy']}, {summary['num_gpus']} GPUs, "
+        f"makespan {summary['makespan_s']:.0f} s, {overall.get('steps')} steps, "
+        f"{overall.get('steps_per_hour', 0):.2f} steps/h, GPU busy {overall.get('busy_share', 0):.1%} "
+        f"(idle {overall.get('idle_share', 0):.1%})"
+    )
     import pandas as pd
 
-    rows = [{"pipeline": pid, "kind": s.get("kind"), "k": s.get("max_staleness"), "steps": s.get("steps"),
-             "mean_step_s": s.get("mean_step_s"), "p95_step_s": s.get("p95_step_s"),
-             "busy": s.get("busy_share"), "preemptions": s.get("preemptions")}
-            for pid, s in summary["pipelines"].items()]
-    print(format_table(pd.DataFrame(rows), {"mean_step_s": "{:.1f}", "p95_step_s": "{:.1f}", "busy": "{:.1%}"}))
+    rows = [
+        {
+            "pipeline": pid,
+            "kind": s.get("kind"),
+            "k": s.get("max_staleness"),
+            "steps": s.get("steps"),
+            "mean_step_s": s.get("mean_step_s"),
+            "p95_step_s": s.get("p95_step_s"),
+            "busy": s.get("busy_share"),
+            "preemptions": s.get("preemptions"),
+        }
+        for pid, s in summary["pipelines"].items()
+    ]
+    print(
+        format_table(
+            pd.DataFrame(rows), {"mean_step_s": "{:.1f}", "p95_step_s": "{:.1f}", "busy": "{:.1%}"}
+        )
+    )
     print(f"run folder: {result.run_dir}")
     return 0
 
@@ -105,7 +152,9 @@ def compare_main(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
-        raise SystemExit(f"rlix-sim: error: --policies: unknown {unknown} (known: {', '.join(sorted(POLICIES))})")
+        raise SystemExit(
+            f"rlix-sim: error: --policies: unknown {unknown} (known: {', '.join(sorted(POLICIES))})"
+        )
     out = Path(args.out) if args.out else Path("runs") / scenario.name / "compare"
     bars: dict[str, Any] = {}
 
@@ -120,7 +169,9 @@ def compare_main(args: argparse.Namespace) -> int:
         bars[label][0](t)
 
     try:
-        comparison = compare(scenario, policies, out=out, alone=not args.no_alone, progress=progress)
+        comparison = compare(
+            scenario, policies, out=out, alone=not args.no_alone, progress=progress
+        )
     finally:
         for _update, close in bars.values():
             close()
@@ -129,35 +180,77 @@ def compare_main(args: argparse.Namespace) -> int:
         return 0
     formats = {key: fmt for key, _label, fmt in OVERALL_COLUMNS}
     formats["max_slowdown"] = "{:.2f}x"
-    frame = comparison.overall_frame().rename(columns={k: label for k, label, _f in OVERALL_COLUMNS})
+    frame = comparison.overall_frame().rename(
+        columns={k: label for k, label, _f in OVERALL_COLUMNS}
+    )
     formats.update({label: fmt for _k, label, fmt in OVERALL_COLUMNS})
-    print(f"{scenario.name}: {scenario.num_gpus} GPUs, {len(scenario.pipelines)} pipelines, seed {scenario.seed}\n")
+    print(
+        f"{scenario.name}: {scenario.num_gpus} GPUs, {len(scenario.pipelines)} pipelines, seed {scenario.seed}\n"
+    )
     print(format_table(frame, formats))
     print()
-    print(format_table(comparison.pipeline_frame(), {"mean_step_s": "{:.1f}", "p95_step_s": "{:.1f}",
-                                                     "alone_step_s": "{:.1f}", "slowdown": "{:.2f}x",
-                                                     "mean_wait_s": "{:.1f}"}))
+    print(
+        format_table(
+            comparison.pipeline_frame(),
+            {
+                "mean_step_s": "{:.1f}",
+                "p95_step_s": "{:.1f}",
+                "alone_step_s": "{:.1f}",
+                "slowdown": "{:.2f}x",
+                "mean_wait_s": "{:.1f}",
+            },
+        )
+    )
     path = plot_comparison(comparison, out / "compare.png")
     print(f"\nplot: {path}\nrun folders: {out}/<policy>/")
     return 0
 
 
 def register(commands: Any) -> None:
-    run = commands.add_parser("run", help="simulate a scenario under one policy and write its run folder",
-                              description=RUN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run = commands.add_parser(
+        "run",
+        help="simulate a scenario under one policy and write its run folder",
+        description=RUN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_common(run)
     run.add_argument("--policy", choices=sorted(POLICIES), help="override the scenario's policy")
-    run.add_argument("--out", metavar="DIR", help="run folder (default runs/SCENARIO/POLICY, replaced if present)")
+    run.add_argument(
+        "--out",
+        metavar="DIR",
+        help="run folder (default runs/SCENARIO/POLICY, replaced if present)",
+    )
     run.add_argument("--overwrite", action="store_true", help="replace --out if it holds files")
-    run.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="table format (default parquet)")
+    run.add_argument(
+        "--format",
+        choices=("parquet", "csv"),
+        default="parquet",
+        help="table format (default parquet)",
+    )
     run.set_defaults(run=run_main)
-    cmp = commands.add_parser("compare", help="every policy on the same scenario, one table and plot",
-                              description=COMPARE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmp = commands.add_parser(
+        "compare",
+        help="every policy on the same scenario, one table and plot",
+        description=COMPARE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_common(cmp)
-    cmp.add_argument("--policies", default="rlix,gap-ratio,static,sequential",
-                     help="comma-separated policies (default rlix,gap-ratio,static,sequential)")
-    cmp.add_argument("--out", metavar="DIR", help="where run folders and the plot go (default runs/SCENARIO/compare)")
-    cmp.add_argument("--no-alone", action="store_true", help="skip the alone-on-home runs (no slowdowns)")
-    cmp.add_argument("--json", action="store_true",
-                     help="print {policy: {steps_per_hour, busy_share, idle_share, mean_step_s, preemptions}}")
+    cmp.add_argument(
+        "--policies",
+        default="rlix,gap-ratio,static,sequential",
+        help="comma-separated policies (default rlix,gap-ratio,static,sequential)",
+    )
+    cmp.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where run folders and the plot go (default runs/SCENARIO/compare)",
+    )
+    cmp.add_argument(
+        "--no-alone", action="store_true", help="skip the alone-on-home runs (no slowdowns)"
+    )
+    cmp.add_argument(
+        "--json",
+        action="store_true",
+        help="print {policy: {steps_per_hour, busy_share, idle_share, mean_step_s, preemptions}}",
+    )
     cmp.set_defaults(run=compare_main)

@@ -48,7 +48,10 @@ class Comparison:
         rows = []
         for policy, summary in self.summaries.items():
             overall = summary["overall"]
-            row = {"policy": policy, **{key: overall.get(key) for key, _label, _fmt in OVERALL_COLUMNS}}
+            row = {
+                "policy": policy,
+                **{key: overall.get(key) for key, _label, _fmt in OVERALL_COLUMNS},
+            }
             slowdowns = [self.slowdown(policy, pid) for pid in summary["pipelines"]]
             row["max_slowdown"] = max(slowdowns) if slowdowns else float("nan")
             rows.append(row)
@@ -59,18 +62,32 @@ class Comparison:
         for policy, summary in self.summaries.items():
             for pid, stats in summary["pipelines"].items():
                 waits = stats.get("queue_wait_s", {})
-                rows.append({
-                    "policy": policy, "pipeline_id": pid, "steps": stats.get("steps"),
-                    "mean_step_s": stats.get("mean_step_s"), "p95_step_s": stats.get("p95_step_s"),
-                    "alone_step_s": self.alone_step_s.get(pid), "slowdown": self.slowdown(policy, pid),
-                    "mean_wait_s": _mean_wait(waits),
-                })
+                rows.append(
+                    {
+                        "policy": policy,
+                        "pipeline_id": pid,
+                        "steps": stats.get("steps"),
+                        "mean_step_s": stats.get("mean_step_s"),
+                        "p95_step_s": stats.get("p95_step_s"),
+                        "alone_step_s": self.alone_step_s.get(pid),
+                        "slowdown": self.slowdown(policy, pid),
+                        "mean_wait_s": _mean_wait(waits),
+                    }
+                )
         return pd.DataFrame(rows)
 
     def as_json(self) -> dict[str, dict[str, Any]]:
         return {
-            policy: {key: s["overall"].get(key) for key in
-                     ("steps_per_hour", "busy_share", "idle_share", "mean_step_s", "preemptions")}
+            policy: {
+                key: s["overall"].get(key)
+                for key in (
+                    "steps_per_hour",
+                    "busy_share",
+                    "idle_share",
+                    "mean_step_s",
+                    "preemptions",
+                )
+            }
             for policy, s in self.summaries.items()
         }
 
@@ -81,15 +98,30 @@ def _mean_wait(waits: dict[str, Any]) -> float:
     return sum(means) / sum(counts) if counts and sum(counts) else 0.0
 
 
-def compare(scenario: Scenario, policies: Sequence[str], *, trace: str | None = None,
-            columns: dict[str, str] | None = None, seed: int | None = None, out: Path | None = None,
-            alone: bool = True, progress: Callable[[str, float], None] | None = None) -> Comparison:
+def compare(
+    scenario: Scenario,
+    policies: Sequence[str],
+    *,
+    trace: str | None = None,
+    columns: dict[str, str] | None = None,
+    seed: int | None = None,
+    out: Path | None = None,
+    alone: bool = True,
+    progress: Callable[[str, float], None] | None = None,
+) -> Comparison:
     summaries: dict[str, dict[str, Any]] = {}
     run_dirs: dict[str, Path | None] = {}
     for policy in policies:
-        result = simulate(scenario, policy, trace=trace, columns=columns, seed=seed,
-                          out=None if out is None else out / policy, overwrite=True,
-                          progress=None if progress is None else (lambda t, p=policy: progress(p, t)))
+        result = simulate(
+            scenario,
+            policy,
+            trace=trace,
+            columns=columns,
+            seed=seed,
+            out=None if out is None else out / policy,
+            overwrite=True,
+            progress=None if progress is None else (lambda t, p=policy: progress(p, t)),
+        )
         summaries[policy] = result.summary
         run_dirs[policy] = result.run_dir
     comparison = Comparison(summaries, run_dirs=run_dirs)
@@ -98,8 +130,13 @@ def compare(scenario: Scenario, policies: Sequence[str], *, trace: str | None = 
 
         base = resolve_scenario(scenario, None, trace, columns, seed)
         for pipeline in base.pipelines:
-            result = simulate(alone_on_home(base, pipeline.id), plots=False,
-                              progress=None if progress is None else (lambda t, p=pipeline.id: progress(f"{p} alone", t)))
+            result = simulate(
+                alone_on_home(base, pipeline.id),
+                plots=False,
+                progress=None
+                if progress is None
+                else (lambda t, p=pipeline.id: progress(f"{p} alone", t)),
+            )
             stats = result.summary["pipelines"].get(pipeline.id, {})
             comparison.alone_step_s[pipeline.id] = stats.get("mean_step_s") or float("nan")
     return comparison
@@ -111,8 +148,12 @@ def format_table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
     for _, row in frame.iterrows():
         cells.append([_fmt(row[c], formats.get(c)) for c in frame.columns])
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-             for r in cells]
+    lines = [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in cells
+    ]
     return "\n".join(lines)
 
 
@@ -136,9 +177,15 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path:
     axes[0].bar(frame["policy"], frame["steps_per_hour"], color="#4C72B0")
     axes[0].set_title("steps per hour (all pipelines)")
     bottom = pd.Series(0.0, index=frame.index)
-    for key, colour in (("busy_share", "#55A868"), ("loading_share", "#DD8452"), ("idle_share", "#C44E52")):
+    for key, colour in (
+        ("busy_share", "#55A868"),
+        ("loading_share", "#DD8452"),
+        ("idle_share", "#C44E52"),
+    ):
         values = frame[key].fillna(0.0)
-        axes[1].bar(frame["policy"], values, bottom=bottom, color=colour, label=key.replace("_share", ""))
+        axes[1].bar(
+            frame["policy"], values, bottom=bottom, color=colour, label=key.replace("_share", "")
+        )
         bottom = bottom + values
     axes[1].set_title("GPU time")
     axes[1].legend(loc="lower right", fontsize=8)

@@ -31,8 +31,15 @@ MAX_LOOKAHEAD_S = 600.0
 
 
 class PipelineRollout:
-    def __init__(self, sim: Simulation, pipeline_id: str, group: RolloutGroup, host: Host[Any],
-                 gpus_of_rank: dict[int, tuple[int, ...]], progress_every: float) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        pipeline_id: str,
+        group: RolloutGroup,
+        host: Host[Any],
+        gpus_of_rank: dict[int, tuple[int, ...]],
+        progress_every: float,
+    ) -> None:
         self.sim = sim
         self.env: simpy.Environment = sim.env
         self.pipeline_id = pipeline_id
@@ -74,8 +81,12 @@ class PipelineRollout:
         self._response = np.concatenate([self._response, batch.response_tokens])
         self._num_preempted = np.concatenate([self._num_preempted, np.zeros(n, dtype=np.int64)])
         self._completed = np.concatenate([self._completed, np.zeros(n, dtype=bool)])
-        self.group.submit(np.arange(first, first + n), batch.prompt_tokens, batch.response_tokens,
-                          np.full(n, batch_id))
+        self.group.submit(
+            np.arange(first, first + n),
+            batch.prompt_tokens,
+            batch.response_tokens,
+            np.full(n, batch_id),
+        )
         self.remaining[adapter] += n
         total = sum(self.remaining.values())
         self._reported_total = total
@@ -105,14 +116,28 @@ class PipelineRollout:
             self.group.remove_engine(dp_rank, self.env.now)
         self._absorb()
         for dp_rank, t0, t1 in self.group.drain_busy(self.env.now):
-            self.sim.recorder.add_activity(self.pipeline_id, "actor_infer", dp_rank,
-                                           self.gpus_of_rank[dp_rank], "busy", "rollout", t0, t1)
+            self.sim.recorder.add_activity(
+                self.pipeline_id,
+                "actor_infer",
+                dp_rank,
+                self.gpus_of_rank[dp_rank],
+                "busy",
+                "rollout",
+                t0,
+                t1,
+            )
         self.alive = False
         self._poke()
         open_ids = np.flatnonzero(~self._completed)
         now = self.env.now
-        self._append_rows(open_ids, np.full(len(open_ids), -1), np.full(len(open_ids), now),
-                          np.full(len(open_ids), now), np.zeros(len(open_ids)), status)
+        self._append_rows(
+            open_ids,
+            np.full(len(open_ids), -1),
+            np.full(len(open_ids), now),
+            np.full(len(open_ids), now),
+            np.zeros(len(open_ids)),
+            status,
+        )
 
     # --- advancing ------------------------------------------------------------------------
 
@@ -162,20 +187,38 @@ class PipelineRollout:
             a = attempts_to_columns(attempts)
             ids = a["traj_id"].astype(np.int64)
             completed = a["status"] == "completed"
-            self._append_rows(ids[~completed], np.asarray(a["dp_rank"])[~completed],
-                              np.asarray(a["t_start"])[~completed], np.asarray(a["t_end"])[~completed],
-                              a["recomputed_tokens"][~completed], "requeued")
+            self._append_rows(
+                ids[~completed],
+                np.asarray(a["dp_rank"])[~completed],
+                np.asarray(a["t_start"])[~completed],
+                np.asarray(a["t_end"])[~completed],
+                a["recomputed_tokens"][~completed],
+                "requeued",
+            )
             np.add.at(self._num_preempted, ids[~completed], 1)
             done = ids[completed]
-            self._append_rows(done, np.asarray(a["dp_rank"])[completed], np.asarray(a["t_start"])[completed],
-                              np.asarray(a["t_end"])[completed], a["recomputed_tokens"][completed],
-                              "completed")
+            self._append_rows(
+                done,
+                np.asarray(a["dp_rank"])[completed],
+                np.asarray(a["t_start"])[completed],
+                np.asarray(a["t_end"])[completed],
+                a["recomputed_tokens"][completed],
+                "completed",
+            )
             self._completed[done] = True
             for adapter, count in Counter(self._adapter[i] for i in done.tolist()).items():
                 self.remaining[adapter] -= count
         for dp_rank, t0, t1 in group.drain_busy():
-            self.sim.recorder.add_activity(self.pipeline_id, "actor_infer", dp_rank,
-                                           self.gpus_of_rank[dp_rank], "busy", "rollout", t0, t1)
+            self.sim.recorder.add_activity(
+                self.pipeline_id,
+                "actor_infer",
+                dp_rank,
+                self.gpus_of_rank[dp_rank],
+                "busy",
+                "rollout",
+                t0,
+                t1,
+            )
         finished = group.done_batches()
         total = sum(self.remaining.values())
         if finished or total <= self._reported_total - self._report_every:
@@ -185,17 +228,42 @@ class PipelineRollout:
             adapter, step = self._batch_keys[batch_id]
             self.host.batch_done(adapter, step, {"num_trajectories": self._batch_size[batch_id]})
 
-    def _append_rows(self, ids: np.ndarray, dp_rank: np.ndarray, t_start: np.ndarray, t_end: np.ndarray,
-                     recomputed: np.ndarray, status: str) -> None:
+    def _append_rows(
+        self,
+        ids: np.ndarray,
+        dp_rank: np.ndarray,
+        t_start: np.ndarray,
+        t_end: np.ndarray,
+        recomputed: np.ndarray,
+        status: str,
+    ) -> None:
         if not len(ids):
             return
-        versions = self.sim.versions_at(self.pipeline_id, [self._adapter[i] for i in ids.tolist()], t_start)
+        versions = self.sim.versions_at(
+            self.pipeline_id, [self._adapter[i] for i in ids.tolist()], t_start
+        )
         rows = self.rows
         if not rows:
-            rows.update({name: [] for name in (
-                "pipeline_id", "adapter", "trajectory_id", "step_consumed", "weight_version",
-                "prompt_tokens", "response_tokens", "t_start", "t_end", "preemptions", "status",
-                "dp_rank", "recomputed_tokens")})
+            rows.update(
+                {
+                    name: []
+                    for name in (
+                        "pipeline_id",
+                        "adapter",
+                        "trajectory_id",
+                        "step_consumed",
+                        "weight_version",
+                        "prompt_tokens",
+                        "response_tokens",
+                        "t_start",
+                        "t_end",
+                        "preemptions",
+                        "status",
+                        "dp_rank",
+                        "recomputed_tokens",
+                    )
+                }
+            )
         n = len(ids)
         rows["pipeline_id"].extend([self.pipeline_id] * n)
         rows["adapter"].extend(self._adapter[i] for i in ids.tolist())

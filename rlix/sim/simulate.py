@@ -65,7 +65,9 @@ class SimResult:
 
 
 class Simulation:
-    def __init__(self, scenario: Any, policy: str, seed: int, check_invariants: bool = False) -> None:
+    def __init__(
+        self, scenario: Any, policy: str, seed: int, check_invariants: bool = False
+    ) -> None:
         self.scenario = scenario
         self.policy = policy
         self.seed = seed
@@ -76,16 +78,21 @@ class Simulation:
         self.recorder = Recorder(topology, policy, config)
         self.scenario_retry_s = config.retry_backoff_s
         self.actuator = SimActuator(self, scenario.faults.decision_failure_rate, seed)
-        self.loop = Loop(self.scheduler, self.recorder, self.actuator, clock=lambda: float(self.env.now))
+        self.loop = Loop(
+            self.scheduler, self.recorder, self.actuator, clock=lambda: float(self.env.now)
+        )
         self.futures = SimFutures(self.env)
         self.specs = scenario.pipeline_specs(policy)
         self.pipelines = {p.id: p for p in scenario.pipelines}
         gpu = scenario.topology_config.gpu
         self.costs: dict[str, CostModel] = {
-            p.id: CostModel.for_model(p.model, gpu, dict(scenario.costs)) for p in scenario.pipelines
+            p.id: CostModel.for_model(p.model, gpu, dict(scenario.costs))
+            for p in scenario.pipelines
         }
         self._samplers: dict[str, BatchSampler] = {}
-        self.samplers = {(p.id, a): self._sampler(ref) for p in scenario.pipelines for a, ref in _traces(p)}
+        self.samplers = {
+            (p.id, a): self._sampler(ref) for p in scenario.pipelines for a, ref in _traces(p)
+        }
         self.hosts: dict[str, Host[simpy.Event]] = {}
         self.rollouts: dict[str, PipelineRollout] = {}
         self.threads: dict[str, list[simpy.Process]] = {}
@@ -112,10 +119,13 @@ class Simulation:
         host: Host[simpy.Event] = Host(self.loop, spec, program_config(pipeline), self.futures)
         self.hosts[pipeline_id] = host
         engine = self.scenario.engine
-        group = RolloutGroup(costs, rollout_spec.tp, engine.max_batch, costs.kv_capacity_tokens(rollout_spec.tp))
+        group = RolloutGroup(
+            costs, rollout_spec.tp, engine.max_batch, costs.kv_capacity_tokens(rollout_spec.tp)
+        )
         gpus_of_rank = {r: rollout_spec.bundle(r) for r in range(rollout_spec.num_ranks)}
-        self.rollouts[pipeline_id] = PipelineRollout(self, pipeline_id, group, host, gpus_of_rank,
-                                                     engine.progress_every)
+        self.rollouts[pipeline_id] = PipelineRollout(
+            self, pipeline_id, group, host, gpus_of_rank, engine.progress_every
+        )
         self.threads[pipeline_id] = []
         host.start()
         self.start_thread(host, program_for(program_config(pipeline)))
@@ -124,7 +134,9 @@ class Simulation:
         host.thread_started()
         self.threads[host.pipeline_id].append(self.env.process(self._thread(host, program)))
 
-    def _thread(self, host: Host[simpy.Event], program: Program) -> Generator[simpy.Event, Any, None]:
+    def _thread(
+        self, host: Host[simpy.Event], program: Program
+    ) -> Generator[simpy.Event, Any, None]:
         value: Any = None
         try:
             while True:
@@ -172,11 +184,14 @@ class Simulation:
 
     # --- work -----------------------------------------------------------------------------
 
-    def _work(self, host: Host[simpy.Event], op: ops.Stage | ops.Generate | ops.Publish) -> Generator[simpy.Event, Any, Any]:
+    def _work(
+        self, host: Host[simpy.Event], op: ops.Stage | ops.Generate | ops.Publish
+    ) -> Generator[simpy.Event, Any, Any]:
         pid = host.pipeline_id
         if isinstance(op, ops.Generate):
-            batch = self.samplers[(pid, op.adapter)].sample(pid, op.adapter, op.step, op.num_prompts,
-                                                             op.samples_per_prompt)
+            batch = self.samplers[(pid, op.adapter)].sample(
+                pid, op.adapter, op.step, op.num_prompts, op.samples_per_prompt
+            )
             self.batch_tokens[(pid, op.adapter, op.step)] = batch.num_tokens
             return self.rollouts[pid].submit(op.adapter, op.step, batch)
         costs = self.costs[pid]
@@ -195,11 +210,15 @@ class Simulation:
         except simpy.Interrupt as interrupt:
             if interrupt.cause != "revoke":
                 raise
-            self.recorder.add_activity(pid, op.cluster, -1, gpus, "busy", op.stage, t0, float(self.env.now))
+            self.recorder.add_activity(
+                pid, op.cluster, -1, gpus, "busy", op.stage, t0, float(self.env.now)
+            )
             return ABORTED
         finally:
             self.stages.pop((pid, op.cluster), None)
-        self.recorder.add_activity(pid, op.cluster, -1, gpus, "busy", op.stage, t0, float(self.env.now))
+        self.recorder.add_activity(
+            pid, op.cluster, -1, gpus, "busy", op.stage, t0, float(self.env.now)
+        )
         return None
 
     def abort_stage(self, pipeline_id: str, cluster: str) -> None:
@@ -226,6 +245,7 @@ class Simulation:
             yield self.env.timeout(delay_s + 1e-6)
             if self.num_unfinished:
                 self.loop.send(ev.Tick(float(self.env.now)))
+
         self.env.process(tick())
 
     def _ticks(self) -> Generator[simpy.Event, Any, None]:
