@@ -116,7 +116,7 @@ class TrainStepFinished(Event):
 
 @dataclass(frozen=True, slots=True)
 class DecisionApplied(Event):
-    """The driver carried out decision `decision_id`."""
+    """The driver carried out decision `decision_id` (after every decision it `requires`)."""
 
     decision_id: int
 

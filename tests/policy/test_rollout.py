@@ -13,7 +13,7 @@ from rlix.policy import (
     Scheduler,
     Topology,
 )
-from rlix.policy.rollout import RoundPlanner
+from rlix.policy.placement import RoundPlanner
 from rlix.policy.state import PipelineState
 from tests.policy.builders import full_finetune
 

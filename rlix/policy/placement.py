@@ -1,0 +1,237 @@
+"""Where a rollout rank can go this round: the candidate search of the `rlix` planner.
+
+`RoundPlanner` answers three questions for a pipeline short of its target, each cheaper than
+the next and each asked only when the one before found nothing:
+
+- `free_fit`: a free bundle it may use (bitsets: the free slots and the pipeline's slots as
+  Python ints, so the search is a few big-int operations, not a scan);
+- `donor_fit`: a bundle held by active ranks of donors (pipelines above their targets), taking
+  from no donor more than it holds above its target (a rebalance never makes a new shortfall);
+- `relocation_fit`, for a first bundle only: a bundle held by ranks of pipelines that cannot
+  spare them, each such pipeline made whole in the same round by as many of its own ranks on
+  free bundles or on donors' bundles. This is what gives a TP-4 newcomer its bundle when the
+  GPUs are held by TP-1 or TP-2 ranks of pipelines at their targets.
+
+Ranks whose Expand failed (`retry_after_s`) are not restarted and ranks whose Shrink failed
+(`shrink_retry_after_s`) are not shrunk before their back-off ends; reserved GPUs go only to
+the pipelines exempt from the reservation (`rlix.policy.admission`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlix.policy.state import PipelineState, Rank, RankStatus
+
+if TYPE_CHECKING:
+    from rlix.policy.core import Scheduler
+
+
+#: A move: the receiver's rank, the ranks it displaces, and for rollers it would take below
+#: their targets, the ranks that make them whole again (each with the ranks it displaces).
+Move = tuple[Rank, list[Rank], list[tuple[Rank, list[Rank]]]]
+
+
+def is_donor(sched: Scheduler, pipeline: PipelineState, first_bundle: bool = False) -> bool:
+    """Above its target, and not itself given ranks by a rebalance too recently (unless it
+    is asked for another pipeline's first bundle: the one-bundle minimum is not noise)."""
+    return pipeline.num_active_gpus > sched.targets.get(pipeline.pipeline_id, 0) and (
+        first_bundle or sched.now >= pipeline.last_rebalanced_in_s + sched.config.min_rebalance_interval_s
+    )
+
+
+def may_receive(sched: Scheduler, pipeline: PipelineState) -> bool:
+    """May take ranks from donors: it did not give ranks away by a rebalance too recently."""
+    return sched.now >= pipeline.last_rebalanced_out_s + sched.config.min_rebalance_interval_s
+
+
+class RoundPlanner:
+    """Per-round candidate search for one scheduler; built fresh every round."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        # pipeline -> bits of free bundles it may not use this round (reserved, backing off);
+        # neither changes within a round, so each is looked at once
+        self._unusable: dict[str, int] = {}
+        #: Searching for a pipeline's first bundle: donors given ranks by a recent rebalance
+        #: donate too (see is_donor).
+        self.first_bundle = False
+
+    def _usable_by(self, rank: Rank, pipeline_id: str) -> bool:
+        if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > self.sched.now:
+            return False
+        reservations = self.sched.reservations
+        if reservations.reserved_for:
+            return not any(reservations.blocks(g, pipeline_id) for g in rank.gpus)
+        return True
+
+    def free_fit(self, pipeline: PipelineState) -> Rank | None:
+        """The inactive rank of `pipeline` on the free bundle with the lowest GPU ids (its
+        lowest free rank when its mapping is in GPU order): the lowest bit of the free bits
+        and the pipeline's bits, so the search is a few big-int operations, not a scan."""
+        cluster = self.sched.cluster
+        pid = pipeline.pipeline_id
+        unusable = self._unusable.get(pid, 0)
+        candidates = cluster.free_bits & pipeline.slot_bits
+        if unusable:
+            candidates &= ~unusable
+        reserved = self.sched.reservations.reserved_for
+        now = self.sched.now
+        while candidates:
+            lowest = candidates & -candidates
+            rank = pipeline.rank_by_slot[cluster.slot_of_bit[lowest.bit_length() - 1]]
+            # A free bundle's rank is inactive; it may still be backing off or reserved.
+            if rank.retry_after_s <= now and (not reserved or self._usable_by(rank, pid)):
+                return rank
+            candidates ^= lowest
+            unusable |= lowest
+            self._unusable[pid] = unusable
+        return None
+
+    def donor_fit(self, pipeline: PipelineState, donors: list[PipelineState]) -> tuple[Rank, list[Rank]] | None:
+        """A rank of `pipeline` whose bundle is free or held by donors' active ranks, taking
+        from no donor more than it holds above its target: the first that takes a single rank
+        of the donor with the most work left, else the one that needs the fewest donor ranks."""
+        mine = pipeline.rank_by_slot
+        pid = pipeline.pipeline_id
+        donor_ids: set[str] | None = None  # only needed for bundles that overlap others
+        partial = self.sched.cluster.partial_overlap
+        now = self.sched.now
+        best: tuple[int, Rank, list[Rank]] | None = None
+        for donor in donors:
+            for donor_rank in donor.active.values():
+                if donor_rank.status is not RankStatus.ACTIVE or donor_rank.shrink_retry_after_s > now:
+                    continue
+                if donor_rank.slot not in partial:
+                    # An aligned bundle: the receiver's rank there (if any) needs exactly it,
+                    # and one rank is never more than a donor holds above its target.
+                    rank = mine.get(donor_rank.slot)
+                    if rank is not None and self._usable_by(rank, pid):
+                        return rank, [donor_rank]
+                    continue
+                if donor_ids is None:
+                    donor_ids = {d.pipeline_id for d in donors}
+                for slot in self._overlapping(donor_rank.slot):
+                    rank = mine.get(slot)
+                    if rank is None or not self._usable_by(rank, pid):
+                        continue
+                    victims = self._victims(rank.gpus, pid, donor_ids)
+                    if victims is None or self._overdrawn(victims, {}):
+                        continue
+                    if len(victims) == 1:
+                        return rank, victims
+                    if best is None or len(victims) < best[0]:
+                        best = (len(victims), rank, victims)
+        return None if best is None else (best[1], best[2])
+
+    def relocation_fit(self, pipeline: PipelineState, rollers: set[str]) -> Move | None:
+        """A first bundle for `pipeline` that takes ranks of other rollers beyond what they
+        hold above target (or that are not donors at all), each such roller made whole in the
+        same round by as many of its own ranks elsewhere, on free bundles or on bundles of
+        donors within their excess. This is what gives a TP-4 newcomer its bundle when the
+        GPUs are held by TP-1 or TP-2 ranks of pipelines at their targets: no roller ends
+        below its target, and none moves for less than a whole first bundle of another."""
+        pid = pipeline.pipeline_id
+        for rank in pipeline.ranks:
+            if not self._usable_by(rank, pid):
+                continue
+            victims = self._victims(rank.gpus, pid, rollers)
+            if not victims:
+                continue  # blocked (or free: free_fit would have found it)
+            move = self._make_whole(rank, victims, rollers)
+            if move is not None:
+                return move
+        return None
+
+    def _make_whole(self, rank: Rank, victims: list[Rank], rollers: set[str]) -> Move | None:
+        sched = self.sched
+        # GPUs of the receiver's bundle and of every rank already displaced: a replacement
+        # never lands on them (a displaced rank is shrunk once and counted once).
+        claimed = set(rank.gpus).union(g for victim in victims for g in victim.gpus)
+        spent: dict[str, int] = {}
+        for victim in victims:
+            spent[victim.pipeline_id] = spent.get(victim.pipeline_id, 0) + len(victim.gpus)
+        shortfall = {
+            pid: lost - max(self._excess(sched.pipelines[pid]), 0) for pid, lost in spent.items()
+        }
+        extra: list[tuple[Rank, list[Rank]]] = []
+        for victim_id, short in shortfall.items():
+            owner = sched.pipelines[victim_id]
+            while short > 0:
+                found = self._replacement(owner, claimed, spent, rollers)
+                if found is None:
+                    return None
+                extra.append(found)
+                claimed.update(found[0].gpus)
+                claimed.update(g for victim in found[1] for g in victim.gpus)
+                short -= len(found[0].gpus)
+        return rank, victims, extra
+
+    def _replacement(
+        self, owner: PipelineState, claimed: set[int], spent: dict[str, int], rollers: set[str]
+    ) -> tuple[Rank, list[Rank]] | None:
+        """A rank of `owner` off `claimed`, on a free bundle (preferred) or on donors' ranks
+        within what they hold above target (counting `spent`, which this updates)."""
+        oid = owner.pipeline_id
+        donors = {
+            pid for pid in rollers if pid != oid and is_donor(self.sched, self.sched.pipelines[pid], self.first_bundle)
+        }
+        fallback: tuple[Rank, list[Rank]] | None = None
+        for candidate in owner.ranks:
+            if not claimed.isdisjoint(candidate.gpus) or not self._usable_by(candidate, oid):
+                continue
+            victims = self._victims(candidate.gpus, oid, donors)
+            if victims is None:
+                continue
+            if not victims:
+                return candidate, []
+            if fallback is None and not self._overdrawn(victims, spent):
+                fallback = (candidate, victims)
+        if fallback is not None:
+            for victim in fallback[1]:
+                spent[victim.pipeline_id] = spent.get(victim.pipeline_id, 0) + len(victim.gpus)
+        return fallback
+
+    def _excess(self, pipeline: PipelineState) -> int:
+        """GPUs `pipeline` may give away by a rebalance: what it holds above its target."""
+        if not is_donor(self.sched, pipeline, self.first_bundle):
+            return 0
+        return pipeline.num_active_gpus - self.sched.targets.get(pipeline.pipeline_id, 0)
+
+    def _overdrawn(self, victims: list[Rank], spent: dict[str, int]) -> bool:
+        """Whether taking `victims` (on top of `spent`) takes a donor below its target."""
+        loss: dict[str, int] = {}
+        for victim in victims:
+            loss[victim.pipeline_id] = loss.get(victim.pipeline_id, 0) + len(victim.gpus)
+        pipelines = self.sched.pipelines
+        return any(lost + spent.get(pid, 0) > self._excess(pipelines[pid]) for pid, lost in loss.items())
+
+    def _overlapping(self, slot: int) -> set[int]:
+        cluster = self.sched.cluster
+        cache = cluster.overlap_cache
+        found = cache.get(slot)
+        if found is None:
+            found = {s for g in cluster.slot_gpus[slot] for s in cluster.slots_by_gpu[g]}
+            cache[slot] = found
+        return found
+
+    def _victims(self, gpus: tuple[int, ...], receiver: str, owners: set[str]) -> list[Rank] | None:
+        """The active ranks on `gpus`, or None if a GPU is lost, held by anything else, or by a
+        rank of a pipeline not in `owners` (or of the receiver), or backing off a failed shrink."""
+        cluster = self.sched.cluster
+        now = self.sched.now
+        victims: dict[int, Rank] = {}
+        for gpu in gpus:
+            holder = cluster.owner[gpu]
+            if holder is None:
+                if gpu in cluster.offline:
+                    return None
+                continue
+            if type(holder) is not Rank or holder.status is not RankStatus.ACTIVE:
+                return None
+            if holder.pipeline_id not in owners or holder.pipeline_id == receiver:
+                return None
+            if holder.shrink_retry_after_s > now:
+                return None
+            victims[id(holder)] = holder
+        return list(victims.values())
