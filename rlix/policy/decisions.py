@@ -5,8 +5,9 @@ Grant, Expand and Shrink move GPUs and are two-phase: the core counts them as do
 The driver carries the decisions of one round out in the order given; a decision whose
 `requires` names a decision that failed must itself be reported failed, without being carried
 out, and a decision may be reported applied only once every decision it requires was (the core
-rejects an earlier report with an `EventError`). Revoke, AllowRollout and Hold are notifications: nothing to roll back, no report needed
-(a report for them is accepted and ignored).
+rejects an earlier report with an `EventError`). Revoke, AllowRollout and Hold are
+notifications: nothing to roll back, no report needed (a report for them is accepted and
+ignored).
 
 Decisions are plain slotted records, not frozen dataclasses: a cold round at cluster scale
 builds hundreds of them and a frozen dataclass costs about three times as much to build
