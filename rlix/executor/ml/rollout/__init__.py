@@ -29,7 +29,7 @@ def make_backend(name: str, model_path: str, **options: Any) -> RolloutBackend:
 
         return HfBackend(model_path, **options)
     if name == "vllm":
-        from rlix.executor.ml.rollout.vllm import VllmBackend
+        from rlix.executor.ml.rollout.vllm_backend import VllmBackend
 
         return VllmBackend(model_path, **options)
     raise ValueError(
