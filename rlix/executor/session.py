@@ -55,11 +55,14 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
 
     Reuses a session this process already has (tests start one per module).
     """
-    _loopback_switch(address is None)
+    # Joining a local session by its loopback address needs the switch too: without it Ray
+    # rewrites "127.0.0.1" to the machine's routable address, where nothing listens.
+    local = address is None or address.split(":")[0] in ("127.0.0.1", "localhost")
+    _loopback_switch(local)
     import ray
 
     if ray.is_initialized():
-        return Session(ray.get_runtime_context().gcs_address, address is None)
+        return Session(ray.get_runtime_context().gcs_address, local)
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": log_to_driver}
     if address is None:
         ray.init(num_gpus=num_gpus, num_cpus=num_cpus, include_dashboard=False, **kwargs)
@@ -75,7 +78,7 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
     gcs_address = ray.get_runtime_context().gcs_address
     if address is None:
         _write_address(gcs_address)
-    return Session(gcs_address, address is None)
+    return Session(gcs_address, local)
 
 
 def stop() -> None:

@@ -1,0 +1,106 @@
+"""How the executor carries the core's decisions out (the `rlix.runs.Actuator` of the Ray driver).
+
+- Grant: the pipeline is waiting for it (a program's Request, or an API `request` call), so it
+  is applied at once; the waiting call resumes (for a program, through `Loop.applied` and its
+  host's future). The trainer moves its model onto the GPUs as part of the stage that follows.
+- Expand / Shrink: the pipeline's handler actor (the pipeline actor of a program, or the actor
+  an API pipeline registered) wakes or stops that rank, then the decision is reported applied;
+  an exception reports it failed (the core undoes it); a dead handler removes the pipeline,
+  which settles the decision. An API pipeline without a handler polls `active_ranks`: its expansions and shrinks
+  are applied at once.
+- Revoke (a lost GPU): the handler is told, nothing is reported.
+
+Every call runs as its own asyncio task, so a slow expansion never holds up the orchestrator;
+the loop orders decisions that depend on one another (`requires`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ray.exceptions import RayTaskError
+
+from rlix.executor.actors import ACTOR_GONE
+from rlix.policy import decisions as dec
+from rlix.policy.events import ClusterReleased
+
+if TYPE_CHECKING:
+    from rlix.executor.orchestrator import Orchestrator
+
+log = logging.getLogger(__name__)
+
+
+class RayActuator:
+    def __init__(self, orchestrator: Orchestrator) -> None:
+        self.orch = orchestrator
+        self.tasks: set[asyncio.Task[Any]] = set()
+        #: (decision kind, seconds from carry-out to report) of every expand and shrink.
+        self.durations: list[tuple[str, float]] = []
+        #: What went wrong with decisions reported failed (for logs and tests).
+        self.failures: list[str] = []
+
+    def carry_out(self, decision: dec.Grant | dec.Expand | dec.Shrink) -> None:
+        orch = self.orch
+        record = orch.pipelines.get(decision.pipeline_id)
+        if isinstance(decision, dec.Grant):
+            wanted = record.granted(decision.cluster, decision.gpus) if record is not None else True
+            orch.loop.applied(decision.decision_id)
+            if not wanted:  # withdrawn while pending: give it straight back
+                orch.loop.send(ClusterReleased(orch.now(), decision.pipeline_id, decision.cluster))
+            return
+        if record is None or record.handler is None:
+            if record is not None:
+                record.track_rank(decision)
+            orch.loop.applied(decision.decision_id)
+            return
+        self._start(self._call(record.handler, decision))
+
+    def revoke(self, decision: dec.Revoke) -> None:
+        record = self.orch.pipelines.get(decision.pipeline_id)
+        if record is None:
+            return
+        if record.handler is None:
+            record.track_rank(decision)
+            return
+        self._start(self._notify(record.handler, decision))
+
+    def _start(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _call(self, handler: Any, decision: dec.Expand | dec.Shrink) -> None:
+        loop, clock = self.orch.loop, self.orch.now
+        t0 = clock()
+        try:
+            if isinstance(decision, dec.Expand):
+                await handler.expand.remote(decision.dp_rank, decision.gpus)
+            else:
+                await handler.shrink.remote(decision.dp_rank, decision.gpus, decision.reason)
+        except ACTOR_GONE as exc:
+            if isinstance(exc, RayTaskError):  # raised inside the handler (e.g. by a worker of its)
+                self._failed(decision, exc)
+                return
+            # Not reported: the pipeline is gone, and its removal settles the decision (the
+            # loop then carries out whatever waited for it, e.g. another pipeline's expansion).
+            await self.orch.pipeline_gone(decision.pipeline_id, f"its actor died ({type(exc).__name__})")
+            return
+        except Exception as exc:  # the handler raised: report, the core undoes the decision
+            self._failed(decision, exc)
+            return
+        self.durations.append((type(decision).__name__.lower(), clock() - t0))
+        loop.applied(decision.decision_id)
+
+    def _failed(self, decision: dec.Expand | dec.Shrink, exc: BaseException) -> None:
+        log.warning("%s of %s rank %d failed: %s", type(decision).__name__, decision.pipeline_id,
+                    decision.dp_rank, exc)
+        self.failures.append(f"{type(decision).__name__} {decision.pipeline_id}/{decision.dp_rank}: {exc}")
+        self.orch.loop.failed(decision.decision_id, f"{type(exc).__name__}: {exc}"[:200])
+
+    async def _notify(self, handler: Any, decision: dec.Revoke) -> None:
+        try:
+            await handler.revoke.remote(decision.cluster, decision.dp_rank, decision.gpus)
+        except Exception as exc:
+            log.warning("revoke of %s/%s failed: %s", decision.pipeline_id, decision.cluster, exc)

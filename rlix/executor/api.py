@@ -1,0 +1,166 @@
+"""Python API of the executor: start or reach the orchestrator, drive a pipeline by hand.
+
+    import rlix
+    client = rlix.init(num_gpus=4)                  # local Ray, loopback only; or address="..."
+    pid = client.allocate_pipeline_id("mine")
+    client.register_pipeline(spec, handler=None)    # a PipelineSpec; handler: see below
+    client.admit_pipeline(pid)
+    gpus = client.request(pid, "actor_train", 0)    # blocks until the grant is applied
+    client.release_and_request(pid, "actor_train", "actor_infer", 6, estimate=64)
+    ranks = client.active_ranks(pid)                # handler-less pipelines poll their ranks
+    client.progress(pid, 12) ; client.train_step_finished(pid, 1) ; client.remove_pipeline(pid)
+
+A handler is an actor with `async expand(dp_rank, gpus)`, `async shrink(dp_rank, gpus,
+reason)` and `async revoke(cluster, dp_rank, gpus)` (`RankHandler` is a base class to start
+from); the orchestrator calls it to carry out the core's rollout decisions. A pipeline that
+follows the built-in step sequence instead supplies a workload class and is launched with
+`client.launch(PipelineSetup(...))`: it then runs the shared program in its own actor, with
+its own tasks and rewards from the `rlix.executor.ml.registry` decorators (see
+examples/custom_pipeline.py).
+
+The orchestrator is a named actor (`rlix-orchestrator` in namespace `rlix`), so any driver
+connected to the same Ray cluster reaches it with `rlix.init(address=...)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from rlix.executor import session
+from rlix.executor.orchestrator import ORCHESTRATOR_NAME, Orchestrator
+from rlix.executor.placement import control_options
+from rlix.executor.workload import PipelineSetup
+from rlix.policy.specs import PipelineSpec, PolicyConfig, Topology
+from rlix.runs.codec import spec_to_dict
+
+RemoteOrchestrator = ray.remote(Orchestrator)
+
+
+def start_orchestrator(topology: Topology, policy: str = "rlix", config: PolicyConfig | None = None,
+                       name: str = ORCHESTRATOR_NAME, check_invariants: bool = False,
+                       tick_s: float = 1.0) -> Any:
+    """Start the named orchestrator on this driver's node and reserve the topology's GPUs."""
+    try:
+        ray.get_actor(name, namespace=session.NAMESPACE)
+    except ValueError:
+        pass
+    else:
+        raise RuntimeError(f"an orchestrator named {name!r} is already running in this Ray cluster")
+    handle = RemoteOrchestrator.options(
+        name=name, namespace=session.NAMESPACE, max_concurrency=10_000, **control_options()
+    ).remote(topology, policy, config, check_invariants)
+    ray.get(handle.setup.remote(tick_s))
+    return handle
+
+
+class Client:
+    """Blocking calls on the orchestrator, for drivers and scripts (`rlix.init()` returns one)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return ray.get(getattr(self.handle, method).remote(*args, **kwargs))
+
+    def allocate_pipeline_id(self, prefix: str = "pipeline") -> str:
+        return str(self._call("allocate_pipeline_id", prefix))
+
+    def register_pipeline(self, spec: PipelineSpec, handler: Any = None) -> str:
+        return str(self._call("register_pipeline", spec_to_dict(spec), handler))
+
+    def admit_pipeline(self, pipeline_id: str) -> None:
+        self._call("admit_pipeline", pipeline_id)
+
+    def request(self, pipeline_id: str, cluster: str, priority: int, estimate: float | None = None) -> Any:
+        return self._call("request", pipeline_id, cluster, priority, estimate)
+
+    def release(self, pipeline_id: str, cluster: str) -> None:
+        self._call("release", pipeline_id, cluster)
+
+    def release_and_request(self, pipeline_id: str, released: str, cluster: str, priority: int,
+                            estimate: float | None = None) -> Any:
+        return self._call("release_and_request", pipeline_id, released, cluster, priority, estimate)
+
+    def withdraw(self, pipeline_id: str, cluster: str) -> None:
+        self._call("withdraw", pipeline_id, cluster)
+
+    def progress(self, pipeline_id: str, remaining: float | dict[str, float]) -> None:
+        self._call("progress", pipeline_id, remaining)
+
+    def train_step_finished(self, pipeline_id: str, version: int, adapter: str | None = None) -> None:
+        self._call("train_step_finished", pipeline_id, version, adapter)
+
+    def active_ranks(self, pipeline_id: str) -> dict[int, tuple[int, ...]]:
+        return dict(self._call("active_ranks", pipeline_id))
+
+    def remove_pipeline(self, pipeline_id: str) -> None:
+        self._call("remove_pipeline", pipeline_id)
+
+    def kill_pipeline(self, pipeline_id: str) -> dict[str, Any]:
+        return dict(self._call("kill_pipeline", pipeline_id))
+
+    def launch(self, setup: PipelineSetup) -> str:
+        return str(self._call("launch", setup))
+
+    def wait_done(self, timeout_s: float | None = None) -> dict[str, Any]:
+        return dict(self._call("wait_done", timeout_s))
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self._call("snapshot"))
+
+
+def init(num_gpus: int | None = None, address: str | None = None, topology: Topology | None = None,
+         policy: str = "rlix", config: PolicyConfig | None = None, num_cpus: int | None = None) -> Client:
+    """Reach the orchestrator, starting Ray and the orchestrator when there is none.
+
+    Locally Ray starts with `num_gpus` declared GPUs (default: the topology's, or 1 node of
+    `num_gpus`); with `address` the driver joins that cluster and uses its orchestrator if one
+    is running, else starts one for `topology`.
+    """
+    if topology is None and num_gpus is None and address is None:
+        raise ValueError("give num_gpus or a topology (or the address of a running cluster)")
+    total = topology.num_gpus if topology is not None else num_gpus
+    session.start(num_gpus=total or 0, num_cpus=num_cpus, address=address)
+    try:
+        return Client(ray.get_actor(ORCHESTRATOR_NAME, namespace=session.NAMESPACE))
+    except ValueError:
+        pass
+    if topology is None:
+        if num_gpus is None:
+            raise ValueError(f"no orchestrator runs at {address}; give a topology to start one")
+        topology = Topology(1, num_gpus)
+    return Client(start_orchestrator(topology, policy, config))
+
+
+class RankHandler:
+    """A base for the handler actor of an API pipeline: keeps the set of active ranks.
+
+    Subclass it, override `on_expand` / `on_shrink` to load and drop your engine's weights
+    (raise to report the decision failed), wrap it with `ray.remote`, and pass the handle to
+    `register_pipeline`.
+    """
+
+    def __init__(self) -> None:
+        self.active: dict[int, tuple[int, ...]] = {}
+
+    async def expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
+        await self.on_expand(dp_rank, tuple(gpus))
+        self.active[dp_rank] = tuple(gpus)
+
+    async def shrink(self, dp_rank: int, gpus: tuple[int, ...], reason: str) -> None:
+        self.active.pop(dp_rank, None)
+        await self.on_shrink(dp_rank, tuple(gpus), reason)
+
+    async def revoke(self, cluster: str, dp_rank: int, gpus: tuple[int, ...]) -> None:
+        self.active.pop(dp_rank, None)
+
+    async def on_expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
+        """Load weights onto the rank's GPUs."""
+
+    async def on_shrink(self, dp_rank: int, gpus: tuple[int, ...], reason: str) -> None:
+        """Stop generating on the rank and drop its weights."""
+
+    def active_ranks(self) -> dict[int, tuple[int, ...]]:
+        return dict(self.active)

@@ -1,0 +1,155 @@
+"""The orchestrator's calls for API pipelines (custom or external ones, RLix style).
+
+A pipeline that does not run an rlix program drives the core itself:
+
+    pid = allocate_pipeline_id("mine")
+    register_pipeline(spec, handler)        # handler: an actor with expand/shrink/revoke, or None
+    admit_pipeline(pid)
+    gpus = request(pid, "actor_train", 1)   # returns once the grant is applied
+    release_and_request(pid, "actor_train", "actor_infer", 6, estimate=64)
+    progress(pid, remaining)  ...  train_step_finished(pid, version)  ...  remove_pipeline(pid)
+
+Rollout (`actor_infer` at priority 6) is elastic: `request` returns at once and ranks come and
+go by the handler's `expand(dp_rank, gpus)` / `shrink(dp_rank, gpus, reason)` (an exception
+there reports the decision failed); without a handler, expansions and shrinks are applied at
+once and `active_ranks` tells which ranks the pipeline may use. `withdraw` takes back a
+request: rollout demand ends at once; a pending gang request is released the moment it is
+granted (the core has no "cancel pending request" event, so the grant happens and is undone
+in the next round).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from rlix.policy import events as ev
+from rlix.policy.specs import ROLLOUT_CLUSTER, PipelineSpec, Priority
+from rlix.runs.codec import spec_from_dict
+
+if TYPE_CHECKING:
+    from rlix.executor.records import PipelineRecord
+    from rlix.runs.loop import Loop
+
+
+class ExternalApi:
+    pipelines: dict[str, PipelineRecord]
+    loop: Loop
+
+    def now(self) -> float:
+        raise NotImplementedError
+
+    def _api_record(self, pipeline_id: str) -> PipelineRecord:
+        record = self.pipelines.get(pipeline_id)
+        if record is None:
+            raise KeyError(f"no pipeline {pipeline_id!r}")
+        if record.host is not None:
+            raise ValueError(f"pipeline {pipeline_id!r} runs a program; its host makes these calls")
+        if not record.alive:
+            raise RuntimeError(f"pipeline {pipeline_id!r} is {record.status}")
+        return record
+
+    def allocate_pipeline_id(self, prefix: str = "pipeline") -> str:
+        """A pipeline id no pipeline of this run has used."""
+        for n in range(1, 1_000_000):
+            candidate = f"{prefix}-{n}"
+            if candidate not in self.pipelines:
+                return candidate
+        raise RuntimeError("no free pipeline id")
+
+    def register_pipeline(self, spec: PipelineSpec | dict[str, Any], handler: Any = None) -> str:
+        from rlix.executor.records import PipelineRecord
+
+        if isinstance(spec, dict):
+            spec = spec_from_dict(spec)
+        if spec.pipeline_id in self.pipelines:
+            raise ValueError(f"pipeline id {spec.pipeline_id!r} is taken")
+        self.loop.send(ev.PipelineRegistered(self.now(), spec))  # validates the spec
+        self.pipelines[spec.pipeline_id] = PipelineRecord(spec.pipeline_id, spec, handler=handler)
+        return spec.pipeline_id
+
+    def admit_pipeline(self, pipeline_id: str) -> None:
+        record = self._api_record(pipeline_id)
+        self.loop.send(ev.PipelineAdmitted(self.now(), pipeline_id))
+        record.admitted = True
+
+    async def request(self, pipeline_id: str, cluster: str, priority: int,
+                      estimate: float | None = None) -> tuple[int, ...] | None:
+        """Ask for a cluster; returns its GPUs once granted (None if withdrawn meanwhile).
+        Rollout returns () at once: its ranks are expanded on the handler."""
+        record = self._api_record(pipeline_id)
+        future = self._grant_future(record, cluster, priority)
+        self._send_request(record, cluster, ev.ClusterRequested(self.now(), pipeline_id, cluster, priority, estimate))
+        return await self._await_grant(record, cluster, future)
+
+    async def release_and_request(self, pipeline_id: str, released: str, cluster: str, priority: int,
+                                  estimate: float | None = None) -> tuple[int, ...] | None:
+        """Release one cluster and request another as one atomic step."""
+        record = self._api_record(pipeline_id)
+        future = self._grant_future(record, cluster, priority)
+        self._send_request(record, cluster, ev.ClusterReleasedAndRequested(self.now(), pipeline_id, released, cluster, priority, estimate))
+        return await self._await_grant(record, cluster, future)
+
+    def release(self, pipeline_id: str, cluster: str) -> None:
+        self._api_record(pipeline_id)
+        self.loop.send(ev.ClusterReleased(self.now(), pipeline_id, cluster))
+
+    def withdraw(self, pipeline_id: str, cluster: str) -> None:
+        record = self._api_record(pipeline_id)
+        if cluster == ROLLOUT_CLUSTER:
+            self.loop.send(ev.ClusterReleased(self.now(), pipeline_id, cluster))
+            return
+        future = record.grant_waiters.get(cluster)
+        if future is None:
+            raise ValueError(f"pipeline {pipeline_id!r} has no pending request for {cluster!r}")
+        record.withdrawn.add(cluster)
+
+    def progress(self, pipeline_id: str, remaining: float | dict[str, float]) -> None:
+        """Rollout work left: one number, or one per adapter."""
+        self._api_record(pipeline_id)
+        items = remaining.items() if isinstance(remaining, dict) else [(None, remaining)]
+        for adapter, value in items:
+            self.loop.send(ev.RolloutProgressed(self.now(), pipeline_id, float(value), adapter))
+
+    def train_step_finished(self, pipeline_id: str, version: int, adapter: str | None = None) -> None:
+        self._api_record(pipeline_id)
+        self.loop.send(ev.TrainStepFinished(self.now(), pipeline_id, version, adapter))
+
+    def active_ranks(self, pipeline_id: str) -> dict[int, tuple[int, ...]]:
+        """The ranks of a handler-less API pipeline that are active now."""
+        return dict(self.pipelines[pipeline_id].ranks)
+
+    def remove_pipeline(self, pipeline_id: str) -> None:
+        """The pipeline is done and its processes stopped: its GPUs go back."""
+        record = self._api_record(pipeline_id)
+        record.status = "finished"
+        record.cancel_waits("was removed")
+        self.loop.send(ev.PipelineRemoved(self.now(), pipeline_id, False))
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _grant_future(self, record: PipelineRecord, cluster: str, priority: int) -> asyncio.Future[Any] | None:
+        if priority == Priority.ROLLOUT:
+            return None
+        if cluster in record.grant_waiters:
+            raise ValueError(f"pipeline {record.pipeline_id!r} already waits for {cluster!r}")
+        # Made before the event: the grant may be applied while the event is handled.
+        future = record.grant_waiters[cluster] = asyncio.get_running_loop().create_future()
+        return future
+
+    def _send_request(self, record: PipelineRecord, cluster: str, event: ev.Event) -> None:
+        try:
+            self.loop.send(event)
+        except Exception:
+            record.grant_waiters.pop(cluster, None)
+            raise
+
+    async def _await_grant(self, record: PipelineRecord, cluster: str,
+                           future: asyncio.Future[Any] | None) -> tuple[int, ...] | None:
+        if future is None:
+            return ()
+        try:
+            return await future  # type: ignore[no-any-return]
+        finally:
+            if record.grant_waiters.get(cluster) is future:
+                del record.grant_waiters[cluster]

@@ -1,0 +1,312 @@
+"""The orchestrator: one named, long-lived async actor that hosts the policy core and its loop.
+
+Every event reaches the core through its one `rlix.runs.Loop` (`Loop.send`), on this actor's
+event loop, so the core sees one ordered sequence and `events.jsonl` is exactly that sequence.
+Pipelines reach it two ways:
+
+- program pipelines (`launch`): the orchestrator builds the pipeline's `Host` next to the loop
+  and starts its pipeline actor (`rlix.executor.pipeline`), whose threads send each op here
+  (`step` / `finish`); a call that must wait (a grant, a batch, pacing) awaits an asyncio
+  future here, never blocking the others;
+- API pipelines (`rlix.executor.api`, mixin `ExternalApi`): register, admit, request, release,
+  progress, train steps, remove, as RLix's pipelines do.
+
+Decisions go out through `RayActuator`. Each program pipeline is supervised: if its actor
+raises or dies, or `kill_pipeline` is called, its actors are killed and confirmed dead, then
+the core hears `PipelineRemoved(failed=True)` and hands its GPUs out in that same round. No
+error of one pipeline stops the orchestrator or the others. Two background tasks: a tick
+(lets backed-off retries happen) and a node monitor (a lost Ray node becomes `GpuLost` for
+each of its GPUs, so its ranks are revoked and the rest go on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from typing import Any
+
+import ray
+from ray.exceptions import RayTaskError
+
+from rlix.executor.actors import ACTOR_GONE, kill_and_confirm
+from rlix.executor.actuator import RayActuator
+from rlix.executor.external import ExternalApi
+from rlix.executor.pipeline import PipelineActor
+from rlix.executor.placement import GpuPool, control_options
+from rlix.executor.records import AsyncioFutures, PipelineRecord, RolloutBook
+from rlix.executor.workload import PipelineSetup
+from rlix.pipelines import ops
+from rlix.policy import events as ev
+from rlix.policy.core import Scheduler
+from rlix.policy.specs import PolicyConfig, Topology
+from rlix.runs.host import RETRY, VALUE, WAIT, WORK, Host
+from rlix.runs.loop import Loop
+from rlix.runs.recorder import Recorder
+
+log = logging.getLogger(__name__)
+ORCHESTRATOR_NAME = "rlix-orchestrator"
+RemotePipelineActor = ray.remote(PipelineActor)
+
+
+class Orchestrator(ExternalApi):
+    def __init__(self, topology: Topology, policy: str = "rlix", config: PolicyConfig | None = None,
+                 check_invariants: bool = False) -> None:
+        config = config or PolicyConfig()
+        self.t0_wall = time.time()
+        self._last_now = 0.0
+        self.scheduler = Scheduler(topology, policy, config, check_invariants=check_invariants)
+        self.recorder = Recorder(topology, policy, config)
+        self.rollouts = RolloutBook(self.recorder)
+        self.actuator = RayActuator(self)
+        self.loop = Loop(self.scheduler, self.recorder, self.actuator, self.now)
+        self.pipelines: dict[str, PipelineRecord] = {}
+        self.pool: GpuPool | None = None
+        self.lost_nodes: set[int] = set()
+        self._ids = itertools.count(1)
+        self._background: list[asyncio.Task[None]] = []
+
+    def now(self) -> float:
+        """Seconds since the orchestrator started (wall clock, never decreasing), the clock of
+        every event and every row; other actors measure against the same `t0_wall`."""
+        self._last_now = max(self._last_now, time.time() - self.t0_wall)
+        return self._last_now
+
+    async def setup(self, tick_s: float = 1.0, monitor_s: float = 1.0) -> GpuPool:
+        """Reserve the topology's GPUs and start the tick and the node monitor."""
+        if self.pool is None:
+            self.pool = await GpuPool.create(self.scheduler.topology)
+            self._background = [asyncio.ensure_future(self._tick(tick_s)),
+                                asyncio.ensure_future(self._monitor_nodes(monitor_s))]
+        return self.pool
+
+    def info(self) -> dict[str, Any]:
+        return {"t0_wall": self.t0_wall, "pool": self.pool, "topology": self.scheduler.topology}
+
+    # --- program pipelines ----------------------------------------------------------------
+
+    async def launch(self, setup: PipelineSetup) -> str:
+        """Register and admit a program pipeline and start its pipeline actor."""
+        if self.pool is None:
+            raise RuntimeError("call setup() first")
+        pid = setup.pipeline_id
+        if pid in self.pipelines:
+            raise ValueError(f"pipeline id {pid!r} is taken")
+        host: Host[asyncio.Future[Any]] = Host(self.loop, setup.spec, setup.program, AsyncioFutures())
+        try:
+            host.start()
+        except Exception:
+            self.loop.hosts.pop(pid, None)
+            raise
+        host.thread_started()
+        me = ray.get_runtime_context().current_actor
+        actor = RemotePipelineActor.options(name=f"pipeline-{pid}", **control_options()).remote(
+            setup, me, self.pool, self.t0_wall
+        )
+        record = PipelineRecord(pid, setup.spec, handler=actor, actor=actor, host=host, admitted=True)
+        self.pipelines[pid] = record
+        record.supervisor = asyncio.ensure_future(self._supervise(record))
+        return pid
+
+    async def _supervise(self, record: PipelineRecord) -> None:
+        try:
+            await record.actor.run.remote()
+        except RayTaskError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            await self._remove(record, "failed", f"{type(cause).__name__}: {cause}")
+            return
+        except ACTOR_GONE as exc:
+            await self._remove(record, "failed", f"its actor died ({type(exc).__name__})")
+            return
+        if record.host is not None and record.host.alive:
+            await self._remove(record, "failed", "its program ended with threads still counted")
+            return
+        if record.status == "running":
+            record.status = "finished"
+        await kill_and_confirm([record.actor])
+
+    def _host(self, pipeline_id: str) -> Host[asyncio.Future[Any]]:
+        record = self.pipelines.get(pipeline_id)
+        if record is None or record.host is None or not record.alive:
+            raise RuntimeError(f"pipeline {pipeline_id} is not running")
+        return record.host
+
+    async def _wait(self, pipeline_id: str, future: asyncio.Future[Any]) -> Any:
+        record = self.pipelines[pipeline_id]
+        record.waits.add(future)
+        try:
+            return await future
+        finally:
+            record.waits.discard(future)
+
+    async def step(self, pipeline_id: str, op: ops.Op, thread: str) -> tuple[str, Any]:
+        """The host's answer to `op`: (VALUE, value) once it is ready, or (WORK, op)."""
+        kind, value = self._host(pipeline_id).step(op, thread)
+        if kind == WAIT:
+            return VALUE, await self._wait(pipeline_id, value)
+        return kind, value
+
+    async def finish(self, pipeline_id: str, op: ops.Stage | ops.Generate | ops.Publish, result: Any,
+                     t_start: float) -> tuple[str, Any]:
+        kind, value = self._host(pipeline_id).finish(op, result, t_start)
+        if kind == RETRY:  # the stage's GPUs were revoked: redo it once granted again
+            await self._wait(pipeline_id, value)
+            return WORK, op
+        return kind, value
+
+    def fork(self, pipeline_id: str, thread: str) -> None:
+        host = self._host(pipeline_id)
+        host.step(ops.Fork(None), thread)  # type: ignore[arg-type]  # the program stays in the pipeline actor
+        host.thread_started()
+
+    def thread_finished(self, pipeline_id: str, thread: str) -> None:
+        self._host(pipeline_id).thread_finished(thread)
+
+    def rollout_progress(self, pipeline_id: str, remaining: dict[str, int]) -> None:
+        record = self.pipelines.get(pipeline_id)
+        if record is not None and record.alive and record.host is not None:
+            record.host.progress(remaining)
+
+    def batch_done(self, pipeline_id: str, adapter: str, step: int, result: Any) -> None:
+        self._host(pipeline_id).batch_done(adapter, step, result)
+
+    def add_records(self, rollouts: dict[str, list[Any]] | None, activity: list[tuple[Any, ...]]) -> None:
+        if rollouts:
+            self.rollouts.add(rollouts)
+        for pid, cluster, dp_rank, gpus, kind, stage, t_start, t_end in activity:
+            self.recorder.add_activity(pid, cluster, dp_rank, gpus, kind, stage, t_start, t_end)
+
+    def adopt(self, pipeline_id: str, handles: list[Any]) -> None:
+        record = self.pipelines.get(pipeline_id)
+        if record is None or not record.alive:
+            for handle in handles:  # too late: the pipeline is going away
+                ray.kill(handle)
+            return
+        record.adopted.extend(handles)
+
+    # --- removal --------------------------------------------------------------------------
+
+    async def kill_pipeline(self, pipeline_id: str) -> dict[str, Any]:
+        """End a pipeline now: its actors are killed and confirmed dead, then its GPUs go back."""
+        record = self.pipelines.get(pipeline_id)
+        if record is None:
+            raise KeyError(f"no pipeline {pipeline_id!r} (known: {sorted(self.pipelines)})")
+        if record.alive:
+            await self._remove(record, "killed", "killed on request")
+        return self.describe(pipeline_id)
+
+    async def pipeline_gone(self, pipeline_id: str, reason: str) -> None:
+        record = self.pipelines.get(pipeline_id)
+        if record is not None and record.alive:
+            await self._remove(record, "failed", reason)
+
+    async def _remove(self, record: PipelineRecord, status: str, reason: str) -> None:
+        if not record.alive:
+            return
+        record.removing = True
+        log.warning("removing pipeline %s (%s): %s", record.pipeline_id, status, reason)
+        handles = [h for h in (record.actor, *record.adopted) if h is not None]
+        left = await kill_and_confirm(handles)
+        if left:
+            reason += f"; {len(left)} actor(s) not confirmed dead"
+        record.status, record.error = status, reason
+        record.cancel_waits(status)
+        now = self.now()
+        self.rollouts.abort(record.pipeline_id, now)
+        if record.host is not None:
+            record.host.kill()
+        elif record.admitted or record.pipeline_id in self.scheduler.pipelines:
+            self.loop.send(ev.PipelineRemoved(now, record.pipeline_id, True))
+
+    # --- background -----------------------------------------------------------------------
+
+    async def _tick(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            if any(r.alive for r in self.pipelines.values()):
+                self.loop.send(ev.Tick(self.now()))
+
+    async def _monitor_nodes(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                nodes = await asyncio.to_thread(ray.nodes)
+            except Exception as exc:  # the GCS hiccuped: look again next time
+                log.warning("node monitor: %s", exc)
+                continue
+            alive = {n["NodeID"] for n in nodes if n.get("Alive")}
+            assert self.pool is not None
+            for index, node_id in enumerate(self.pool.node_ids):
+                if node_id not in alive and index not in self.lost_nodes:
+                    self.lost_nodes.add(index)
+                    log.warning("node %d (%s) lost: its GPUs leave the pool", index, node_id)
+                    for gpu in self.pool.gpus_of_node(index):
+                        self.loop.send(ev.GpuLost(self.now(), gpu))
+
+    # --- state, for callers ---------------------------------------------------------------
+
+    def describe(self, pipeline_id: str) -> dict[str, Any]:
+        record = self.pipelines[pipeline_id]
+        return {"pipeline_id": pipeline_id, "status": record.status, "error": record.error}
+
+    def snapshot(self) -> dict[str, Any]:
+        """Who holds which GPU now (from the core's state), and every pipeline's status."""
+        holders: dict[int, tuple[str, str, int]] = {}
+        for gpu, holder in enumerate(self.scheduler.cluster.owner):
+            if holder is not None:
+                cluster = getattr(holder, "cluster", "actor_infer")
+                holders[gpu] = (holder.pipeline_id, cluster, getattr(holder, "dp_rank", -1))
+        return {
+            "now": self.now(), "num_events": self.loop.num_events, "holders": holders,
+            "lost_gpus": sorted(self.scheduler.cluster.offline),
+            "pipelines": {pid: self.describe(pid) for pid in self.pipelines},
+            "trajectories": self.rollouts.counts(),
+            "decision_durations": list(self.actuator.durations),
+            "decision_failures": list(self.actuator.failures),
+        }
+
+    def tables(self, pipeline_ids: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+        """The record so far as rows (closed allocations only), for tests and the CLI."""
+        from rlix.runs.recorder import ALLOCATION_COLUMNS, ROLLOUT_COLUMNS
+
+        rec = self.recorder
+        wanted = set(pipeline_ids) if pipeline_ids is not None else None
+        rollouts = [dict(zip(ROLLOUT_COLUMNS, row, strict=True))
+                    for row in zip(*(rec.rollouts[c] for c in ROLLOUT_COLUMNS), strict=True)]
+        tables = {
+            "allocations": [dict(zip(ALLOCATION_COLUMNS, row, strict=True)) for row in rec.allocations],
+            "rollouts": rollouts,
+            "steps": [dict(row) for row in rec.steps],
+        }
+        if wanted is not None:
+            tables = {k: [r for r in rows if r["pipeline_id"] in wanted] for k, rows in tables.items()}
+        return tables
+
+    def event_lines(self, start: int = 0) -> list[str]:
+        """`events.jsonl` lines from `start` on (line 0 is the header)."""
+        return self.recorder.event_lines[start:]
+
+    async def wait_done(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Wait until every launched pipeline has finished or been removed."""
+        supervisors = [r.supervisor for r in self.pipelines.values() if r.supervisor is not None]
+        if supervisors:  # asyncio.wait, not wait_for: a timeout must not cancel the supervisors
+            _done, pending = await asyncio.wait(supervisors, timeout=timeout_s)
+            if pending:
+                raise TimeoutError(f"{len(pending)} pipeline(s) still running after {timeout_s} s")
+        return {pid: self.describe(pid) for pid in self.pipelines}
+
+    def finish_run(self) -> Recorder:
+        """Close the record (what is still held ends now) and hand it to the caller."""
+        self.recorder.finish(self.now())
+        return self.recorder
+
+    async def shutdown(self) -> None:
+        for task in self._background:
+            task.cancel()
+        for record in list(self.pipelines.values()):
+            if record.alive:
+                await self._remove(record, "killed", "orchestrator shut down")
+        if self.pool is not None:
+            self.pool.remove()
+            self.pool = None

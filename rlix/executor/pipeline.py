@@ -1,0 +1,234 @@
+"""The pipeline actor: runs one pipeline's shared program (`rlix.pipelines`) with real work.
+
+Each thread of the program runs here as an asyncio task with the runner loop of
+`rlix.runs.host`: every op goes to the orchestrator (`step`), which turns it into core events
+through the pipeline's `Host` and answers with the op's value once it is ready (a grant applied,
+a batch complete, rollout allowed) or with WORK; the work is done here and reported back
+(`finish`). Forks start a local task. The work:
+
+- a stage runs on the cluster's trainer actor (created when the cluster is first granted, for
+  its init stage), through the pipeline's workload;
+- a rollout batch goes into the pipeline's queue, which the active rollout ranks drain
+  (`rlix.executor.ranks`); when a batch is complete the orchestrator's host hears of it;
+- a publish puts the trainer's new weights in the object store (the host copy) and brings the
+  idle active ranks up to date; busy ones catch up before their next call; inactive ranks load
+  the newest weights when they expand.
+
+The orchestrator's actuator calls `expand`, `shrink` and `revoke` here. When the last thread
+ends, the pipeline ends its workers and trainers (confirmed dead) *before* it tells the
+orchestrator, so the core frees its GPUs only once nothing runs on them. An exception in any
+thread or rank loop makes `run` raise; the orchestrator then removes the pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from rlix.executor.actors import RemoteTrainerWorker, kill_and_confirm
+from rlix.executor.placement import GpuPool
+from rlix.executor.ranks import Ranks
+from rlix.executor.trajectories import Attempt, RolloutQueue, attempt_columns
+from rlix.executor.workload import PipelineSetup
+from rlix.pipelines import ops, program_for
+from rlix.pipelines.ops import Program
+from rlix.runs.host import WORK
+
+log = logging.getLogger(__name__)
+FLUSH_EVERY_S = 0.5
+
+
+class PipelineActor:
+    def __init__(self, setup: PipelineSetup, orchestrator: Any, pool: GpuPool, t0_wall: float) -> None:
+        self.setup = setup
+        self.pipeline_id = setup.pipeline_id
+        self.orch = orchestrator
+        self.pool = pool
+        self.t0_wall = t0_wall
+        self.workload = setup.workload(setup)
+        self.queue = RolloutQueue()
+        self.ranks = Ranks(self)
+        self.trainers: dict[str, Any] = {}
+        self._num_threads = 0
+        self._thread_seq = 0
+        self._next_id: dict[str, int] = {}
+        self._rows: list[Attempt] = []
+        self._activity: list[tuple[Any, ...]] = []
+        self._sent_remaining: dict[str, int] = {}
+        self._failure: asyncio.Future[None] | None = None
+        self._done: asyncio.Future[None] | None = None
+        self._prestart: asyncio.Task[None] | None = None
+
+    def now(self) -> float:
+        return time.time() - self.t0_wall
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        """Run the program to its end (the orchestrator has registered the pipeline and counted
+        its main thread); raises the first exception of any thread."""
+        loop = asyncio.get_running_loop()
+        self._failure, self._done = loop.create_future(), loop.create_future()
+        flusher = asyncio.ensure_future(self._flush_loop())
+        if self.setup.prestart_workers:
+            prestart = self._prestart = asyncio.ensure_future(self.ranks.prestart())
+            prestart.add_done_callback(lambda t: None if t.cancelled() or t.exception() is None else self.fail(t.exception()))  # type: ignore[arg-type]
+        self._num_threads = 1
+        self._spawn(program_for(self.setup.program), "main")
+        try:
+            await asyncio.wait([self._failure, self._done], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            flusher.cancel()
+            await self.flush()
+        if self._failure.done():
+            self._failure.result()  # raises
+        return {"restarts": self.ranks.num_restarts}
+
+    def fail(self, exc: BaseException) -> None:
+        if self._failure is not None and not self._failure.done():
+            log.error("pipeline %s failed: %r", self.pipeline_id, exc)
+            self._failure.set_exception(exc)
+
+    def _spawn(self, program: Program, thread: str) -> None:
+        task = asyncio.ensure_future(self._thread(program, thread))
+        task.add_done_callback(lambda t: None if t.cancelled() or t.exception() is None else self.fail(t.exception()))  # type: ignore[arg-type]
+
+    async def _thread(self, program: Program, thread: str) -> None:
+        value: Any = None
+        while True:
+            try:
+                op = program.send(value)
+            except StopIteration:
+                break
+            value = await self._op(op, thread)
+        self._num_threads -= 1
+        if self._num_threads == 0:
+            await self._teardown()
+            await self.flush()
+        await self.orch.thread_finished.remote(self.pipeline_id, thread)
+        if self._num_threads == 0 and self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    async def _op(self, op: ops.Op, thread: str) -> Any:
+        if isinstance(op, ops.Fork):
+            self._thread_seq += 1
+            child = f"t{self._thread_seq}"
+            await self.orch.fork.remote(self.pipeline_id, thread)
+            self._num_threads += 1
+            self._spawn(op.program, child)
+            return None
+        kind, value = await self.orch.step.remote(self.pipeline_id, op, thread)
+        while kind == WORK:
+            t_start = self.now()
+            result = await self._work(value)
+            kind, value = await self.orch.finish.remote(self.pipeline_id, value, result, t_start)
+        return value
+
+    async def _teardown(self) -> None:
+        if self._prestart is not None:
+            self._prestart.cancel()
+            await asyncio.gather(self._prestart, return_exceptions=True)
+        await self.ranks.stop_all()
+        left = await kill_and_confirm(list(self.trainers.values()))
+        if left:
+            log.warning("pipeline %s: %d trainer(s) not confirmed dead", self.pipeline_id, len(left))
+        self.trainers.clear()
+
+    # --- work -----------------------------------------------------------------------------
+
+    async def _work(self, op: ops.Stage | ops.Generate | ops.Publish) -> Any:
+        if isinstance(op, ops.Stage):
+            return await self._stage(op)
+        if isinstance(op, ops.Generate):
+            first = self._next_id.get(op.adapter, 0)
+            batch = self.workload.make_batch(op.adapter, op.step, op.num_prompts, op.samples_per_prompt, first)
+            self._next_id[op.adapter] = first + len(batch)
+            self.queue.submit(batch)
+            self._sent_remaining = self.queue.remaining()
+            return self._sent_remaining
+        trainer = self.trainers[self.workload.weights_cluster]
+        ref = await trainer.export.remote(op.adapter)
+        self.ranks.published(op.adapter, op.version, ref)
+        await self.ranks.sync_idle()
+        return None
+
+    async def _stage(self, op: ops.Stage) -> Any:
+        trainer = self.trainers.get(op.cluster)
+        gpus = self.setup.spec.clusters[op.cluster].mapping
+        if trainer is None:
+            trainer = RemoteTrainerWorker.options(**self.pool.actor_options(gpus)).remote(
+                self.pipeline_id, op.cluster, self.pool.visible_devices(gpus),
+                self.workload.trainer_factory(op.cluster),
+            )
+            self.trainers[op.cluster] = trainer
+            await self.adopt(trainer)
+        batch = self.queue.batch(op.adapter, op.step) if op.step >= 0 else None
+        t0 = self.now()
+        result = await self.workload.run_stage(op, self.trainers, batch)
+        self.activity(op.cluster, -1, gpus, "busy", op.stage, t0)
+        if op.stage == "init" and op.cluster == self.workload.weights_cluster:
+            for name in self.workload.weight_names():
+                self.ranks.published(name, 0, await trainer.export.remote(name))
+        return result
+
+    async def attempts_done(self, attempts: list[Attempt]) -> None:
+        """A rank's call came back: record it, re-queue what is unfinished, close batches."""
+        self.record(attempts)
+        unfinished = [a.trajectory for a in attempts if not a.trajectory.done]
+        self.queue.put_back(unfinished)
+        complete = self.queue.complete([a.trajectory for a in attempts if a.trajectory.done])
+        self.report_progress()
+        for adapter, step in complete:
+            result = self.workload.batch_result(self.queue.batch(adapter, step))
+            await self.orch.batch_done.remote(self.pipeline_id, adapter, step, result)
+
+    def report_progress(self) -> None:
+        remaining = self.queue.remaining()
+        if remaining != self._sent_remaining:
+            self._sent_remaining = remaining
+            self.orch.rollout_progress.remote(self.pipeline_id, remaining)
+
+    # --- decisions (called by the orchestrator's actuator) --------------------------------
+
+    async def expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
+        await self.ranks.expand(dp_rank, tuple(gpus))
+
+    async def shrink(self, dp_rank: int, gpus: tuple[int, ...], reason: str) -> None:
+        await self.ranks.shrink(dp_rank)
+
+    async def revoke(self, cluster: str, dp_rank: int, gpus: tuple[int, ...]) -> None:
+        if dp_rank >= 0:
+            await self.ranks.revoke(dp_rank)
+        # A revoked stage is redone by the host (RETRY) once its cluster is granted again.
+
+    # --- the record -----------------------------------------------------------------------
+
+    async def adopt(self, handle: Any) -> None:
+        """Tell the orchestrator about an actor of ours, so a kill can end it for sure."""
+        await self.orch.adopt.remote(self.pipeline_id, [handle])
+
+    def record(self, attempts: list[Attempt]) -> None:
+        self._rows.extend(attempts)
+
+    def activity(self, cluster: str, dp_rank: int, gpus: tuple[int, ...], kind: str, stage: str,
+                 t_start: float) -> None:
+        self._activity.append((self.pipeline_id, cluster, dp_rank, tuple(gpus), kind, stage, t_start, self.now()))
+
+    async def flush(self) -> None:
+        rows, self._rows = self._rows, []
+        activity, self._activity = self._activity, []
+        if rows or activity:
+            await self.orch.add_records.remote(attempt_columns(rows) if rows else None, activity)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            await self.flush()
+
+    # --- for tests and the CLI ------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"ranks": self.ranks.snapshot(), "waiting": self.queue.num_waiting,
+                "remaining": self.queue.remaining(), "trainers": dict(self.trainers)}

@@ -1,0 +1,245 @@
+"""A pipeline's rollout ranks: expand, shrink, revoke, the per-rank feeding loop, weight sync.
+
+Lives in the pipeline actor. Each rank has one worker actor (created at its first expansion,
+on its bundle, and kept: it sleeps when shrunk and wakes when expanded again). While a rank is
+active its loop takes trajectories from the pipeline's queue (one adapter per call), brings
+the worker's weights up to date first if a newer version was published, and generates.
+
+No trajectory is lost: a shrink stops the worker, which hands back what it has (unfinished
+trajectories keep their generated prefix and go back to the front of the queue); a worker that
+dies mid-call has the trajectories it held re-queued as they were when handed out, and is
+replaced on the same bundle; a revoked rank (its GPU was lost) re-queues the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rlix.executor.actors import ACTOR_GONE, RemoteRolloutWorker, kill_and_confirm
+from rlix.executor.trajectories import Attempt, Trajectory
+from rlix.policy.specs import ROLLOUT_CLUSTER
+
+if TYPE_CHECKING:
+    from rlix.executor.pipeline import PipelineActor
+
+log = logging.getLogger(__name__)
+WAKE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Rank:
+    dp_rank: int
+    gpus: tuple[int, ...]
+    worker: Any
+    active: bool = True
+    versions: dict[str, int] = field(default_factory=dict)
+    in_flight: list[Trajectory] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    task: asyncio.Task[None] | None = None
+
+
+class Ranks:
+    def __init__(self, pipeline: PipelineActor) -> None:
+        self.p = pipeline
+        self.active: dict[int, Rank] = {}
+        self.workers: dict[int, Any] = {}
+        #: adapter -> (version, [ObjectRef]) of the newest published weights.
+        self.weights: dict[str, tuple[int, list[Any]]] = {}
+        self.num_restarts = 0
+        self._starting: dict[int, asyncio.Future[Any]] = {}
+
+    # --- decisions ------------------------------------------------------------------------
+
+    async def expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
+        if dp_rank in self.active:
+            raise RuntimeError(f"rank {dp_rank} is already active")
+        worker = self.workers.get(dp_rank) or await self._new_worker(dp_rank, gpus)
+        rank = Rank(dp_rank, gpus, worker)
+        try:
+            await self._wake(rank)
+        except ACTOR_GONE:  # the sleeping worker died meanwhile: replace it once
+            self.workers.pop(dp_rank, None)
+            self.num_restarts += 1
+            rank.worker = await self._new_worker(dp_rank, gpus)
+            await self._wake(rank)
+        self.active[dp_rank] = rank
+        rank.task = asyncio.ensure_future(self._loop(rank))
+        rank.task.add_done_callback(on_error(self.p.fail))
+
+    async def shrink(self, dp_rank: int) -> None:
+        rank = self.active.pop(dp_rank, None)
+        if rank is None:
+            return
+        rank.active = False
+        self.p.queue.changed.set()  # an idle loop waits for work: let it see it must end
+        try:
+            await rank.worker.stop.remote()
+        except ACTOR_GONE:
+            pass
+        if rank.task is not None:
+            await rank.task  # the loop re-queues what the worker hands back
+        t0 = self.p.now()
+        try:
+            await rank.worker.sleep.remote()
+        except ACTOR_GONE:
+            self.workers.pop(dp_rank, None)
+        self.p.activity(ROLLOUT_CLUSTER, dp_rank, rank.gpus, "loading", "offload", t0)
+
+    async def revoke(self, dp_rank: int) -> None:
+        """The rank's GPU was lost: re-queue what it held and end its worker."""
+        rank = self.active.pop(dp_rank, None)
+        if rank is None:
+            return
+        rank.active = False
+        if rank.task is not None:
+            rank.task.cancel()
+            await asyncio.gather(rank.task, return_exceptions=True)
+        worker = self.workers.pop(dp_rank, None)
+        if worker is not None:
+            await kill_and_confirm([worker], timeout_s=5.0)
+
+    async def stop_all(self) -> None:
+        for dp_rank in list(self.active):
+            await self.revoke(dp_rank)
+        await kill_and_confirm(list(self.workers.values()))
+        self.workers.clear()
+
+    # --- workers and weights --------------------------------------------------------------
+
+    async def prestart(self) -> None:
+        """Create every rank's worker now (asleep: no weights), one at a time."""
+        rollout = self.p.setup.spec.rollout
+        for dp_rank in range(rollout.num_ranks):
+            if dp_rank not in self.workers:
+                await self._new_worker(dp_rank, rollout.bundle(dp_rank))
+
+    async def _new_worker(self, dp_rank: int, gpus: tuple[int, ...]) -> Any:
+        starting = self._starting.get(dp_rank)
+        if starting is not None:  # prestart is creating it: use that one
+            return await asyncio.shield(starting)
+        future = self._starting[dp_rank] = asyncio.get_running_loop().create_future()
+        try:
+            worker = await self._create_worker(dp_rank, gpus)
+            future.set_result(worker)
+            return worker
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning if nobody waits
+            raise
+        finally:
+            del self._starting[dp_rank]
+
+    async def _create_worker(self, dp_rank: int, gpus: tuple[int, ...]) -> Any:
+        p = self.p
+        worker = RemoteRolloutWorker.options(**p.pool.actor_options(gpus)).remote(
+            p.pipeline_id, dp_rank, p.pool.visible_devices(gpus), p.workload.engine_factory(), p.t0_wall
+        )
+        self.workers[dp_rank] = worker
+        await p.adopt(worker)
+        await worker.__ray_ready__.remote()
+        return worker
+
+    async def _wake(self, rank: Rank) -> None:
+        t0 = self.p.now()
+        weights = dict(self.weights)
+        await asyncio.wait_for(rank.worker.wake.remote(weights), WAKE_TIMEOUT_S)
+        rank.versions = {a: v for a, (v, _r) in weights.items()}
+        self.p.activity(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "loading", "load", t0)
+
+    def published(self, adapter: str, version: int, ref: list[Any]) -> None:
+        self.weights[adapter] = (version, ref)
+
+    async def sync_idle(self) -> None:
+        """Bring every active rank that is not generating up to date (busy ones catch up
+        before their next call)."""
+        idle = [r for r in self.active.values() if not r.lock.locked()]
+        await asyncio.gather(*(self._sync_locked_rank(r) for r in idle))
+
+    async def _sync_locked_rank(self, rank: Rank) -> None:
+        async with rank.lock:
+            await self._sync(rank)
+
+    async def _sync(self, rank: Rank) -> None:
+        stale = [(a, v, ref) for a, (v, ref) in self.weights.items() if rank.versions.get(a) != v]
+        if not stale:
+            return
+        t0 = self.p.now()
+        for adapter, version, ref in stale:
+            await rank.worker.update.remote(adapter, version, ref)
+            rank.versions[adapter] = version
+        self.p.activity(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "loading", "sync", t0)
+
+    # --- the feeding loop -----------------------------------------------------------------
+
+    async def _loop(self, rank: Rank) -> None:
+        queue = self.p.queue
+        try:
+            while rank.active:
+                items = queue.take(self.p.setup.max_batch_per_rank)
+                if not items:
+                    queue.changed.clear()
+                    await queue.changed.wait()
+                    continue
+                rank.in_flight = items
+                attempts = await self._generate(rank, items)
+                rank.in_flight = []
+                if attempts is None:
+                    self._requeue_lost(rank, items)
+                    if rank.active:
+                        await self._replace_worker(rank)
+                    continue
+                await self.p.attempts_done(attempts)
+        except asyncio.CancelledError:
+            if rank.in_flight:
+                self._requeue_lost(rank, rank.in_flight)
+                rank.in_flight = []
+            raise
+
+    async def _generate(self, rank: Rank, items: list[Trajectory]) -> list[Attempt] | None:
+        t0 = self.p.now()
+        try:
+            async with rank.lock:
+                await self._sync(rank)
+                attempts: list[Attempt] = await rank.worker.generate.remote(items)
+        except ACTOR_GONE as exc:
+            log.warning("%s rank %d: worker died mid-call (%s)", self.p.pipeline_id, rank.dp_rank, exc)
+            return None
+        self.p.activity(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "busy", "rollout", t0)
+        return attempts
+
+    def _requeue_lost(self, rank: Rank, items: list[Trajectory]) -> None:
+        """Trajectories whose worker is gone: re-queued as they were when handed out."""
+        now = self.p.now()
+        attempts = [Attempt(t, rank.dp_rank, rank.versions.get(t.adapter, -1), now, now) for t in items]
+        self.p.record(attempts)
+        self.p.queue.put_back(items)
+        self.p.report_progress()
+
+    async def _replace_worker(self, rank: Rank) -> None:
+        self.num_restarts += 1
+        old = self.workers.pop(rank.dp_rank, None)
+        if old is not None:
+            await kill_and_confirm([old], timeout_s=5.0)
+        rank.worker = await self._new_worker(rank.dp_rank, rank.gpus)
+        await self._wake(rank)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "active": sorted(self.active),
+            "workers": {r: w for r, w in self.workers.items()},
+            "restarts": self.num_restarts,
+        }
+
+
+def on_error(callback: Callable[[BaseException], None]) -> Callable[[asyncio.Task[Any]], None]:
+    """A task done-callback that hands an unexpected exception to `callback`."""
+
+    def done(task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            callback(task.exception())  # type: ignore[arg-type]
+
+    return done

@@ -1,0 +1,75 @@
+"""What a pipeline actor needs from the model side: its workload (the ML one, or the synthetic one).
+
+The pipeline actor (`rlix.executor.pipeline`) is the same for every pipeline: it runs the
+shared program, feeds rollout ranks from its queue, moves weights. What a stage computes,
+which trainer and rollout engine it builds and what a batch's result is come from its
+`Workload`, built in the pipeline actor from the picklable `PipelineSetup`:
+
+- `rlix.executor.ml_workload.MlWorkload`: real models (tiny Qwen2 on CPU, or a local model),
+  real GRPO/PPO/LoRA training, hf or vllm rollouts, task rewards;
+- `rlix.executor.synthetic.SyntheticWorkload`: timed stages and synthetic tokens at a fixed
+  rate, to exercise and benchmark the runtime itself (placement, grants, shrink and expand,
+  re-queueing, weight transfer) in seconds and without torch.
+
+A custom pipeline supplies its own workload class (any class with these methods).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rlix.executor.trajectories import Trajectory
+from rlix.executor.workers import Engine
+from rlix.pipelines import ProgramConfig, Stage
+from rlix.policy.specs import PipelineSpec
+
+
+@dataclass(frozen=True)
+class PipelineSetup:
+    """Everything a pipeline actor is built from (sent to it through Ray, so picklable)."""
+
+    spec: PipelineSpec
+    program: ProgramConfig
+    #: The workload class (called with this setup inside the pipeline actor).
+    workload: Callable[[PipelineSetup], Workload]
+    #: Workload parameters (model folder, learning rates, task, stage times, ...).
+    params: Mapping[str, Any] = field(default_factory=dict)
+    #: Most trajectories a rollout rank generates in one call.
+    max_batch_per_rank: int = 8
+    #: Start every rank's worker (asleep, no weights) in the background when the pipeline
+    #: starts, so a first expansion only loads weights instead of starting a process.
+    prestart_workers: bool = True
+    #: Report rollout progress to the core when this share of a batch is done (and at the end).
+    progress_every: float = 0.1
+
+    @property
+    def pipeline_id(self) -> str:
+        return self.spec.pipeline_id
+
+
+class Workload(Protocol):
+    #: The cluster whose trainer holds the weights the rollout ranks load.
+    weights_cluster: str
+
+    def make_batch(self, adapter: str, step: int, num_prompts: int, samples_per_prompt: int,
+                   first_id: int) -> list[Trajectory]:
+        """The trajectories of one rollout batch (ids from `first_id` on), not yet generated."""
+
+    def weight_names(self) -> list[str]:
+        """The weights exported (as version 0) once the weights cluster is initialized: the
+        model for a full finetune; for multi-LoRA the frozen base and each adapter."""
+
+    def engine_factory(self) -> Callable[[], Engine]:
+        """Builds a rank's rollout engine inside its worker process (picklable)."""
+
+    def trainer_factory(self, cluster: str) -> Callable[[], Any]:
+        """Builds the trainer of `cluster` inside its worker process (picklable)."""
+
+    async def run_stage(self, stage: Stage, trainers: Mapping[str, Any], batch: list[Trajectory] | None) -> Any:
+        """Run `stage` on the trainer actors (`cluster -> actor handle`); `batch` is the rollout
+        batch of (stage.adapter, stage.step), None for init."""
+
+    def batch_result(self, batch: list[Trajectory]) -> dict[str, Any]:
+        """Score a complete batch (e.g. rewards into `extra`) and sum it up (`reward_mean`)."""
