@@ -20,9 +20,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import IO, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from rlix.sim.options import UsageError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["UsageError", "build_parser", "main", "run_command", "user_errors"]
 
@@ -49,7 +52,7 @@ class OneLineParser(argparse.ArgumentParser):
         text = " ".join(message.split())
         self.exit(BAD_INPUT_STATUS, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
 
-    def print_help(self, file: IO[str] | None = None) -> None:
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
         # argparse's own print_help swallows a closed pipe, so --help would exit 0 where every
         # other output exits 141; let `main` see it.
         (file or sys.stdout).write(self.format_help())
