@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> dict[str, float | int | str]:
     groups = []
     for _ in range(args.groups):
         g = RolloutGroup(costs, args.tp, args.max_batch, capacity)
-        for rank in range(int(rng.integers(8, 17))):
+        for rank in range(int(rng.integers(args.min_engines, args.max_engines + 1))):
             g.add_engine(rank, 0.0)
         groups.append(g)
     picks = rng.integers(0, len(trace), size=(args.groups, num_steps, per_step))
@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> dict[str, float | int | str]:
         "cpu_s": round(cpu, 3),
         "simulated_s": round(max(g.now for g in groups), 1),
         "model": args.model,
+        "engines": f"{args.min_engines}-{args.max_engines}",
         "trace": args.trace,
     }
 
@@ -125,6 +126,8 @@ def main() -> None:
     parser.add_argument("--slice-s", type=float, default=5.0)
     parser.add_argument("--churn-s", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min-engines", type=int, default=8)
+    parser.add_argument("--max-engines", type=int, default=16)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     if args.profile:

@@ -1,0 +1,300 @@
+"""The event loop of `RolloutGroup` (engine.py): the hot path and its rare branches.
+
+`EventLoop._run` processes one boundary of one engine per turn in (time, dp_rank) order:
+completions, admissions from the queue head, KV preemption, then the engine's next event (see
+engine.py for the rules).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from heapq import heappop, heappush, heapreplace
+from typing import Any
+
+from rlix.sim.engine_state import (
+    COMPLETED,
+    IDX_BITS,
+    IDX_MASK,
+    REQUEUED,
+    Engine,
+    boundary_after,
+    drop_dead,
+    time_at,
+)
+
+_INF = math.inf
+Attempt = tuple[int, int, float, float, int, int, str]
+
+
+class EventLoop:
+    """State and event processing shared by `RolloutGroup`; attributes are set there."""
+
+    max_batch: int
+    kv_capacity_tokens: int
+    now: float
+    _alpha: list[float]
+    _beta: float
+    _prefill_per_token_s: float
+    _tid: list[int]
+    _prompt: list[int]
+    _resp: list[int]
+    _batch: list[int]
+    _front: deque[tuple[int, int]]
+    _qhead: int
+    _batch_ids: list[int]
+    _batch_left: list[int]
+    _batch_slot: dict[int, int]
+    _done_batches: list[int]
+    _attempts: list[Attempt]
+    _busy: list[tuple[int, float, float]]
+    _engines: dict[int, Engine]
+    _events: list[tuple[float, int, int, Engine]]
+    _wakes: list[tuple[float, int, int, Engine]]
+    _hungry: dict[int, Engine]
+    _batch_done_flag: bool
+    _hot: tuple[Any, ...]
+
+    def _rebind(self) -> None:
+        """What `_run` reads, in one tuple (one attribute load, not a dozen); rebuilt whenever
+        one of these objects is replaced (submit's copy on write, copy)."""
+        self._hot = (
+            self._prompt,
+            self._resp,
+            self._tid,
+            self._batch,
+            self._batch_left,
+            self._attempts.append,
+            self._front,
+            self._alpha,
+            self._beta,
+            self.kv_capacity_tokens,
+            self.max_batch,
+            self._prefill_per_token_s,
+            self._events,
+            self._wakes,
+            self._hungry,
+        )
+
+    def _run(self, t_limit: float, target: int) -> tuple[float, str]:
+        """The event loop: one boundary of one engine per turn, in (time, dp_rank) order.
+        At a boundary (time t, iteration counter n): completions, admissions from the queue
+        head, KV preemption, then the engine's next event. This is the simulator's hot path,
+        so it is one function over local variables; the rare paths are methods."""
+        (
+            prompt,
+            resp,
+            tid,
+            batch,
+            left,
+            record,
+            front,
+            alpha,
+            beta,
+            capacity,
+            max_batch,
+            prefill_per_token_s,
+            events,
+            wakes,
+            hungry,
+        ) = self._hot
+        count = 0
+        num_submitted = len(tid)
+        t = self.now
+        while events:
+            t, rank, version, e = events[0]
+            if t > t_limit:
+                return t_limit, ""
+            if e.version != version:
+                heappop(events)
+                continue
+            n = e.ev_n
+            b = e.b
+            kv = e.kv + b * (n - e.n0)
+            heap = e.heap
+            info = e.info
+            dead = e.dead
+            # Keys below `alive_from` finish at or before counter n.
+            alive_from = (n + 1) << IDX_BITS
+            while heap and heap[0] < alive_from:
+                key = heappop(heap)
+                if dead and key in dead:
+                    drop_dead(dead, key)
+                    continue
+                idx = key & IDX_MASK
+                g0, t_start, _ = info.pop(idx)
+                r = resp[idx]
+                b -= 1
+                kv -= prompt[idx] + r
+                count += 1
+                record((tid[idx], rank, t_start, t, r - g0, g0, COMPLETED))
+                slot = batch[idx]
+                left[slot] -= 1
+                if not left[slot]:
+                    self._batch_finished(slot)
+            extra_s = 0.0
+            head_changed = False
+            if b < max_batch and (front or self._qhead < num_submitted):
+                qhead = self._qhead
+                tokens = 0
+                while b < max_batch:
+                    if front:
+                        idx, g0 = front[0]
+                        need = prompt[idx] + g0
+                        if kv + b + need >= capacity:
+                            break
+                        front.popleft()
+                    elif qhead < num_submitted:
+                        idx = qhead
+                        g0 = 0
+                        need = prompt[idx]
+                        if kv + b + need >= capacity:
+                            break
+                        qhead += 1
+                    else:
+                        break
+                    key = (n + resp[idx] - g0) << IDX_BITS | idx
+                    heappush(heap, key)
+                    info[idx] = (g0, t, key)
+                    kv += need
+                    b += 1
+                    tokens += need
+                if tokens:
+                    self._qhead = qhead
+                    head_changed = True
+                    extra_s = tokens * prefill_per_token_s
+                    if e.busy_since is None:
+                        e.busy_since = t
+            if kv + b > capacity:
+                b, kv = self._preempt_for_kv(e, t, n, b, kv)
+                head_changed = True
+            e.n0 = n
+            e.t0 = t
+            e.kv = kv
+            e.b = b
+            e.extra_s = extra_s
+            if b:
+                if dead:
+                    while heap[0] in dead:
+                        drop_dead(dead, heappop(heap))
+                m = (heap[0] >> IDX_BITS) - n
+                m_kv = (capacity - kv) // b
+                if m_kv < m:
+                    m = m_kv
+                te = e.ev_t = t + extra_s + m * alpha[b] + beta * (m * kv + b * m * (m - 1) // 2)
+                e.ev_n = n + m
+                e.version = version = version + 1
+                # The processed entry is still on top (wakes wait in `wakes`): replace it.
+                heapreplace(events, (te, rank, version, e))
+            else:
+                e.ev_t = _INF
+                heappop(events)
+                if e.busy_since is not None:
+                    self._busy.append((rank, e.busy_since, t))
+                    e.busy_since = None
+            if b < max_batch:
+                if not e.hungry:
+                    e.hungry = True
+                    hungry[rank] = e
+                if head_changed and len(hungry) > 1 and (front or self._qhead < num_submitted):
+                    self._wake_hungry(t, rank)
+            elif e.hungry:
+                e.hungry = False
+                del hungry[rank]
+                if head_changed and hungry and (front or self._qhead < num_submitted):
+                    self._wake_hungry(t, rank)
+            elif head_changed and hungry and (front or self._qhead < num_submitted):
+                self._wake_hungry(t, rank)
+            if wakes:
+                self._flush_wakes()
+            if self._batch_done_flag:
+                self.now = t
+                return t, "batch_done"
+            if count >= target > 0:
+                self.now = t
+                return t, "completions"
+        return t, ""
+
+    def _preempt_for_kv(self, e: Engine, t: float, n: int, b: int, kv: int) -> tuple[int, int]:
+        """Preempt the most recently admitted sequences (the last in `info`, which keeps
+        admission order) until the next iteration fits. Their heap keys stay for the completion
+        loop to drop (`dead`)."""
+        info, dead, prompt, resp = e.info, e.dead, self._prompt, self._resp
+        capacity = self.kv_capacity_tokens
+        while kv + b > capacity:
+            idx = next(reversed(info))
+            g0, t_start, key = info.pop(idx)
+            dead[key] = dead.get(key, 0) + 1
+            generated = n - ((key >> IDX_BITS) - resp[idx] + g0)
+            kv -= prompt[idx] + g0 + generated
+            b -= 1
+            self._attempts.append((self._tid[idx], e.dp_rank, t_start, t, generated, g0, REQUEUED))
+            self._front.appendleft((idx, g0 + generated))
+        heap = e.heap
+        while heap and heap[0] in dead:
+            drop_dead(dead, heappop(heap))
+        return b, kv
+
+    def _wake_hungry(self, t: float, skip_rank: int) -> None:
+        """The queue head changed at t. Of the engines with a free slot, the one that can take
+        the head first gets an event at that boundary (the new event waits in `_wakes` until
+        `_flush_wakes`). Waking one is enough: when it takes the head, the head changes and
+        this runs again; the others could not take this head before it anyway, since an
+        engine's KV only grows until its own next completion, which is an event anyway."""
+        front = self._front
+        if front:
+            idx, g0 = front[0]
+        elif self._qhead < len(self._tid):
+            idx, g0 = self._qhead, 0
+        else:
+            return
+        need = self._prompt[idx] + g0
+        capacity, beta = self.kv_capacity_tokens, self._beta
+        best: tuple[float, int, int, Engine] | None = None
+        for rank, e in self._hungry.items():
+            if rank == skip_rank:
+                continue
+            b = e.b
+            if not b:
+                candidate = (t, rank, e.n0, e)
+            else:
+                if e.kv + 2 * b + need >= capacity:
+                    continue
+                alpha = self._alpha[b]
+                m = boundary_after(e, t, alpha, beta)
+                if e.kv + b * (m + 1) + need >= capacity:
+                    continue
+                candidate = (time_at(e, m, alpha, beta), rank, e.n0 + m, e)
+            if best is None or candidate[:2] < best[:2]:
+                best = candidate
+        if best is not None:
+            t_wake, _, n_wake, e = best
+            # Unless its own next event comes first (busy: by counter; idle: by time).
+            if (n_wake < e.ev_n) if e.b else (t_wake < e.ev_t):
+                self._schedule(e, t_wake, n_wake)
+
+    def _schedule(self, e: Engine, t: float, n: int) -> None:
+        e.version += 1
+        e.ev_t, e.ev_n = t, n
+        self._wakes.append((t, e.dp_rank, e.version, e))
+
+    def _flush_wakes(self) -> None:
+        for entry in self._wakes:
+            heappush(self._events, entry)
+        self._wakes.clear()
+
+    def _complete(self, idx: int, rank: int, t_start: float, t_end: float, g0: int) -> None:
+        self._attempts.append(
+            (self._tid[idx], rank, t_start, t_end, self._resp[idx] - g0, g0, COMPLETED)
+        )
+        slot = self._batch[idx]
+        self._batch_left[slot] -= 1
+        if not self._batch_left[slot]:
+            self._batch_finished(slot)
+
+    def _batch_finished(self, slot: int) -> None:
+        batch_id = self._batch_ids[slot]
+        if self._batch_slot.get(batch_id) == slot:
+            del self._batch_slot[batch_id]
+        self._done_batches.append(batch_id)
+        self._batch_done_flag = True
