@@ -1,9 +1,10 @@
 """One GRPO / PPO / multi-LoRA step wired from the pieces, in a single process, without Ray.
 
 This is the reference wiring: the Ray runtime runs the same calls as stages on different
-actors (rollout at priority 6, values 5, reference log-probs 4, old log-probs 3, critic
-training 2, actor training 1, then the weight push), and the tests train with it. Stages are
-called in the pipeline program's order (DESIGN.md, "The pipeline program").
+actors, and the tests train with it. Stages are called in the pipeline program's order
+(DESIGN.md, "The pipeline program"): rollout (priority 6), values (5, with a critic), old
+log-probs (3), reference log-probs (4, when KL is on), critic training (2), actor training (1),
+then the new weight version is pushed to the rollout backend.
 """
 
 from __future__ import annotations
@@ -115,8 +116,8 @@ def grpo_step(
     """Rollout, group advantages, (reference log-probs), old log-probs, train, push weights."""
     rollouts = collect_rollouts(backend, tokenizer, task, reward, settings, rng, step=actor.version)
     advantages = grpo_advantages(rollouts.rewards).flatten()
-    ref_log_probs = reference.log_probs(rollouts.batch) if reference is not None else None
     old_log_probs = actor.old_log_probs(rollouts.batch)
+    ref_log_probs = reference.log_probs(rollouts.batch) if reference is not None else None
     metrics = actor.train_step(rollouts.batch, advantages, old_log_probs, ref_log_probs)
     backend.update_weights(actor.state_dict_for_inference())
     return {**_rollout_metrics(rollouts), **metrics}

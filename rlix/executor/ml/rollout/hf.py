@@ -103,7 +103,7 @@ class HfBackend(RolloutBackend):
                 self._version = 0
                 self._installed_adapter_versions = {}
             self._model = model
-            if self._full_weights is not None and self._full_weights.version != self._version:
+            if self._full_weights is not None:
                 self._load_full_locked(self._full_weights)
             for adapter in self._adapters.values():
                 if self._installed_adapter_versions.get(adapter.name) != adapter.version:
