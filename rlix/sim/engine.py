@@ -4,9 +4,13 @@ One `RolloutGroup` per pipeline holds that pipeline's FIFO queue of waiting traj
 engine per active data-parallel rollout rank. An engine batches continuously (vLLM-style):
 
 - at each iteration boundary, finished sequences leave; free slots are refilled from the queue
-  head while the KV cache would still hold the next iteration (`K + b + need + 1 <= capacity`,
-  strict FIFO: a head that does not fit blocks the queue); then, while `K + b > capacity`, the
-  most recently admitted sequence is preempted to the queue front, keeping its generated prefix;
+  head while the KV cache would still hold the next iteration with a watermark to spare
+  (`K + b + need + 1 <= capacity - watermark`; strict FIFO: a head that does not fit blocks
+  the queue); then, while `K + b > capacity`, the most recently admitted sequence is preempted
+  to the queue front, keeping its generated prefix. The watermark (1% of the cache by default)
+  is vLLM's block manager's (`watermark=0.01`; Vidur models it as
+  `vllm_scheduler_watermark_blocks_fraction`): without it, a saturated cache preempts almost
+  every admission a few iterations later, the recompute thrash vLLM keeps it for;
 - the next iteration decodes one token for every running sequence and takes
   `alpha(b) + beta * K` plus, when sequences were admitted at that boundary, the compute of
   their prefill (prompt + any resumed prefix, which counts as recomputed tokens). Prefills ride
@@ -60,7 +64,14 @@ _INF = math.inf
 class RolloutGroup(EventLoop):
     """The rollout engines of one pipeline sharing one queue (see the module docstring)."""
 
-    def __init__(self, costs: CostModel, tp: int, max_batch: int, kv_capacity_tokens: int) -> None:
+    def __init__(
+        self,
+        costs: CostModel,
+        tp: int,
+        max_batch: int,
+        kv_capacity_tokens: int,
+        kv_watermark: float = 0.01,
+    ) -> None:
         for name, value in (
             ("tp", tp),
             ("max_batch", max_batch),
@@ -72,6 +83,12 @@ class RolloutGroup(EventLoop):
         self.tp = int(tp)
         self.max_batch = int(max_batch)
         self.kv_capacity_tokens = int(kv_capacity_tokens)
+        if not 0.0 <= kv_watermark < 1.0:
+            raise ValueError(f"RolloutGroup kv_watermark must be in [0, 1), got {kv_watermark!r}")
+        # Admission keeps this many KV tokens free; a trajectory must fit below it on its own.
+        self.admit_limit_tokens = self.kv_capacity_tokens - int(
+            self.kv_capacity_tokens * kv_watermark
+        )
         coefficients = [costs.decode_coefficients(b, self.tp) for b in range(self.max_batch + 1)]
         self._alpha = [a for a, _ in coefficients]
         self._beta = coefficients[1][1]
@@ -148,12 +165,12 @@ class RolloutGroup(EventLoop):
                 raise ValueError(
                     f"submit: trajectory {ids[bad[0]]} has {name}={col[bad[0]]} (must be >= 1)"
                 )
-        bad = np.flatnonzero(prompt.astype(np.int64) + resp > self.kv_capacity_tokens)
+        bad = np.flatnonzero(prompt.astype(np.int64) + resp > self.admit_limit_tokens)
         if len(bad):
             i = bad[0]
             raise ValueError(
-                f"submit: trajectory {ids[i]} needs {prompt[i] + resp[i]} KV tokens, "
-                f"more than a rank holds ({self.kv_capacity_tokens})"
+                f"submit: trajectory {ids[i]} needs {prompt[i] + resp[i]} KV tokens, more than "
+                f"a rank admits ({self.admit_limit_tokens} of {self.kv_capacity_tokens} less the watermark)"
             )
         if len(self._tid) + len(ids) > IDX_MASK:
             raise ValueError(f"submit: a group holds at most {IDX_MASK} trajectories")

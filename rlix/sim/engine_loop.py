@@ -32,6 +32,7 @@ class EventLoop:
 
     max_batch: int
     kv_capacity_tokens: int
+    admit_limit_tokens: int
     now: float
     _alpha: list[float]
     _beta: float
@@ -69,6 +70,7 @@ class EventLoop:
             self._alpha,
             self._beta,
             self.kv_capacity_tokens,
+            self.admit_limit_tokens,
             self.max_batch,
             self._prefill_per_token_s,
             self._events,
@@ -92,6 +94,7 @@ class EventLoop:
             alpha,
             beta,
             capacity,
+            admit_limit,
             max_batch,
             prefill_per_token_s,
             events,
@@ -141,14 +144,14 @@ class EventLoop:
                     if front:
                         idx, g0 = front[0]
                         need = prompt[idx] + g0
-                        if kv + b + need >= capacity:
+                        if kv + b + need >= admit_limit:
                             break
                         front.popleft()
                     elif qhead < num_submitted:
                         idx = qhead
                         g0 = 0
                         need = prompt[idx]
-                        if kv + b + need >= capacity:
+                        if kv + b + need >= admit_limit:
                             break
                         qhead += 1
                     else:
@@ -249,7 +252,7 @@ class EventLoop:
         else:
             return
         need = self._prompt[idx] + g0
-        capacity, beta = self.kv_capacity_tokens, self._beta
+        admit_limit, beta = self.admit_limit_tokens, self._beta
         best: tuple[float, int, int, Engine] | None = None
         for rank, e in self._hungry.items():
             if rank == skip_rank:
@@ -258,11 +261,11 @@ class EventLoop:
             if not b:
                 candidate = (t, rank, e.n0, e)
             else:
-                if e.kv + 2 * b + need >= capacity:
+                if e.kv + 2 * b + need >= admit_limit:
                     continue
                 alpha = self._alpha[b]
                 m = boundary_after(e, t, alpha, beta)
-                if e.kv + b * (m + 1) + need >= capacity:
+                if e.kv + b * (m + 1) + need >= admit_limit:
                     continue
                 candidate = (time_at(e, m, alpha, beta), rank, e.n0 + m, e)
             if best is None or candidate[:2] < best[:2]:

@@ -5,7 +5,8 @@ time from the cost model's t(b, K) with K summed over the running sequences, and
 sequence's generated count explicitly. It shares no code with the engine, only the rules:
 
 - at a boundary: sequences with all their tokens complete; free slots take the queue head while
-  KV + b + need + 1 <= capacity (need = prompt + generated prefix); while KV + b > capacity the
+  KV + b + need + 1 <= capacity - watermark (need = prompt + generated prefix, watermark =
+  floor(capacity * kv_watermark)); while KV + b > capacity the
   latest admitted sequence goes back to the queue front with its prefix; if anything runs, the
   next iteration takes prefill compute of what was admitted + alpha(b) + beta * KV;
 - an idle engine has a boundary when it becomes ready and whenever the queue gets work;
@@ -41,13 +42,17 @@ class _RefEngine:
 
 
 class ReferenceGroup:
-    def __init__(self, costs: CostModel, tp: int, max_batch: int, kv_capacity_tokens: int) -> None:
-        self.costs, self.tp, self.max_batch, self.capacity = (
-            costs,
-            tp,
-            max_batch,
-            kv_capacity_tokens,
-        )
+    def __init__(
+        self,
+        costs: CostModel,
+        tp: int,
+        max_batch: int,
+        kv_capacity_tokens: int,
+        kv_watermark: float = 0.01,
+    ) -> None:
+        self.costs, self.tp, self.max_batch = costs, tp, max_batch
+        self.capacity = kv_capacity_tokens
+        self.watermark = int(kv_capacity_tokens * kv_watermark)
         self.traj: list[tuple[int, int, int, int]] = []  # (traj_id, prompt, response, batch)
         self.queue: list[list[int]] = []  # [index, generated prefix], head first
         self.engines: dict[int, _RefEngine] = {}
@@ -121,7 +126,7 @@ class ReferenceGroup:
         while len(e.running) < self.max_batch and self.queue:
             idx, prefix = self.queue[0]
             need = self.traj[idx][1] + prefix
-            if self._kv(e) + len(e.running) + need + 1 > self.capacity:
+            if self._kv(e) + len(e.running) + need + 1 > self.capacity - self.watermark:
                 break
             self.queue.pop(0)
             e.running.append(_Seq(idx, prefix, prefix, t, e.admissions))

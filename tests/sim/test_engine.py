@@ -30,12 +30,14 @@ def random_scenario(seed: int, scale: int) -> list[tuple]:  # type: ignore[type-
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 40 * scale))
     capacity = int(rng.integers(150, 600 * scale))
+    watermark = float(rng.choice([0.0, 0.01, 0.1]))
     prompt = rng.integers(1, 60, n)
-    response = np.minimum(rng.integers(1, 40 * scale, n), capacity - prompt)
+    admit_limit = capacity - int(capacity * watermark)
+    response = np.minimum(rng.integers(1, 40 * scale, n), admit_limit - prompt)
     ids = rng.permutation(10 * n)[:n]
     batch = rng.integers(0, 4, n)
     ops: list[tuple] = [
-        ("config", int(rng.choice([1, 2])), int(rng.integers(1, 6 * scale)), capacity)
+        ("config", int(rng.choice([1, 2])), int(rng.integers(1, 6 * scale)), capacity, watermark)
     ]  # type: ignore[type-arg]
     next_rank = 0
     for _ in range(int(rng.integers(1, 5))):
@@ -65,8 +67,8 @@ def random_scenario(seed: int, scale: int) -> list[tuple]:  # type: ignore[type-
 
 
 def play(ops: list[tuple], group_cls: type) -> tuple[object, list[tuple]]:  # type: ignore[type-arg]
-    _, tp, max_batch, capacity = ops[0]
-    group = group_cls(COSTS, tp, max_batch, capacity)
+    _, tp, max_batch, capacity, watermark = ops[0]
+    group = group_cls(COSTS, tp, max_batch, capacity, watermark)
     live: list[int] = []
     records: list[tuple] = []  # type: ignore[type-arg]
     for op in ops[1:]:
@@ -285,6 +287,18 @@ def test_remove_completes_what_finished_at_that_instant() -> None:
     assert attempts[0][0] == 1 and attempts[0][6] == "completed" and attempts[0][3] == t
     assert attempts[1][:2] == (2, 0) and attempts[1][4:] == (5, 0, "requeued")
     assert group.num_queued == 1 and group.num_running == 0
+
+
+@pytest.mark.parametrize(("watermark", "admitted"), [(0.0, 3), (0.1, 2)])
+def test_admission_keeps_the_watermark_free(watermark: float, admitted: int) -> None:
+    # 1000 KV tokens: a third prompt of 300 fits under 1000 (600 + 2 + 300 + 1), not under 900.
+    group = RolloutGroup(COSTS, 1, 8, 1000, kv_watermark=watermark)
+    group.add_engine(0, 0.0)
+    group.submit([1, 2, 3], [300, 300, 300], [10, 10, 10], [0, 0, 0])
+    group.advance(0.0)
+    assert group.num_running == admitted
+    with pytest.raises(ValueError, match="kv_watermark must be in"):
+        RolloutGroup(COSTS, 1, 8, 1000, kv_watermark=1.0)
 
 
 def test_attempt_columns() -> None:
