@@ -103,7 +103,8 @@ class Scheduler:
         except Exception:
             self.now = previous_now
             raise
-        self._round()
+        if self.policy.round_ready(self, event):
+            self._round()
         decisions = self.ledger.take_output()
         if self._checker is not None:
             self._checker.after_round(event, decisions)
@@ -142,8 +143,6 @@ class Scheduler:
     # --- the round --------------------------------------------------------------------------
 
     def _round(self) -> None:
-        if not self.policy.round_ready(self):
-            return
         self.runnable = self.policy.runnable(self)
         self._release_idle_ranks()
         self.reservations = serve_requests(self, self.policy)

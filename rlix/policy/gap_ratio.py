@@ -6,11 +6,11 @@ requests shrink rollout for nothing and reserve nothing (`GapRatioPolicy` in
 `rlix.policy.policies`), and a cycle runs on every event, progress ticks included. What it
 models, in RLix's terms (the comments marked "RLix:" state RLix's behaviour in plain words):
 
-- The cycle. RLix plans a cycle, carries out all its shrinks, then all its expansions, and only
-  then commits and plans the next one, so a cycle never sees a rank that is still loading or
-  unloading. The model emits a round's shrinks before its expansions, and runs no round while
-  a rank move of an earlier one is in flight (`rank_moves_in_flight`); events that arrive
-  meanwhile are applied and wait for the next round, as they wait for RLix's lock.
+- The cycle (`CycleTrigger`). RLix plans a cycle, carries out all its shrinks, then all its
+  expansions, and only then commits, so a cycle never sees a rank that is still loading or
+  unloading. The model emits a round's shrinks before its expansions and runs no round while
+  a rank move of an earlier one is in flight; events that arrive meanwhile are applied and
+  wait for the next round, as they wait for RLix's lock.
 - Demand R and total T per pipeline, the pending boost, who is skipped: `_claim`.
 - Targets and the one-activation-at-a-time loop: `plan_gap_ratio`, `_activate_one`.
 - Donors, the per-donor shrink budget and candidate scoring: `_best_candidate`, `_victims`.
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rlix.policy.decisions import Expand, Shrink
+from rlix.policy.events import DecisionApplied, Event
 from rlix.policy.state import Holder, PipelineState, Rank, RankStatus
 
 if TYPE_CHECKING:
@@ -37,6 +38,27 @@ if TYPE_CHECKING:
 def rank_moves_in_flight(sched: Scheduler) -> bool:
     """Whether an Expand or Shrink is still being carried out: RLix's cycle is not over yet."""
     return any(isinstance(decision, Expand | Shrink) for decision, _ in sched.ledger.inflight.values())
+
+
+class CycleTrigger:
+    """When the model runs a round. RLix: a cycle runs when something wakes it (a request, a
+    release, a progress report, a registration; here any event but a report that a decision
+    was carried out, which RLix does inside the cycle), once the cycle before it has carried
+    out all its resizes. Events that come in meanwhile wake the next cycle. A `Tick` stands for
+    RLix's 1 s poll and always wakes it (RLix's poll runs a cycle only when no request waits
+    and some rollout allocation is suspended with demand or the split is 10 points off: not
+    modelled), and so does a `DecisionFailed` (RLix shuts down instead)."""
+
+    def __init__(self) -> None:
+        self.woken = False
+
+    def ready(self, sched: Scheduler, event: Event) -> bool:
+        if not isinstance(event, DecisionApplied):
+            self.woken = True
+        if not self.woken or rank_moves_in_flight(sched):
+            return False
+        self.woken = False
+        return True
 
 
 @dataclass(slots=True, eq=False)
@@ -178,6 +200,7 @@ class _CyclePlan:
         and no donor may lose more ranks to this one candidate than its shrink budget."""
         owner = self.owner
         offline = self.sched.cluster.offline
+        now = self.sched.now
         if any(owner[g] is not None and type(owner[g]) is not Rank for g in rank.gpus):
             return None  # a non-rollout GPU: not a candidate at all
         victims: dict[int, Rank] = {}
@@ -194,6 +217,7 @@ class _CyclePlan:
                 or donor.gap >= 0
                 or holder.status is not RankStatus.ACTIVE
                 or (holder.pipeline_id, holder.dp_rank) in self.touched
+                or holder.shrink_retry_after_s > now  # its last shrink failed (RLix: no failures)
             ):
                 return None
             victims[id(holder)] = holder

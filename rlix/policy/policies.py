@@ -18,11 +18,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from rlix.policy.errors import SpecError
-from rlix.policy.gap_ratio import plan_gap_ratio, rank_moves_in_flight
+from rlix.policy.gap_ratio import CycleTrigger, plan_gap_ratio
 from rlix.policy.rollout import fill_free, plan_rlix
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
+    from rlix.policy.events import Event
 
 ALL_INVARIANTS = frozenset(range(1, 11))
 
@@ -38,8 +39,8 @@ class Policy:
     def runnable(self, sched: Scheduler) -> frozenset[str]:
         return frozenset(p.pipeline_id for p in sched.pipelines.values() if p.admitted)
 
-    def round_ready(self, sched: Scheduler) -> bool:
-        """Whether a decision round runs after this event (else the event is only applied)."""
+    def round_ready(self, sched: Scheduler, event: Event) -> bool:
+        """Whether a decision round runs after `event` (else the event is only applied)."""
         return True
 
     def plan_rollout(self, sched: Scheduler) -> None:
@@ -59,8 +60,11 @@ class GapRatioPolicy(Policy):
     futile_preemption = True
     guarantees = ALL_INVARIANTS - {4, 5, 6}
 
-    def round_ready(self, sched: Scheduler) -> bool:
-        return not rank_moves_in_flight(sched)  # RLix's cycle ends when its resizes are done
+    def __init__(self) -> None:
+        self.cycles = CycleTrigger()
+
+    def round_ready(self, sched: Scheduler, event: Event) -> bool:
+        return self.cycles.ready(sched, event)
 
     def plan_rollout(self, sched: Scheduler) -> None:
         plan_gap_ratio(sched)
