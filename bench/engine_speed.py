@@ -11,14 +11,15 @@ the counts behind it.
 
     .venv/bin/python bench/engine_speed.py [--trajectories 200000] [--profile]
 
-Measured on the shared 2-core development VM (load ~11, a plain loop turn 35-60 ns), 221,184
-rollouts, 7B at TP1, max_batch 256, per CPU-second of the bench's thread:
+Measured on the shared 2-core development VM (load 9-13; a plain loop turn 36-65 ns, where a
+quiet current core takes 30-40), 221,184 rollouts, 7B at TP1, max_batch 256, per CPU-second of
+the bench's thread:
 
-    --trace math_small                                  ~178k rollouts/s
-    --trace math_small    --min-engines 32 --max-engines 32   ~193k
-    --trace agentic_small --min-engines 32 --max-engines 32   ~196k
-    --trace agentic_small (default: 8-16 engines)        ~37k (KV-saturated: 1.9 attempts per
-                                                          rollout, every admission soon preempted)
+    (default: agentic_small, 8-16 engines)                    ~110k rollouts/s (1.24 attempts
+                                                              per rollout: KV-saturated ranks)
+    --trace math_small                                        ~209k
+    --min-engines 32 --max-engines 32                         ~173k (loop turn 65 ns)
+    --trace math_small --min-engines 32 --max-engines 32      ~161k (loop turn 50 ns)
 """
 
 from __future__ import annotations
