@@ -129,8 +129,8 @@ def run_main(args: argparse.Namespace) -> int:
             "kind": s.get("kind"),
             "k": s.get("max_staleness"),
             "steps": s.get("steps"),
-            "mean_step_s": s.get("mean_step_s"),
-            "p95_step_s": s.get("p95_step_s"),
+            "mean_step_s": s.get("mean_step_time_s"),
+            "p95_step_s": s.get("p95_step_time_s"),
             "busy": s.get("busy_share"),
             "preemptions": s.get("preemptions"),
         }

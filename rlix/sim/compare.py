@@ -24,8 +24,8 @@ OVERALL_COLUMNS = (
     ("busy_share", "busy", "{:.1%}"),
     ("loading_share", "loading", "{:.1%}"),
     ("idle_share", "idle", "{:.1%}"),
-    ("mean_step_s", "mean step s", "{:.1f}"),
-    ("p95_step_s", "p95 step s", "{:.1f}"),
+    ("mean_step_time_s", "mean step s", "{:.1f}"),
+    ("p95_step_time_s", "p95 step s", "{:.1f}"),
     ("preemptions", "preempt", "{:,.0f}"),
     ("recomputed_tokens", "recomputed tok", "{:,.0f}"),
 )
@@ -39,7 +39,7 @@ class Comparison:
 
     def slowdown(self, policy: str, pipeline_id: str) -> float:
         alone = self.alone_step_s.get(pipeline_id)
-        mine = self.summaries[policy]["pipelines"].get(pipeline_id, {}).get("mean_step_s")
+        mine = self.summaries[policy]["pipelines"].get(pipeline_id, {}).get("mean_step_time_s")
         if not alone or mine is None:
             return float("nan")
         return float(mine) / alone
@@ -67,8 +67,8 @@ class Comparison:
                         "policy": policy,
                         "pipeline_id": pid,
                         "steps": stats.get("steps"),
-                        "mean_step_s": stats.get("mean_step_s"),
-                        "p95_step_s": stats.get("p95_step_s"),
+                        "mean_step_s": stats.get("mean_step_time_s"),
+                        "p95_step_s": stats.get("p95_step_time_s"),
                         "alone_step_s": self.alone_step_s.get(pid),
                         "slowdown": self.slowdown(policy, pid),
                         "mean_wait_s": _mean_wait(waits),
@@ -77,17 +77,10 @@ class Comparison:
         return pd.DataFrame(rows)
 
     def as_json(self) -> dict[str, dict[str, Any]]:
+        keys = {"steps_per_hour": "steps_per_hour", "busy_share": "busy_share", "idle_share": "idle_share",
+                "mean_step_s": "mean_step_time_s", "preemptions": "preemptions"}
         return {
-            policy: {
-                key: s["overall"].get(key)
-                for key in (
-                    "steps_per_hour",
-                    "busy_share",
-                    "idle_share",
-                    "mean_step_s",
-                    "preemptions",
-                )
-            }
+            policy: {name: s["overall"].get(key) for name, key in keys.items()}
             for policy, s in self.summaries.items()
         }
 
@@ -138,7 +131,7 @@ def compare(
                 else (lambda t, p=pipeline.id: progress(f"{p} alone", t)),
             )
             stats = result.summary["pipelines"].get(pipeline.id, {})
-            comparison.alone_step_s[pipeline.id] = stats.get("mean_step_s") or float("nan")
+            comparison.alone_step_s[pipeline.id] = stats.get("mean_step_time_s") or float("nan")
     return comparison
 
 
