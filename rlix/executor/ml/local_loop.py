@@ -87,7 +87,9 @@ def collect_rollouts(
     unfinished = [c.request_id for c in completions if not c.finished]
     if unfinished:
         raise RuntimeError(f"collect_rollouts: interrupted requests {unfinished[:3]}")
-    texts = [tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
+    texts = [
+        str(tokenizer.decode(list(c.token_ids), skip_special_tokens=True)) for c in completions
+    ]
     scores = [
         reward(prompts[index // settings.samples_per_prompt], text)
         for index, text in enumerate(texts)

@@ -70,13 +70,14 @@ def register_reward(name: str) -> Callable[[F], F]:
 
 def get_task(name: str) -> Task:
     """A new instance of the task registered under `name`."""
-    factory = _lookup(_TASKS, "task", name)
+    factory: TaskFactory = _lookup(_TASKS, "task", name)
     return factory()
 
 
 def get_reward(name: str) -> RewardFn:
     """The reward function registered under `name`."""
-    return _lookup(_REWARDS, "reward", name)
+    reward: RewardFn = _lookup(_REWARDS, "reward", name)
+    return reward
 
 
 def known_tasks() -> list[str]:
