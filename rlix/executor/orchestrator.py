@@ -266,6 +266,16 @@ class Orchestrator(ExternalApi):
             "decision_failures": list(self.actuator.failures),
         }
 
+    def progress(self) -> dict[str, Any]:
+        """Per pipeline: status, train steps done, mean reward of its last step."""
+        steps: dict[str, int] = {}
+        reward: dict[str, float] = {}
+        for row in self.recorder.steps:
+            steps[row["pipeline_id"]] = steps.get(row["pipeline_id"], 0) + 1
+            if "reward_mean" in row:
+                reward[row["pipeline_id"]] = row["reward_mean"]
+        return {"status": {pid: r.status for pid, r in self.pipelines.items()}, "steps": steps, "reward": reward}
+
     def tables(self, pipeline_ids: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
         """The record so far as rows (closed allocations only), for tests and the CLI."""
         from rlix.runs.recorder import ALLOCATION_COLUMNS, ROLLOUT_COLUMNS

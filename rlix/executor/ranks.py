@@ -230,6 +230,7 @@ class Ranks:
     def snapshot(self) -> dict[str, Any]:
         return {
             "active": sorted(self.active),
+            "in_flight": {r: len(rank.in_flight) for r, rank in self.active.items()},
             "workers": {r: w for r, w in self.workers.items()},
             "restarts": self.num_restarts,
         }

@@ -1,0 +1,197 @@
+"""Running a scenario on the executor, start to run folder (what `rlix-exec run` does).
+
+Everything that can be wrong with the input is checked before any actor starts: the scenario
+(its loader's field-named errors), the model (`prepare_model`: "tiny" is built, a folder must
+load), the task and reward names (the ML registry), the backend, and that every training
+cluster lies on one node. Then Ray starts (or is joined), the orchestrator reserves the
+topology's GPUs, each pipeline is launched at its arrival time, progress is shown per
+pipeline, pipeline kills of the scenario's faults are carried out at their times, and the
+finished record is written as a run folder (`rlix.runs.folder.write_run`), the same tables the
+simulator writes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlix.executor.workload import PipelineSetup
+from rlix.policy.specs import ROLLOUT_CLUSTER, PipelineSpec, Topology
+
+
+class ExecutorInputError(ValueError):
+    """A scenario the executor cannot run (one line, naming what is wrong)."""
+
+
+@dataclass
+class Plan:
+    """A scenario checked and resolved for the executor, before anything starts."""
+
+    scenario: Any
+    topology: Topology
+    setups: list[PipelineSetup]
+    arrivals: dict[str, float]
+    kills: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def specs(self) -> dict[str, PipelineSpec]:
+        return {s.pipeline_id: s.spec for s in self.setups}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rlix"
+
+
+def plan(scenario_ref: str | Any, policy: str | None = None, workload: str = "ml",
+         workload_params: dict[str, Any] | None = None) -> Plan:
+    """Load and check a scenario for the executor (raises ExecutorInputError or ScenarioError)."""
+    from rlix.scenarios import load_scenario
+    from rlix.scenarios.programs import program_config
+    from rlix.scenarios.sections import ExecutorConfig
+
+    scenario = load_scenario(scenario_ref) if isinstance(scenario_ref, str | Path) else scenario_ref
+    if policy is not None:
+        scenario = scenario.with_policy(policy)
+    ex = scenario.executor or ExecutorConfig()
+    topology = scenario.topology()
+    specs = scenario.pipeline_specs()
+    for spec in specs.values():
+        for name, cluster in spec.clusters.items():
+            nodes = {topology.node_of(g) for g in cluster.mapping}
+            if name != ROLLOUT_CLUSTER and len(nodes) > 1:
+                raise ExecutorInputError(f"pipeline {spec.pipeline_id}: cluster {name} spans nodes {sorted(nodes)}; "
+                                         "the executor trains each cluster in one process on one node")
+    params = dict(workload_params or {})
+    if workload == "ml":
+        workload_class: Any = _ml_params(ex, params)
+    elif workload == "synthetic":
+        from rlix.executor.synthetic import SyntheticWorkload
+
+        workload_class = SyntheticWorkload
+    else:
+        raise ExecutorInputError(f"unknown workload {workload!r} (ml or synthetic)")
+    setups = []
+    for pipeline in scenario.pipelines:
+        pipeline_params = {**params, "algorithm": pipeline.algorithm, "kl": pipeline.kl, "seed": scenario.seed}
+        setups.append(PipelineSetup(specs[pipeline.id], program_config(pipeline), workload_class,
+                                    pipeline_params, progress_every=scenario.engine.progress_every))
+    kills, unsupported = [], []
+    for fault in scenario.faults.events:
+        if fault.kill is not None:
+            kills.append((fault.at_s, fault.kill))
+        else:
+            unsupported.append(f"lose_gpu at {fault.at_s} s")
+    if unsupported or scenario.faults.decision_failure_rate:
+        raise ExecutorInputError("faults: the executor kills pipelines; it does not inject "
+                                 f"{', '.join(unsupported) or 'decision failures'} (run it in the simulator)")
+    return Plan(scenario, topology, setups, {p.id: p.arrival_s for p in scenario.pipelines}, sorted(kills))
+
+
+def _ml_params(ex: Any, params: dict[str, Any]) -> Any:
+    """Check the model, task and reward of the `executor:` section; fill `params`."""
+    from rlix.executor.ml.registry import UnknownNameError, get_reward, get_task
+    from rlix.executor.ml.tiny_model import ModelSpecError, prepare_model
+    from rlix.executor.ml_workload import MlWorkload
+
+    if ex.backend == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ExecutorInputError("executor.backend: vllm is not installed (pip install 'rlix[gpu]' on a GPU machine)")
+    try:
+        model_path = prepare_model(ex.model, cache_dir())
+    except ModelSpecError as exc:
+        raise ExecutorInputError(f"executor.model: {exc}") from None
+    task_name = ex.task or "say_letter"
+    try:
+        task = get_task(task_name)
+        get_reward(ex.reward or task.default_reward)
+    except UnknownNameError as exc:
+        raise ExecutorInputError(f"executor: {exc}") from None
+    params.update({
+        "model_path": str(model_path), "backend": ex.backend, "actor_lr": ex.actor_lr, "critic_lr": ex.critic_lr,
+        "lora_lr": ex.lora_lr, "lora_rank": ex.lora_rank, "lora_alpha": ex.lora_alpha, "kl_coef": ex.kl_coef,
+        "clip_ratio": ex.clip_ratio, "max_new_tokens": ex.max_new_tokens, "temperature": ex.temperature,
+        "task": task_name, "reward": ex.reward,
+    })
+    return MlWorkload
+
+
+@dataclass
+class RunResult:
+    out_dir: Path | None
+    status: dict[str, dict[str, Any]]
+    recorder: Any
+    wall_s: float
+    snapshot: dict[str, Any]
+
+
+def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | None = None,
+            quiet: bool = False, check_invariants: bool = False, timeout_s: float | None = None,
+            overwrite: bool = False) -> RunResult:
+    """Run a checked plan on Ray and write its run folder (when `out_dir` is given)."""
+    import ray
+
+    from rlix.executor import session
+    from rlix.executor.api import start_orchestrator
+
+    topology = the_plan.topology
+    if address is None and topology.num_nodes > 1:
+        raise ExecutorInputError(f"topology has {topology.num_nodes} nodes: start a Ray cluster of them "
+                                 "and pass its --address (a local run is one node)")
+    ex = the_plan.scenario.executor
+    started = not ray.is_initialized()
+    session.start(num_gpus=topology.num_gpus, num_cpus=ex.num_cpus if ex is not None else None, address=address)
+    t0 = time.monotonic()
+    handle = start_orchestrator(topology, the_plan.scenario.policy.name, the_plan.scenario.policy_config(),
+                                check_invariants=check_invariants)
+    try:
+        _drive(handle, the_plan, quiet, timeout_s)
+        status = ray.get(handle.wait_done.remote(None))
+        snapshot = ray.get(handle.snapshot.remote())
+        recorder = ray.get(handle.finish_run.remote())
+    finally:
+        ray.get(handle.shutdown.remote())
+        ray.kill(handle)
+        if started:
+            session.stop()
+    wall_s = time.monotonic() - t0
+    folder = None
+    if out_dir is not None:
+        from rlix.runs.folder import write_run
+
+        folder = write_run(recorder, out_dir, scenario_yaml=the_plan.scenario.to_yaml(),
+                           specs=the_plan.specs, overwrite=overwrite)
+    return RunResult(folder, status, recorder, wall_s, snapshot)
+
+
+def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None) -> None:
+    """Launch pipelines at their arrival times, carry out kills, show progress until done."""
+    import ray
+
+    from rlix.executor.progress import Progress
+
+    start = time.monotonic()
+    to_launch = sorted(the_plan.setups, key=lambda s: the_plan.arrivals[s.pipeline_id])
+    kills = list(the_plan.kills)
+    progress = Progress(the_plan.setups, quiet)
+    try:
+        while True:
+            elapsed = time.monotonic() - start
+            while to_launch and the_plan.arrivals[to_launch[0].pipeline_id] <= elapsed:
+                ray.get(handle.launch.remote(to_launch.pop(0)))
+            while kills and kills[0][0] <= elapsed:
+                ray.get(handle.kill_pipeline.remote(kills.pop(0)[1]))
+            snapshot = ray.get(handle.progress.remote())
+            progress.update(snapshot)
+            if not to_launch and all(s != "running" for s in snapshot["status"].values()):
+                return
+            if timeout_s is not None and elapsed > timeout_s:
+                raise TimeoutError(f"the run did not finish within {timeout_s} s")
+            time.sleep(0.5)
+    finally:
+        progress.close()
