@@ -1,0 +1,53 @@
+"""`rlix-exec` input errors: one clear line, before Ray or any actor starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import ray
+import yaml
+
+from rlix.executor.cli import main
+from rlix.scenarios import load_scenario
+
+
+def _scenario_file(tmp_path: Path, **executor: object) -> str:
+    data = yaml.safe_load(load_scenario("cpu-demo").to_yaml())
+    data["executor"].update(executor)
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rlix-exec: error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "no-such-scenario"], "no-such-scenario"),
+        (["run", "cpu-demo", "--policy", "nope"], "nope"),
+    ],
+)
+def test_bad_scenario_is_one_line(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args) == 2
+    assert needle in _one_error_line(capsys)
+    assert not ray.is_initialized()
+
+
+def test_bad_model_path_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-model-here"
+    assert main(["run", _scenario_file(tmp_path, model=str(missing))]) == 2
+    line = _one_error_line(capsys)
+    assert "executor.model" in line and str(missing) in line
+    assert not ray.is_initialized()
+
+
+def test_unknown_task_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", _scenario_file(tmp_path, task="no_such_task")]) == 2
+    assert "no_such_task" in _one_error_line(capsys)
+    assert not ray.is_initialized()
