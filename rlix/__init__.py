@@ -5,3 +5,12 @@
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # `rlix.init()` starts or reaches the executor's orchestrator; Ray is imported only then.
+    if name == "init":
+        from rlix.executor.api import init
+
+        return init
+    raise AttributeError(f"module 'rlix' has no attribute {name!r}")

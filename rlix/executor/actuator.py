@@ -24,7 +24,6 @@ from ray.exceptions import RayTaskError
 
 from rlix.executor.actors import ACTOR_GONE
 from rlix.policy import decisions as dec
-from rlix.policy.events import ClusterReleased
 
 if TYPE_CHECKING:
     from rlix.executor.orchestrator import Orchestrator
@@ -45,10 +44,9 @@ class RayActuator:
         orch = self.orch
         record = orch.pipelines.get(decision.pipeline_id)
         if isinstance(decision, dec.Grant):
-            wanted = record.granted(decision.cluster, decision.gpus) if record is not None else True
+            if record is not None:
+                record.granted(decision.cluster, decision.gpus)
             orch.loop.applied(decision.decision_id)
-            if not wanted:  # withdrawn while pending: give it straight back
-                orch.loop.send(ClusterReleased(orch.now(), decision.pipeline_id, decision.cluster))
             return
         if record is None or record.handler is None:
             if record is not None:

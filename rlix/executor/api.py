@@ -134,6 +134,36 @@ def init(num_gpus: int | None = None, address: str | None = None, topology: Topo
     return Client(start_orchestrator(topology, policy, config))
 
 
+def ml_pipeline(pipeline_id: str, rollout_gpus: tuple[int, ...], train_gpus: tuple[int, ...], *,
+                steps: int = 3, adapters: tuple[str, ...] = (), max_staleness: int = 0,
+                num_prompts: int = 4, samples_per_prompt: int = 4, model: str = "tiny",
+                task: str = "say_letter", reward: str | None = None, tp: int = 1,
+                **params: Any) -> PipelineSetup:
+    """A GRPO pipeline on the shared program with real models: full finetune, or multi-LoRA
+    when `adapters` are given. `task` and `reward` are registry names (`@register_task`,
+    `@register_reward`), looked up here, in the caller's process, where the decorators ran.
+    `params` override the ML workload's defaults (actor_lr, lora_lr, max_new_tokens, ...)."""
+    from rlix.executor.ml.registry import get_reward, get_task
+    from rlix.executor.ml.tiny_model import prepare_model
+    from rlix.executor.ml_workload import MlWorkload
+    from rlix.executor.run import cache_dir
+    from rlix.pipelines import AdapterConfig, ProgramConfig
+    from rlix.policy import ClusterSpec, PipelineKind
+
+    kind = PipelineKind.MULTI_LORA if adapters else PipelineKind.FULL_FINETUNE
+    names = adapters or ("base",)
+    spec = PipelineSpec(pipeline_id, kind, {"actor_infer": ClusterSpec(tp, rollout_gpus),
+                                            "actor_train": ClusterSpec(1, train_gpus)},
+                        adapters=tuple(adapters), max_staleness=max_staleness)
+    program = ProgramConfig(pipeline_id, kind, tuple(AdapterConfig(a, steps, max_staleness) for a in names),
+                            num_prompts=num_prompts, samples_per_prompt=samples_per_prompt)
+    task_object = get_task(task)
+    workload_params = {"model_path": str(prepare_model(model, cache_dir())), "task": task, "reward": reward,
+                       "task_object": task_object, "reward_fn": get_reward(reward or task_object.default_reward),
+                       **params}
+    return PipelineSetup(spec, program, MlWorkload, workload_params)
+
+
 class RankHandler:
     """A base for the handler actor of an API pipeline: keeps the set of active ranks.
 

@@ -13,9 +13,8 @@ Rollout (`actor_infer` at priority 6) is elastic: `request` returns at once and 
 go by the handler's `expand(dp_rank, gpus)` / `shrink(dp_rank, gpus, reason)` (an exception
 there reports the decision failed); without a handler, expansions and shrinks are applied at
 once and `active_ranks` tells which ranks the pipeline may use. `withdraw` takes back a
-request: rollout demand ends at once; a pending gang request is released the moment it is
-granted (the core has no "cancel pending request" event, so the grant happens and is undone
-in the next round).
+request not granted yet (`RequestWithdrawn`): a pending gang request leaves the queue, rollout
+demand ends.
 """
 
 from __future__ import annotations
@@ -95,14 +94,16 @@ class ExternalApi:
         self.loop.send(ev.ClusterReleased(self.now(), pipeline_id, cluster))
 
     def withdraw(self, pipeline_id: str, cluster: str) -> None:
+        """Take back a request not granted yet (rollout: end the rollout demand); the waiting
+        `request` call returns None."""
         record = self._api_record(pipeline_id)
-        if cluster == ROLLOUT_CLUSTER:
-            self.loop.send(ev.ClusterReleased(self.now(), pipeline_id, cluster))
-            return
-        future = record.grant_waiters.get(cluster)
-        if future is None:
-            raise ValueError(f"pipeline {pipeline_id!r} has no pending request for {cluster!r}")
-        record.withdrawn.add(cluster)
+        future = record.grant_waiters.pop(cluster, None)
+        if future is None and cluster != ROLLOUT_CLUSTER:
+            raise ValueError(f"pipeline {pipeline_id!r} has no pending request for {cluster!r} "
+                             "(a granted cluster is released, not withdrawn)")
+        self.loop.send(ev.RequestWithdrawn(self.now(), pipeline_id, cluster))
+        if future is not None and not future.done():
+            future.set_result(None)
 
     def progress(self, pipeline_id: str, remaining: float | dict[str, float]) -> None:
         """Rollout work left: one number, or one per adapter."""

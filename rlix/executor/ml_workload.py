@@ -187,8 +187,10 @@ class MlWorkload:
         if not self.params["model_path"]:
             raise ValueError("ML workload: params.model_path is required (a prepared model folder)")
         self.lora = setup.program.kind is PipelineKind.MULTI_LORA
-        self.task = get_task(self.params["task"])
-        self.reward = get_reward(self.params["reward"] or self.task.default_reward)
+        # The driver resolves names in its registry and sends the objects (`task_object`,
+        # `reward_fn`): a task registered in the driver's script is unknown in this process.
+        self.task = self.params.get("task_object") or get_task(self.params["task"])
+        self.reward = self.params.get("reward_fn") or get_reward(self.params["reward"] or self.task.default_reward)
         self.tokenizer = load_tokenizer(self.params["model_path"])
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id)

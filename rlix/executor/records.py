@@ -3,8 +3,7 @@
 A pipeline's record knows how to reach it (its handler actor, its pipeline actor if it runs a
 program), the actors to end for sure when it is removed (`adopted`), the calls waiting for it
 (so a removed pipeline leaves nothing suspended), and, for API pipelines, the `request` calls
-waiting for a grant, requests withdrawn before their grant, and active ranks when there is no
-handler to tell.
+waiting for a grant and the active ranks when there is no handler to tell.
 """
 
 from __future__ import annotations
@@ -45,24 +44,17 @@ class PipelineRecord:
     supervisor: asyncio.Task[None] | None = None
     waits: set[asyncio.Future[Any]] = field(default_factory=set)
     grant_waiters: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
-    withdrawn: set[str] = field(default_factory=set)
     ranks: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def alive(self) -> bool:
         return self.status == "running" and not self.removing
 
-    def granted(self, cluster: str, gpus: tuple[int, ...]) -> bool:
-        """An API request's grant was applied; False if the request had been withdrawn."""
+    def granted(self, cluster: str, gpus: tuple[int, ...]) -> None:
+        """An API request's grant was applied: its `request` call returns the GPUs."""
         future = self.grant_waiters.pop(cluster, None)
-        if cluster in self.withdrawn:
-            self.withdrawn.discard(cluster)
-            if future is not None and not future.done():
-                future.set_result(None)
-            return False
         if future is not None and not future.done():
             future.set_result(tuple(gpus))
-        return True
 
     def track_rank(self, decision: dec.Expand | dec.Shrink | dec.Revoke) -> None:
         if isinstance(decision, dec.Expand):

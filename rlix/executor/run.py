@@ -109,14 +109,14 @@ def _ml_params(ex: Any, params: dict[str, Any]) -> Any:
     task_name = ex.task or "say_letter"
     try:
         task = get_task(task_name)
-        get_reward(ex.reward or task.default_reward)
+        reward_fn = get_reward(ex.reward or task.default_reward)
     except UnknownNameError as exc:
         raise ExecutorInputError(f"executor: {exc}") from None
     params.update({
         "model_path": str(model_path), "backend": ex.backend, "actor_lr": ex.actor_lr, "critic_lr": ex.critic_lr,
         "lora_lr": ex.lora_lr, "lora_rank": ex.lora_rank, "lora_alpha": ex.lora_alpha, "kl_coef": ex.kl_coef,
         "clip_ratio": ex.clip_ratio, "max_new_tokens": ex.max_new_tokens, "temperature": ex.temperature,
-        "task": task_name, "reward": ex.reward,
+        "task": task_name, "reward": ex.reward, "task_object": task, "reward_fn": reward_fn,
     })
     return MlWorkload
 

@@ -111,6 +111,12 @@ class RolloutWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def where(self) -> tuple[str, str]:
+        """(Ray node id, CUDA_VISIBLE_DEVICES) of this process."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
 
 class TrainerWorker:
     """One training cluster's process: its trainer's methods, called by name."""

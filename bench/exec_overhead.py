@@ -1,0 +1,134 @@
+"""The executor's own overhead, measured on a local Ray session (declared GPUs, no real GPU).
+
+1. Request-to-grant latency: a driver asks the orchestrator for a gang cluster and gets the
+   grant back (`Client.request`, one actor round trip with the core's round in between), then
+   releases it; p50 / p99 over `--grants` requests.
+2. Shrink and expand durations and weight sync per MB: a synthetic pipeline (timed stages,
+   synthetic tokens, `--weight-mb` MB of weights through the object store) rolls out while a
+   second one takes GPUs away; the orchestrator's actuator times every expand and shrink from
+   decision to report ("cold" expands start a worker process, "warm" ones wake a sleeping one),
+   and the pipeline records every weight load and sync.
+3. The cpu-demo scenario end to end (tiny Qwen2, hf backend): total wall time, and the share of
+   it the declared GPUs were busy (a stage running or a rank generating) and held at all.
+
+    .venv/bin/python bench/exec_overhead.py [--json] [--skip-demo] [--grants N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import ray
+
+from rlix.executor import session
+from rlix.executor.api import Client, start_orchestrator
+from rlix.executor.synthetic import SyntheticWorkload
+from rlix.executor.workload import PipelineSetup
+from rlix.pipelines import AdapterConfig, ProgramConfig
+from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def grant_latency(client: Client, num_grants: int) -> dict[str, float]:
+    spec = PipelineSpec("bench-api", PipelineKind.FULL_FINETUNE,
+                        {"actor_infer": ClusterSpec(1, (0, 1, 2, 3)), "actor_train": ClusterSpec(1, (0, 1))})
+    client.register_pipeline(spec)
+    client.admit_pipeline("bench-api")
+    latencies = []
+    for _ in range(num_grants + 10):
+        t0 = time.perf_counter()
+        client.request("bench-api", "actor_train", 1)
+        latencies.append(time.perf_counter() - t0)
+        client.release("bench-api", "actor_train")
+    client.remove_pipeline("bench-api")
+    ms = [x * 1e3 for x in latencies[10:]]  # the first calls warm up the actor's code paths
+    return {"grant_p50_ms": percentile(ms, 0.5), "grant_p99_ms": percentile(ms, 0.99), "grant_max_ms": max(ms),
+            "num_grants": num_grants}
+
+
+def synthetic_moves(client: Client, weight_mb: float) -> dict[str, Any]:
+    def setup(pid: str, train: tuple[int, ...], steps: int) -> PipelineSetup:
+        spec = PipelineSpec(pid, PipelineKind.FULL_FINETUNE,
+                            {"actor_infer": ClusterSpec(1, (0, 1, 2, 3)), "actor_train": ClusterSpec(1, train)})
+        program = ProgramConfig(pid, PipelineKind.FULL_FINETUNE, (AdapterConfig("base", steps, 0),),
+                                num_prompts=8, samples_per_prompt=2)
+        params = {"weight_mb": weight_mb, "tokens_per_s": 100.0, "stage_s": 0.5}
+        return PipelineSetup(spec, program, SyntheticWorkload, params, max_batch_per_rank=4)
+
+    t0 = time.monotonic()
+    client.launch(setup("bench-a", (0, 1), 4))
+    client.launch(setup("bench-b", (2, 3), 4))
+    client.wait_done(600)
+    wall_s = time.monotonic() - t0
+    snapshot = client.snapshot()
+    recorder = ray.get(client.handle.finish_run.remote())
+    durations = snapshot["decision_durations"]
+    expands = sorted(d for kind, d in durations if kind == "expand")
+    shrinks = [d for kind, d in durations if kind == "shrink"]
+    # An expand that started a worker process takes seconds; waking a sleeping one, milliseconds.
+    warm = [d for d in expands if d < 1.0]
+    cold = [d for d in expands if d >= 1.0]
+    loads = [(t1 - t0_) for _p, _c, _r, _g, kind, stage, t0_, t1 in recorder.activity
+             if kind == "loading" and stage in ("load", "sync")]
+    return {
+        "synthetic_wall_s": wall_s, "num_expands": len(expands), "num_shrinks": len(shrinks),
+        "expand_warm_p50_ms": 1e3 * statistics.median(warm) if warm else None,
+        "expand_cold_p50_s": statistics.median(cold) if cold else None,
+        "shrink_p50_ms": 1e3 * statistics.median(shrinks) if shrinks else None,
+        "shrink_max_ms": 1e3 * max(shrinks) if shrinks else None,
+        "weight_mb": weight_mb,
+        "weight_load_ms_per_mb": 1e3 * statistics.median(loads) / weight_mb if loads else None,
+    }
+
+
+def cpu_demo() -> dict[str, Any]:
+    from rlix.executor.run import execute, plan
+
+    the_plan = plan("cpu-demo")
+    result = execute(the_plan, quiet=True)
+    rec = result.recorder
+    makespan = rec.end_s
+    num_gpus = the_plan.topology.num_gpus
+    busy = sum(t1 - t0 for _p, _c, _r, _g, kind, _s, t0, t1 in rec.activity if kind == "busy")
+    held = sum(t1 - t0 for *_x, t0, t1 in rec.allocations)
+    return {"cpu_demo_wall_s": result.wall_s, "cpu_demo_makespan_s": makespan,
+            "cpu_demo_gpu_busy_share": busy / (num_gpus * makespan),
+            "cpu_demo_gpu_held_share": held / (num_gpus * makespan),
+            "cpu_demo_status": {pid: s["status"] for pid, s in result.status.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--skip-demo", action="store_true", help="skip the cpu-demo run")
+    parser.add_argument("--grants", type=int, default=300)
+    parser.add_argument("--weight-mb", type=float, default=64.0)
+    args = parser.parse_args()
+    session.start(num_gpus=4, num_cpus=2)
+    handle = start_orchestrator(Topology(1, 4))
+    client = Client(handle)
+    results: dict[str, Any] = {"ray_version": ray.__version__}
+    results.update(grant_latency(client, args.grants))
+    results.update(synthetic_moves(client, args.weight_mb))
+    ray.get(handle.shutdown.remote())
+    ray.kill(handle)
+    if not args.skip_demo:
+        results.update(cpu_demo())
+    session.stop()
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for key, value in results.items():
+            print(f"{key:>28}: {value:.3f}" if isinstance(value, float) else f"{key:>28}: {value}")
+
+
+if __name__ == "__main__":
+    main()
