@@ -175,6 +175,19 @@ class _Donors:
         sched = self.sched
         ledger = sched.ledger
         rank, victims, replacements = move
+        donors = self.donors
+        assert donors is not None
+        if not replacements:  # the common case: donors within their excess
+            for victim in victims:
+                ledger.shrink(victim, "rebalance")
+                sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = sched.now
+            ledger.expand(rank)
+            pipeline.last_rebalanced_in_s = sched.now
+            for victim in victims:  # only the victims' pipelines can have stopped being donors
+                donor = sched.pipelines[victim.pipeline_id]
+                if donor in donors and not is_donor(sched, donor):
+                    donors.remove(donor)
+            return
         net: dict[str, int] = {}
         for victim in victims + [v for _, displaced in replacements for v in displaced]:
             ledger.shrink(victim, "rebalance")
@@ -184,13 +197,12 @@ class _Donors:
         for replacement, _ in replacements:
             ledger.expand(replacement)
             net[replacement.pipeline_id] += len(replacement.gpus)
-        assert self.donors is not None
         for pid, change in net.items():
             affected = sched.pipelines[pid]
             if change < 0:
                 affected.last_rebalanced_out_s = sched.now
-            if affected in self.donors and not is_donor(sched, affected):
-                self.donors.remove(affected)
+            if affected in donors and not is_donor(sched, affected):
+                donors.remove(affected)
 
 
 def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner | None = None) -> bool:
