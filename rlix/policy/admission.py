@@ -12,9 +12,10 @@ A request that is not blocked shrinks the ranks in its way and is granted in the
 so a shrink never happens for nothing. A blocked request shrinks nothing (policies with
 `futile_preemption`, the RLix model, shrink anyway) and, under policies with `reserve_blocked`,
 reserves its mapping: GPUs in it are not handed to a later request or to rollout until it is
-granted, except to the pipelines exempt from the reservation (below). A request that waits for
-a lost GPU does not reserve: it cannot be served until the GPU is back, however long that is,
-and holding the rest of its mapping idle meanwhile would idle the pool for nothing.
+granted, except to the pipelines exempt from the reservation (below); a request backing off
+after a failed grant reserves too, to keep its place. A request that waits for a lost GPU does
+not reserve: it cannot be served until the GPU is back, however long that is, and holding the
+rest of its mapping idle meanwhile would idle the pool for nothing.
 
 Why reservations cannot deadlock hold-and-wait pipelines
 --------------------------------------------------------
@@ -27,14 +28,15 @@ Two rules:
 
 1. A request's reservation never blocks a pipeline the request waits on (its reservation
    cannot keep away what it is waiting for).
-2. The pipelines that the *oldest* reserving request waits on are exempt from every
-   reservation of the round, not only from that request's.
+2. The pipelines that the *oldest* reserving request (the first in service order: priority,
+   then arrival) waits on are exempt from every reservation of the round, not only from
+   that request's.
 
 Rule 1 alone is not enough: two blocked requests can each reserve a GPU that the other's
 chain needs (A waits on P, P's request needs a GPU D reserved; D waits on Q, Q's request needs
-a GPU A reserved: a cycle through two reservations). Nor is "a request blocked only by
-reservations does not reserve" (the issue's other option): in that same example both A and D
-are blocked by holders alone, so both reserve and the cycle stays.
+a GPU A reserved: a cycle through two reservations). Nor is the other natural rule, "a
+request blocked only by reservations does not reserve": in that same example both A and D are
+blocked by holders alone, so both reserve and the cycle stays.
 
 Claim: with finite work, no failures, and holdings whose wait-for graph (P -> the holders of
 the GPUs of P's pending requests) has no cycle of its own, some request is granted in every
@@ -47,7 +49,9 @@ reservation blocks q, and q is granted. Each grant is progress on finite work, a
 only to pipelines it waits on, so r1 is served in the end: every pipeline finishes (invariant
 10). A cycle in the holdings themselves (P holds what Q asks for and Q what P asks for) is a
 deadlock no scheduler without preempting training can break; it is the pipelines' to avoid
-(e.g. by acquiring clusters in a global GPU order).
+(e.g. by acquiring clusters in a global GPU order). tests/policy/test_hold_and_wait.py drives
+random chains of hold-and-wait pipelines to completion under every policy; the two examples
+above are in tests/policy/test_regressions.py.
 """
 
 from __future__ import annotations
