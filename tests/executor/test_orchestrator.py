@@ -81,6 +81,19 @@ def test_request_to_grant_round_trip(client: Client) -> None:
     client.release(pid, "actor_infer")
     assert client.active_ranks(pid) == {}
     client.train_step_finished(pid, 1)
+    # A second pipeline's gang request waits behind the first one's hold, then is withdrawn.
+    assert client.request(pid, "actor_train", 1) == (2, 3)
+    waiter = PipelineSpec("api-waiter", PipelineKind.FULL_FINETUNE,
+                          {"actor_infer": ClusterSpec(1, (2, 3)), "actor_train": ClusterSpec(1, (2, 3))})
+    client.register_pipeline(waiter)
+    client.admit_pipeline("api-waiter")
+    pending = client.handle.request.remote("api-waiter", "actor_train", 1)
+    time.sleep(0.3)
+    client.withdraw("api-waiter", "actor_train")
+    assert ray.get(pending) is None
+    client.release(pid, "actor_train")
+    assert all(h[0] != "api-waiter" for h in client.snapshot()["holders"].values())
+    client.remove_pipeline("api-waiter")
     client.remove_pipeline(pid)
     assert client.snapshot()["holders"] == {}
     with pytest.raises(ray.exceptions.RayTaskError, match="finished"):
