@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlix.policy import POLICIES
+from rlix.sim.options import UsageError
 
 RUN_HELP = """\
 Replay a scenario on the simulated cluster under one policy and write the run folder:
@@ -84,7 +85,7 @@ def _scenario(args: argparse.Namespace) -> Any:
     from rlix.sim.api import resolve_scenario
 
     if args.column and not args.trace:
-        raise SystemExit("rlix-sim: error: --column needs --trace")
+        raise UsageError("--column needs --trace")
     return resolve_scenario(
         args.scenario,
         getattr(args, "policy", None),
@@ -152,8 +153,8 @@ def compare_main(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
-        raise SystemExit(
-            f"rlix-sim: error: --policies: unknown {unknown} (known: {', '.join(sorted(POLICIES))})"
+        raise UsageError(
+            f"--policies: unknown {unknown} (known: {', '.join(sorted(POLICIES))})"
         )
     out = Path(args.out) if args.out else Path("runs") / scenario.name / "compare"
     bars: dict[str, Any] = {}
