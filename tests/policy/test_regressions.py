@@ -11,6 +11,8 @@ import math
 import pytest
 
 from rlix.policy import (
+    MAX_WORK,
+    POLICIES,
     ClusterReleased,
     ClusterReleasedAndRequested,
     ClusterRequested,
@@ -134,6 +136,19 @@ def test_extreme_but_valid_numbers_give_a_sane_split(work_a: float, work_b: floa
     assert d.sched.targets == {"A": 4, "B": 4}  # both fit one bundle: both get one
     assert all(math.isfinite(x) for x in d.sched.ideal.values())
     assert d.held("A") == 4 and d.held("B") == 4
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_no_policy_raises_on_extreme_but_valid_numbers(policy: str) -> None:
+    d = Driver(Topology(1, 8), policy=policy)
+    d.add(rollout_only("A", 4, weight=1e308), rollout_only("B", 2, weight=5e-324), rollout_only("C", 1))
+    for pid, work in (("A", MAX_WORK), ("B", 5e-324), ("C", 1e-310)):
+        d.send(ClusterRequested(0, pid, "actor_infer", 6, work))
+    for t in range(1, 4):
+        d.apply_all()
+        for pid, work in (("A", 5e-324), ("B", MAX_WORK), ("C", MAX_WORK)):
+            d.send(RolloutProgressed(t, pid, work))
+    assert all(math.isfinite(x) for x in d.sched.ideal.values())
 
 
 # --- 3. a rebalance never takes a donor below its target ---------------------------------------
