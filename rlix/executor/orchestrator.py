@@ -266,7 +266,7 @@ class Orchestrator(ExternalApi):
             "decision_failures": list(self.actuator.failures),
         }
 
-    def progress(self) -> dict[str, Any]:
+    def run_progress(self) -> dict[str, Any]:
         """Per pipeline: status, train steps done, mean reward of its last step."""
         steps: dict[str, int] = {}
         reward: dict[str, float] = {}

@@ -185,8 +185,13 @@ class PipelineActor:
             await self.orch.batch_done.remote(self.pipeline_id, adapter, step, result)
 
     def report_progress(self) -> None:
+        """Tell the core how much rollout work is left, when it moved by `progress_every` of a
+        batch since the last report (or an adapter ran out): the split is re-planned on each."""
         remaining = self.queue.remaining()
-        if remaining != self._sent_remaining:
+        step = max(1.0, self.setup.progress_every * self.setup.program.batch_size)
+        moved = any(abs(n - self._sent_remaining.get(a, 0)) >= step or (n == 0 and self._sent_remaining.get(a))
+                    for a, n in remaining.items())
+        if moved:
             self._sent_remaining = remaining
             self.orch.rollout_progress.remote(self.pipeline_id, remaining)
 

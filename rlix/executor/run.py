@@ -186,7 +186,7 @@ def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None) ->
                 ray.get(handle.launch.remote(to_launch.pop(0)))
             while kills and kills[0][0] <= elapsed:
                 ray.get(handle.kill_pipeline.remote(kills.pop(0)[1]))
-            snapshot = ray.get(handle.progress.remote())
+            snapshot = ray.get(handle.run_progress.remote())
             progress.update(snapshot)
             if not to_launch and all(s != "running" for s in snapshot["status"].values()):
                 return

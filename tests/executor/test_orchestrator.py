@@ -143,6 +143,18 @@ def test_kill_frees_gpus_within_one_decision_round(client: Client) -> None:
     checked_tables(client, {"victim": victim.spec, "other": other})
 
 
+def test_rlix_exec_kill(client: Client, ray_session: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from rlix.executor.cli import main
+
+    client.launch(synthetic("long", (0, 1), steps=50, tokens_per_s=50.0))
+    wait_for(lambda: any(h[0] == "long" for h in client.snapshot()["holders"].values()), 120, "a holding")
+    assert main(["kill", "long", "--address", ray_session.address]) == 0
+    assert "pipeline long: killed" in capsys.readouterr().out
+    assert not any(h[0] == "long" for h in client.snapshot()["holders"].values())
+    assert main(["kill", "no-such-pipeline", "--address", ray_session.address]) == 2
+    assert "no-such-pipeline" in capsys.readouterr().err
+
+
 def test_forced_shrink_and_dead_worker_lose_no_trajectory(client: Client) -> None:
     roller = synthetic("roller", (0, 1), steps=2, num_prompts=8, tokens_per_s=20.0, min_tokens=60,
                        max_tokens=100, chunk_tokens=4)
