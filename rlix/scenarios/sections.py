@@ -167,6 +167,15 @@ class EngineConfig(Section):
     """Most trajectories one rollout rank decodes at once (continuous batching)."""
     progress_every: float = Field(0.02, gt=0, le=1, allow_inf_nan=False)
     """Report rollout progress to the core each time this share of a step's rollout work is done."""
+    balance: bool = True
+    """Route like a load-balancing router in front of the data-parallel ranks (least-loaded
+    dispatch): a rank admits only while it runs fewer than min(max_batch, ceil(R / E)), R the
+    pipeline's trajectories queued or running, E its ranks (loading ones too). False: each rank
+    fills up to max_batch from the shared queue in turn."""
+    migrate_on_expand: bool = True
+    """When a rank joins, the others move the sequences they run above that even share to it
+    (prefix kept and recomputed, like a preemption), as Seer's divided rollout migrates requests
+    between instances (arXiv 2511.14617)."""
 
 
 class FaultEvent(Section):

@@ -1,9 +1,24 @@
 """Rollout engines for the simulator, advanced in closed form between admissions and completions.
 
 One `RolloutGroup` per pipeline holds that pipeline's FIFO queue of waiting trajectories and one
-engine per active data-parallel rollout rank. An engine batches continuously (vLLM-style):
+engine per active data-parallel rollout rank. In front of the ranks sits a load-balancing router,
+as RL rollout systems put one in front of their data-parallel inference ranks (least-loaded
+dispatch), and, like Seer's divided rollout (arXiv 2511.14617), it moves running requests to a
+rank that joins:
 
-- at each iteration boundary, finished sequences leave; free slots are refilled from the queue
+- even share (`balance`): a rank admits only while it runs fewer than
+  `cap = min(max_batch, ceil(R / E))`, R the trajectories queued or running in the group, E its
+  engines (those still loading count: ranks expanded together split the work evenly);
+- migration (`migrate_on_expand`): when a rank is added, every other engine, at its first
+  iteration boundary at or after the new rank's ready time, sends the most recently admitted
+  sequences it runs above `cap` back to the queue front, exactly like a preemption (prefix
+  kept, recomputed on resume, a "requeued" attempt), so the new rank gets work at once.
+
+With both off, each engine admits up to `max_batch` from the shared queue. An engine batches
+continuously (vLLM-style):
+
+- at each iteration boundary, finished sequences leave; a pending migration sheds; free slots
+  (below `cap`) are refilled from the queue
   head while the KV cache would still hold the next iteration with a watermark to spare
   (`K + b + need + 1 <= capacity - watermark`; strict FIFO: a head that does not fit blocks
   the queue); then, while `K + b > capacity`, the most recently admitted sequence is preempted
@@ -71,6 +86,8 @@ class RolloutGroup(EventLoop):
         max_batch: int,
         kv_capacity_tokens: int,
         kv_watermark: float = 0.01,
+        balance: bool = True,
+        migrate_on_expand: bool = True,
     ) -> None:
         for name, value in (
             ("tp", tp),
@@ -80,6 +97,8 @@ class RolloutGroup(EventLoop):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"RolloutGroup {name} must be a positive integer, got {value!r}")
         self.costs = costs
+        self.balance = bool(balance)
+        self.migrate_on_expand = bool(migrate_on_expand)
         self.tp = int(tp)
         self.max_batch = int(max_batch)
         self.kv_capacity_tokens = int(kv_capacity_tokens)
@@ -120,6 +139,8 @@ class RolloutGroup(EventLoop):
         # Ranks with a free slot after their last boundary (queue empty or head not fitting).
         self._hungry: dict[int, Engine] = {}
         self._batch_done_flag = False
+        # Trajectories queued or running (R of the even share).
+        self._num_open = 0
         self.now = 0.0
         self._rebind()
 
@@ -140,6 +161,10 @@ class RolloutGroup(EventLoop):
     @property
     def engines(self) -> list[int]:
         return sorted(self._engines)
+
+    def running_by_rank(self) -> dict[int, int]:
+        """Sequences each engine runs (as of its last processed boundary)."""
+        return {rank: e.b for rank, e in sorted(self._engines.items())}
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -180,6 +205,7 @@ class RolloutGroup(EventLoop):
             self._shared_lists = False
         self._rebind()
         was_empty = self.num_queued == 0
+        self._num_open += len(ids)
         self._tid.extend(ids.tolist())
         self._prompt.extend(prompt.tolist())
         self._resp.extend(resp.tolist())
@@ -195,18 +221,22 @@ class RolloutGroup(EventLoop):
             self._batch_left[slot] += count
             slots.append(slot)
         self._batch.extend(np.asarray(slots, dtype=np.int64)[inverse].tolist())
-        if was_empty:
+        if was_empty or self.balance:  # the even share grew: a capped engine may take more
             self._wake_hungry(self.now, -1)
             self._flush_wakes()
 
     def add_engine(self, dp_rank: int, t_ready: float) -> None:
-        """Start an engine for `dp_rank`; it takes work from `t_ready` on (after its weight load)."""
+        """Start an engine for `dp_rank`; it takes work from `t_ready` on (after its weight load).
+        With `migrate_on_expand`, the other engines shed what they run above the even share at
+        their first boundary at or after `t_ready`."""
         if dp_rank in self._engines:
             raise ValueError(f"add_engine: dp_rank {dp_rank} already has an engine")
         if not t_ready >= self.now:
             raise ValueError(
                 f"add_engine: t_ready {t_ready!r} is before the group's time {self.now!r}"
             )
+        if self.migrate_on_expand:
+            self._mark_migration(t_ready)
         e = Engine(dp_rank, t_ready)
         self._engines[dp_rank] = e
         self._schedule(e, t_ready, 0)
@@ -228,6 +258,9 @@ class RolloutGroup(EventLoop):
         if e.busy_since is not None:
             self._busy.append((dp_rank, e.busy_since, t))
         if not e.info:
+            if self.balance and self.num_queued:
+                self._wake_hungry(t, -1)
+                self._flush_wakes()
             return 0
         beta, alpha = self._beta, self._alpha[e.b]
         max_m = min(key for _, _, key in e.info.values()) >> IDX_BITS
@@ -243,7 +276,8 @@ class RolloutGroup(EventLoop):
             append((tid[idx], dp_rank, t_start, t, generated, g0, REQUEUED))
             requeued.append((idx, g0 + generated))
         self._front.extendleft(reversed(requeued))
-        if requeued:
+        # Requeued work, or (even share) a larger share for the engines left.
+        if requeued or (self.balance and self.num_queued):
             self._wake_hungry(t, -1)
             self._flush_wakes()
         return len(requeued)

@@ -1,8 +1,8 @@
 """The event loop of `RolloutGroup` (engine.py): the hot path and its rare branches.
 
 `EventLoop._run` processes one boundary of one engine per turn in (time, dp_rank) order:
-completions, admissions from the queue head, KV preemption, then the engine's next event (see
-engine.py for the rules).
+completions, a pending migration, admissions from the queue head up to the even share, KV
+preemption, then the engine's next event (see engine.py for the rules).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class EventLoop:
     """State and event processing shared by `RolloutGroup`; attributes are set there."""
 
     max_batch: int
+    balance: bool
     kv_capacity_tokens: int
     admit_limit_tokens: int
     now: float
@@ -54,6 +55,7 @@ class EventLoop:
     _wakes: list[tuple[float, int, int, Engine]]
     _hungry: dict[int, Engine]
     _batch_done_flag: bool
+    _num_open: int
     _hot: tuple[Any, ...]
 
     def _rebind(self) -> None:
@@ -76,6 +78,7 @@ class EventLoop:
             self._events,
             self._wakes,
             self._hungry,
+            self.balance,
         )
 
     def _run(self, t_limit: float, target: int) -> tuple[float, str]:
@@ -100,13 +103,18 @@ class EventLoop:
             events,
             wakes,
             hungry,
+            balance,
         ) = self._hot
         count = 0
         num_submitted = len(tid)
+        # Trajectories open (queued or running) are `open0 - count` (the even share's R).
+        open0 = self._num_open
+        num_engines = len(self._engines)
         t = self.now
         while events:
             t, rank, version, e = events[0]
             if t > t_limit:
+                self._num_open = open0 - count
                 return t_limit, ""
             if e.version != version:
                 heappop(events)
@@ -137,10 +145,21 @@ class EventLoop:
                     self._batch_finished(slot)
             extra_s = 0.0
             head_changed = False
+            migrate_at = e.migrate_at
+            if migrate_at <= t:
+                e.migrate_at = migrate_at = _INF
+                self._num_open = open0 - count
+                if b:
+                    b, kv, head_changed = self._migrate_out(e, t, n, b, kv)
             if b < max_batch and (front or self._qhead < num_submitted):
+                cap = max_batch
+                if balance:
+                    cap = -(-(open0 - count) // num_engines)
+                    if cap > max_batch:
+                        cap = max_batch
                 qhead = self._qhead
                 tokens = 0
-                while b < max_batch:
+                while b < cap:
                     if front:
                         idx, g0 = front[0]
                         need = prompt[idx] + g0
@@ -168,6 +187,10 @@ class EventLoop:
                     extra_s = tokens * prefill_per_token_s
                     if e.busy_since is None:
                         e.busy_since = t
+                elif b >= cap:
+                    # Held at the even share with work queued: a rank woken to take the head
+                    # may find the share shrunk since; wake the next one that can take it.
+                    head_changed = True
             if kv + b > capacity:
                 b, kv = self._preempt_for_kv(e, t, n, b, kv)
                 head_changed = True
@@ -184,6 +207,10 @@ class EventLoop:
                 m_kv = (capacity - kv) // b
                 if m_kv < m:
                     m = m_kv
+                if migrate_at != _INF:  # pending: stop at the boundary where it is due
+                    m_migrate = boundary_after(e, migrate_at, alpha[b], beta)
+                    if m_migrate < m:
+                        m = m_migrate
                 te = e.ev_t = t + extra_s + m * alpha[b] + beta * (m * kv + b * m * (m - 1) // 2)
                 e.ev_n = n + m
                 e.version = version = version + 1
@@ -195,6 +222,8 @@ class EventLoop:
                 if e.busy_since is not None:
                     self._busy.append((rank, e.busy_since, t))
                     e.busy_since = None
+            if head_changed:
+                self._num_open = open0 - count
             if b < max_batch:
                 if not e.hungry:
                     e.hungry = True
@@ -211,40 +240,81 @@ class EventLoop:
             if wakes:
                 self._flush_wakes()
             if self._batch_done_flag:
+                self._num_open = open0 - count
                 self.now = t
                 return t, "batch_done"
             if count >= target > 0:
+                self._num_open = open0 - count
                 self.now = t
                 return t, "completions"
+        self._num_open = open0 - count
         return t, ""
 
     def _preempt_for_kv(self, e: Engine, t: float, n: int, b: int, kv: int) -> tuple[int, int]:
-        """Preempt the most recently admitted sequences (the last in `info`, which keeps
-        admission order) until the next iteration fits. Their heap keys stay for the completion
-        loop to drop (`dead`)."""
-        info, dead, prompt, resp = e.info, e.dead, self._prompt, self._resp
+        """Preempt the most recently admitted sequences until the next iteration fits."""
         capacity = self.kv_capacity_tokens
         while kv + b > capacity:
-            idx = next(reversed(info))
-            g0, t_start, key = info.pop(idx)
-            dead[key] = dead.get(key, 0) + 1
-            generated = n - ((key >> IDX_BITS) - resp[idx] + g0)
-            kv -= prompt[idx] + g0 + generated
+            kv -= self._requeue_latest(e, t, n)
             b -= 1
-            self._attempts.append((self._tid[idx], e.dp_rank, t_start, t, generated, g0, REQUEUED))
-            self._front.appendleft((idx, g0 + generated))
-        heap = e.heap
+        self._drop_dead_top(e)
+        return b, kv
+
+    def _migrate_out(self, e: Engine, t: float, n: int, b: int, kv: int) -> tuple[int, int, bool]:
+        """A rank joined: send what runs above the even share back to the queue front, latest
+        admitted first, as a preemption does. Returns (b, kv, whether any left)."""
+        cap = min(self.max_batch, -(-self._num_open // len(self._engines)))
+        if b <= cap:
+            return b, kv, False
+        while b > cap:
+            kv -= self._requeue_latest(e, t, n)
+            b -= 1
+        self._drop_dead_top(e)
+        return b, kv, True
+
+    def _requeue_latest(self, e: Engine, t: float, n: int) -> int:
+        """Stop the most recently admitted sequence (the last in `info`, which keeps admission
+        order) at boundary n and put it at the queue front with its prefix; returns the KV
+        tokens it held. Its heap key stays for the completion loop to drop (`dead`)."""
+        idx = next(reversed(e.info))
+        g0, t_start, key = e.info.pop(idx)
+        e.dead[key] = e.dead.get(key, 0) + 1
+        generated = n - ((key >> IDX_BITS) - self._resp[idx] + g0)
+        self._attempts.append((self._tid[idx], e.dp_rank, t_start, t, generated, g0, REQUEUED))
+        self._front.appendleft((idx, g0 + generated))
+        return self._prompt[idx] + g0 + generated
+
+    def _drop_dead_top(self, e: Engine) -> None:
+        heap, dead = e.heap, e.dead
         while heap and heap[0] in dead:
             drop_dead(dead, heappop(heap))
-        return b, kv
+
+    def _mark_migration(self, t_ready: float) -> None:
+        """A rank joins at `t_ready`: every engine sheds above the even share at its first
+        boundary at or after then; a busy one gets an event there unless one comes first. An
+        idle engine's older mark is dropped: it had nothing to shed, and when it was due is
+        not tracked (idle engines have no boundaries here)."""
+        beta = self._beta
+        for e in self._engines.values():
+            if not e.b or t_ready < e.migrate_at:
+                e.migrate_at = t_ready
+            if e.b:
+                alpha = self._alpha[e.b]
+                m = boundary_after(e, t_ready, alpha, beta)
+                if e.n0 + m < e.ev_n:
+                    self._schedule(e, time_at(e, m, alpha, beta), e.n0 + m)
+        self._flush_wakes()
 
     def _wake_hungry(self, t: float, skip_rank: int) -> None:
         """The queue head changed at t. Of the engines with a free slot, the one that can take
         the head first gets an event at that boundary (the new event waits in `_wakes` until
         `_flush_wakes`). Waking one is enough: when it takes the head, the head changes and
         this runs again; the others could not take this head before it anyway, since an
-        engine's KV only grows until its own next completion, which is an event anyway."""
+        engine's KV only grows until its own next completion, which is an event anyway. Under
+        the even share only engines below it now are candidates (the share only shrinks until
+        the next submit or removal, which wake again)."""
         front = self._front
+        if not self._hungry:
+            return
         if front:
             idx, g0 = front[0]
         elif self._qhead < len(self._tid):
@@ -253,11 +323,16 @@ class EventLoop:
             return
         need = self._prompt[idx] + g0
         admit_limit, beta = self.admit_limit_tokens, self._beta
+        cap = self.max_batch
+        if self.balance:
+            cap = min(cap, -(-self._num_open // len(self._engines)))
         best: tuple[float, int, int, Engine] | None = None
         for rank, e in self._hungry.items():
             if rank == skip_rank:
                 continue
             b = e.b
+            if b >= cap:
+                continue
             if not b:
                 candidate = (t, rank, e.n0, e)
             else:
@@ -287,6 +362,7 @@ class EventLoop:
         self._wakes.clear()
 
     def _complete(self, idx: int, rank: int, t_start: float, t_end: float, g0: int) -> None:
+        self._num_open -= 1
         self._attempts.append(
             (self._tid[idx], rank, t_start, t_end, self._resp[idx] - g0, g0, COMPLETED)
         )

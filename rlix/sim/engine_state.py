@@ -14,8 +14,9 @@ Running sequences are int keys `finish counter << 32 | trajectory index` in a he
 comparisons are what make the heap cheap); `info` maps a running trajectory index to (generated
 prefix at admission, admission time, key) in admission order (a dict keeps insertion order, so
 the preemption victim, the latest admitted, is its last entry).
-`dead` counts the keys of sequences preempted for KV that are still in the heap (a count: a
-trajectory preempted twice on one engine can leave the same key twice, once dead, once live).
+`dead` counts the keys of sequences preempted (for KV, or migrated to a joining rank) that are
+still in the heap (a count: a trajectory preempted twice on one engine can leave the same key
+twice, once dead, once live).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Engine:
         "version",
         "busy_since",
         "hungry",
+        "migrate_at",
     )
 
     def __init__(self, dp_rank: int, t_ready: float) -> None:
@@ -66,6 +68,9 @@ class Engine:
         self.version = -1
         self.busy_since: float | None = None
         self.hungry = False
+        # A rank joined: at its first boundary at or after this time, this engine sheds what
+        # it runs above the even share (inf: nothing pending).
+        self.migrate_at = math.inf
 
     def copy(self) -> Engine:
         other = Engine.__new__(Engine)

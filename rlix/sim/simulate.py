@@ -120,7 +120,12 @@ class Simulation:
         self.hosts[pipeline_id] = host
         engine = self.scenario.engine
         group = RolloutGroup(
-            costs, rollout_spec.tp, engine.max_batch, costs.kv_capacity_tokens(rollout_spec.tp)
+            costs,
+            rollout_spec.tp,
+            engine.max_batch,
+            costs.kv_capacity_tokens(rollout_spec.tp),
+            balance=engine.balance,
+            migrate_on_expand=engine.migrate_on_expand,
         )
         gpus_of_rank = {r: rollout_spec.bundle(r) for r in range(rollout_spec.num_ranks)}
         self.rollouts[pipeline_id] = PipelineRollout(

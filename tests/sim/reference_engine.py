@@ -4,7 +4,13 @@ It steps every iteration of every engine (one Python step each), computing each 
 time from the cost model's t(b, K) with K summed over the running sequences, and keeps each
 sequence's generated count explicitly. It shares no code with the engine, only the rules:
 
-- at a boundary: sequences with all their tokens complete; free slots take the queue head while
+- the router: share = min(max_batch, ceil(R / E)), R the trajectories not completed, E the
+  engines (loading ones too); with `migrate_on_expand`, adding an engine marks every other
+  engine to shed at its first boundary at or after the new engine's ready time;
+- at a boundary: sequences with all their tokens complete; a marked engine sheds its latest
+  admitted sequences while it runs more than the share (to the queue front, prefix kept);
+  while fewer than the share (`balance`; else max_batch) run, free slots take the queue head
+  while
   KV + b + need + 1 <= capacity - watermark (need = prompt + generated prefix, watermark =
   floor(capacity * kv_watermark)); while KV + b > capacity the
   latest admitted sequence goes back to the queue front with its prefix; if anything runs, the
@@ -39,6 +45,7 @@ class _RefEngine:
     running: list[_Seq] = field(default_factory=list)
     in_flight: bool = False
     admissions: int = 0
+    shed_from: float = math.inf
 
 
 class ReferenceGroup:
@@ -49,8 +56,11 @@ class ReferenceGroup:
         max_batch: int,
         kv_capacity_tokens: int,
         kv_watermark: float = 0.01,
+        balance: bool = True,
+        migrate_on_expand: bool = True,
     ) -> None:
         self.costs, self.tp, self.max_batch = costs, tp, max_batch
+        self.balance, self.migrate_on_expand = balance, migrate_on_expand
         self.capacity = kv_capacity_tokens
         self.watermark = int(kv_capacity_tokens * kv_watermark)
         self.traj: list[tuple[int, int, int, int]] = []  # (traj_id, prompt, response, batch)
@@ -66,6 +76,10 @@ class ReferenceGroup:
         self._queue_got_work(self.now)
 
     def add_engine(self, dp_rank: int, t_ready: float) -> None:
+        if self.migrate_on_expand:
+            for e in self.engines.values():
+                # An idle engine had nothing to shed: an older mark is void.
+                e.shed_from = min(e.shed_from, t_ready) if e.running else t_ready
         self.engines[dp_rank] = _RefEngine(dp_rank, t_ready, t_ready)
 
     def remove_engine(self, dp_rank: int, t: float) -> int:
@@ -100,6 +114,26 @@ class ReferenceGroup:
     def _kv(self, e: _RefEngine) -> int:
         return sum(self.traj[s.idx][1] + s.generated for s in e.running)
 
+    def _even_share(self) -> int:
+        not_done = len(self.queue) + sum(len(e.running) for e in self.engines.values())
+        return min(self.max_batch, math.ceil(not_done / len(self.engines)))
+
+    def _push_back_latest(self, e: _RefEngine, t: float) -> None:
+        victim = max(e.running, key=lambda s: s.admitted)
+        e.running.remove(victim)
+        self.records.append(
+            (
+                self.traj[victim.idx][0],
+                e.dp_rank,
+                victim.t_start,
+                t,
+                victim.generated - victim.prefix_at_admission,
+                victim.prefix_at_admission,
+                "requeued",
+            )
+        )
+        self.queue.insert(0, [victim.idx, victim.generated])
+
     def _boundary(self, e: _RefEngine, t: float) -> None:
         if e.in_flight:
             for s in e.running:
@@ -122,8 +156,16 @@ class ReferenceGroup:
             else:
                 still.append(s)
         e.running = still
+        pushed_back = False
+        share = self._even_share()
+        if e.shed_from <= t:
+            e.shed_from = math.inf
+            while len(e.running) > share:
+                self._push_back_latest(e, t)
+                pushed_back = True
         admitted_tokens = 0
-        while len(e.running) < self.max_batch and self.queue:
+        limit = share if self.balance else self.max_batch
+        while len(e.running) < limit and self.queue:
             idx, prefix = self.queue[0]
             need = self.traj[idx][1] + prefix
             if self._kv(e) + len(e.running) + need + 1 > self.capacity - self.watermark:
@@ -132,22 +174,8 @@ class ReferenceGroup:
             e.running.append(_Seq(idx, prefix, prefix, t, e.admissions))
             e.admissions += 1
             admitted_tokens += need
-        pushed_back = False
         while self._kv(e) + len(e.running) > self.capacity:
-            victim = max(e.running, key=lambda s: s.admitted)
-            e.running.remove(victim)
-            self.records.append(
-                (
-                    self.traj[victim.idx][0],
-                    e.dp_rank,
-                    victim.t_start,
-                    t,
-                    victim.generated - victim.prefix_at_admission,
-                    victim.prefix_at_admission,
-                    "requeued",
-                )
-            )
-            self.queue.insert(0, [victim.idx, victim.generated])
+            self._push_back_latest(e, t)
             pushed_back = True
         if e.running:
             duration = self.costs.decode_iteration_seconds(len(e.running), self._kv(e), self.tp)

@@ -66,9 +66,14 @@ def random_scenario(seed: int, scale: int) -> list[tuple]:  # type: ignore[type-
     return ops
 
 
-def play(ops: list[tuple], group_cls: type) -> tuple[object, list[tuple]]:  # type: ignore[type-arg]
+Router = tuple[bool, bool]
+
+
+def play(
+    ops: list[tuple], group_cls: type, router: Router = (True, True)
+) -> tuple[object, list[tuple]]:  # type: ignore[type-arg]
     _, tp, max_batch, capacity, watermark = ops[0]
-    group = group_cls(COSTS, tp, max_batch, capacity, watermark)
+    group = group_cls(COSTS, tp, max_batch, capacity, watermark, *router)
     live: list[int] = []
     records: list[tuple] = []  # type: ignore[type-arg]
     for op in ops[1:]:
@@ -89,11 +94,16 @@ def play(ops: list[tuple], group_cls: type) -> tuple[object, list[tuple]]:  # ty
     return group, sorted(attempts, key=lambda a: (a[0], a[2], a[6])) + records
 
 
+#: (balance, migrate_on_expand): the default router, each rule alone, and neither (plain FIFO).
+ROUTERS = [(True, True)] * 3 + [(False, False), (True, False), (False, True)]
+
+
 @pytest.mark.parametrize("seed", range(120))
 def test_matches_token_by_token_reference(seed: int) -> None:
     ops = random_scenario(seed, scale=1 + seed % 4)
-    _, fast = play(ops, RolloutGroup)
-    _, slow = play(ops, ReferenceGroup)
+    router = ROUTERS[seed % len(ROUTERS)]
+    _, fast = play(ops, RolloutGroup, router)
+    _, slow = play(ops, ReferenceGroup, router)
     assert len(fast) == len(slow)
     for a, b in zip(fast, slow, strict=True):
         if a[0] == "removed":
@@ -299,6 +309,58 @@ def test_admission_keeps_the_watermark_free(watermark: float, admitted: int) -> 
     assert group.num_running == admitted
     with pytest.raises(ValueError, match="kv_watermark must be in"):
         RolloutGroup(COSTS, 1, 8, 1000, kv_watermark=1.0)
+
+
+def uniform_batch(group: RolloutGroup, num: int, response_tokens: int = 2000) -> None:
+    ids = np.arange(num)
+    group.submit(ids, np.full(num, 100), np.full(num, response_tokens), np.zeros(num, int))
+
+
+@pytest.mark.parametrize(("balance", "split"), [(True, [128] * 4), (False, [256, 256, 0, 0])])
+def test_ranks_share_a_step_evenly(balance: bool, split: list[int]) -> None:
+    # KV to spare: only the router decides who runs what.
+    two = RolloutGroup(COSTS, 1, 256, 10**7, balance=balance)
+    two.add_engine(0, 0.0)
+    two.add_engine(1, 0.0)
+    uniform_batch(two, 512)
+    two.advance(0.0)
+    assert two.running_by_rank() == {0: 256, 1: 256}
+    # Four ranks expanded together, two of them still loading: the loading ones keep their share.
+    four = RolloutGroup(COSTS, 1, 256, 10**7, balance=balance)
+    for rank, t_ready in enumerate([0.0, 0.0, 5.0, 5.0]):
+        four.add_engine(rank, t_ready)
+    uniform_batch(four, 512)
+    four.advance(1.0)
+    assert list(four.running_by_rank().values())[:2] == split[:2]
+    assert four.num_queued == sum(split[2:])
+    four.advance(5.0)
+    assert list(four.running_by_rank().values()) == split
+
+
+@pytest.mark.parametrize("migrate", [True, False])
+def test_a_joining_rank_receives_migrated_sequences(migrate: bool) -> None:
+    group = RolloutGroup(COSTS, 1, 256, 10**7, migrate_on_expand=migrate)
+    group.add_engine(0, 0.0)
+    group.add_engine(1, 0.0)
+    uniform_batch(group, 512)
+    drain_all(group, 10.0)
+    assert not group.drain_attempts()  # 2,000 tokens take longer than 10 s
+    group.add_engine(2, 10.0)
+    drain_all(group, 11.0)
+    moved = group.drain_attempts()
+    if not migrate:
+        assert group.running_by_rank() == {0: 256, 1: 256, 2: 0} and not moved
+        return
+    # 512 over 3 ranks: 171 each at most; each busy rank sheds its 85 latest admitted.
+    assert group.running_by_rank() == {0: 171, 1: 171, 2: 170}
+    assert sorted(a[0] for a in moved) == [*range(171, 256), *range(427, 512)]
+    assert {a[6] for a in moved} == {"requeued"} and all(10.0 <= a[3] <= 11.0 for a in moved)
+    prefix = {a[0]: a[4] for a in moved}
+    assert min(prefix.values()) > 0
+    drain_all(group, math.inf)
+    resumed = [a for a in group.drain_attempts() if a[1] == 2]
+    assert len(resumed) == 170 and all(a[5] == prefix[a[0]] for a in resumed)
+    assert all(a[4] + a[5] == 2000 for a in resumed)
 
 
 def test_attempt_columns() -> None:
