@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 WAKE_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -140,7 +141,8 @@ class Ranks:
         )
         self.workers[dp_rank] = worker
         await p.adopt(worker)
-        await worker.__ray_ready__.remote()
+        # Bounded: a bundle on a node that is gone never places the actor.
+        await asyncio.wait_for(worker.__ray_ready__.remote(), START_TIMEOUT_S)
         return worker
 
     async def _wake(self, rank: Rank) -> None:
