@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from rlix.policy.specs import PipelineSpec
 from rlix.runs.errors import RunError
@@ -45,6 +46,7 @@ def write_run(
     format: TableFormat = "parquet",
     plots: bool = True,
     overwrite: bool = False,
+    extra_summary: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the run folder of a finished recorder (`finish` called) and return its path.
 
@@ -63,6 +65,7 @@ def write_run(
         raise RunError("the recorder is not finished: call recorder.finish(now) first")
     tables = tables_from_recorder(recorder, dict(specs) if specs is not None else None)
     figures = summary(tables)
+    figures.update(extra_summary or {})
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:

@@ -236,10 +236,13 @@ class Host(Generic[F]):
         if self.rolling:
             self.progress(remaining)
             return
-        self._remaining = dict(remaining)
+        self._remaining = {}
         self.rolling = True
         self.loop.send(ev.ClusterRequested(now, self.pipeline_id, ROLLOUT_CLUSTER, Priority.ROLLOUT,
                                            float(sum(remaining.values()))))
+        # The first report follows at once (RLix's streams report T and C = 0 at the start), so
+        # a pipeline preempted to zero before its first completion still shows its demand.
+        self.progress(remaining)
 
     def progress(self, remaining: dict[str, int]) -> None:
         """Rollout work still to do, per adapter (trajectories queued or running)."""

@@ -74,6 +74,7 @@ def simulate(
     specs = sim.specs
     run_tables = tables_from_recorder(sim.recorder, specs)
     summary = summarize(run_tables)
+    summary.update(run_status(sim))
     run_dir = None
     if out is not None:
         from rlix.runs.folder import write_run
@@ -86,12 +87,20 @@ def simulate(
             format=table_format,
             plots=plots,
             overwrite=overwrite,
+            extra_summary=run_status(sim),
         )
     tables = {
         name: run_tables.table(name)
         for name in ("allocations", "activity", "waits", "steps", "rollouts")
     }
     return SimResult(summary, tables, run_dir, sim.recorder, specs)
+
+
+def run_status(sim: Simulation) -> dict[str, Any]:
+    """Whether every pipeline finished, and if not, which and why (summary.json keys)."""
+    unfinished = sorted(pid for pid, host in sim.hosts.items() if host.alive)
+    unfinished += sorted(pid for pid in sim.pipelines if pid not in sim.hosts)
+    return {"finished": not unfinished, "unfinished": unfinished, "stalled_at_s": sim.stalled_at_s}
 
 
 def alone_on_home(scenario: Scenario, pipeline_id: str) -> Scenario:

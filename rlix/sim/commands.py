@@ -142,6 +142,10 @@ def run_main(args: argparse.Namespace) -> int:
             pd.DataFrame(rows), {"mean_step_s": "{:.1f}", "p95_step_s": "{:.1f}", "busy": "{:.1%}"}
         )
     )
+    if not summary.get("finished", True):
+        why = (f"stuck: nothing but ticks after t={summary['stalled_at_s']:.0f} s"
+               if summary.get("stalled_at_s") is not None else "the scenario's max_time_s was reached")
+        print(f"did not finish: {', '.join(summary['unfinished'])} ({why})")
     print(f"run folder: {result.run_dir}")
     return 0
 

@@ -54,6 +54,7 @@ class Comparison:
             }
             slowdowns = [self.slowdown(policy, pid) for pid in summary["pipelines"]]
             row["max_slowdown"] = max(slowdowns) if slowdowns else float("nan")
+            row["finished"] = "yes" if summary.get("finished", True) else "NO"
             rows.append(row)
         return pd.DataFrame(rows)
 

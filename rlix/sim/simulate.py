@@ -9,7 +9,6 @@ a stage would take (cost model); it never decides who holds a GPU.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,10 @@ from rlix.sim.stages import publish_seconds, stage_seconds
 #: Ticks let the core retry backed-off decisions and end rebalance hold-offs even when no
 #: other event comes (simulated seconds).
 TICK_S = 30.0
+#: A run in which nothing but ticks happened for this long (no engine running, no pipeline
+#: still to arrive) is stuck: the policy left work waiting on GPUs that sit idle. The run
+#: stops and says so instead of ticking forever (simulated seconds).
+STALL_S = 6 * 3600.0
 ABORTED = object()
 
 
@@ -100,6 +103,9 @@ class Simulation:
         self.batch_tokens: dict[tuple[str, str, int], int] = {}
         self.publish_times: dict[tuple[str, str], list[float]] = {}
         self.num_unfinished = len(self.pipelines)
+        self.num_ticks = 0
+        #: When the run was found stuck (see STALL_S), or None.
+        self.stalled_at_s: float | None = None
         self.t_last_finish = 0.0
 
     def _sampler(self, ref: Any) -> BatchSampler:
@@ -249,6 +255,7 @@ class Simulation:
         def tick() -> Generator[simpy.Event, Any, None]:
             yield self.env.timeout(delay_s + 1e-6)
             if self.num_unfinished:
+                self.num_ticks += 1
                 self.loop.send(ev.Tick(float(self.env.now)))
 
         self.env.process(tick())
@@ -257,6 +264,7 @@ class Simulation:
         while self.num_unfinished:
             yield self.env.timeout(TICK_S)
             if self.num_unfinished:
+                self.num_ticks += 1
                 self.loop.send(ev.Tick(float(self.env.now)))
 
     def _fault(self, fault: Any) -> Generator[simpy.Event, Any, None]:
@@ -272,6 +280,11 @@ class Simulation:
             for gpu in lost:
                 self.loop.send(ev.GpuRestored(float(self.env.now), gpu))
 
+    def _anything_running(self, now: float) -> bool:
+        if any(p.arrival_s > now for p in self.pipelines.values()):
+            return True
+        return any(r.alive and r.group.num_running for r in self.rollouts.values())
+
     def run(self, max_time_s: float | None, progress: Any = None) -> float:
         """Run until every pipeline finished or `max_time_s`; returns the end time."""
         for pipeline_id in self.pipelines:
@@ -280,6 +293,7 @@ class Simulation:
             self.env.process(self._fault(fault))
         self.env.process(self._ticks())
         chunk_s = 60.0
+        last_facts, last_change_s = -1, 0.0
         while self.num_unfinished:
             until = float(self.env.now) + chunk_s
             if max_time_s is not None:
@@ -289,6 +303,13 @@ class Simulation:
             self.env.run(until=until)
             if progress is not None:
                 progress(float(self.env.now))
+            facts = self.loop.num_events - self.num_ticks
+            now = float(self.env.now)
+            if facts != last_facts or self._anything_running(now):
+                last_facts, last_change_s = facts, now
+            elif now - last_change_s >= STALL_S:
+                self.stalled_at_s = last_change_s
+                break
         end = self.t_last_finish if not self.num_unfinished else float(self.env.now)
         for rollout in self.rollouts.values():
             rollout.stop("in_flight")
@@ -304,10 +325,6 @@ def _traces(pipeline: Any) -> list[tuple[str, Any]]:
     if pipeline.kind == "multi_lora":
         return [(a.name, a.trace) for a in pipeline.adapters]
     return [("base", pipeline.trace)]
-
-
-def dumps(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=True)
 
 
 __all__ = ["Batch", "SimResult", "Simulation"]
