@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,13 +39,27 @@ ADAPTER_STATE_FILE = "adapter_trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
 
 
+ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+# lm_head is in the default targets: the blocks' outputs pass the final RMSNorm, so changing them
+# moves the normed hidden state on a fixed-radius sphere, and the logits it reaches are bounded
+# by the frozen head's row norms. On a randomly initialised model (the tiny one: rows ~0.22,
+# logits within about +-2.6 over 260 tokens) that bound keeps the policy near uniform: the best
+# reachable expected `letter_closeness` per token is ~0.17 against 0.12 at the start, so LoRA on
+# attention (or MLP) alone cannot learn the toy task at any lr. A LoRA delta on the head is not
+# bounded that way. With tied embeddings it changes only the head's output, not the input
+# embeddings. vLLM does not serve LoRA on lm_head: use ATTENTION_MODULES there.
+DEFAULT_TARGET_MODULES = (*ATTENTION_MODULES, "lm_head")
+# peft warns when a LoRA target is tied to the embeddings, for merging; adapters here never merge.
+TIED_TARGET_WARNING = ".*tie_word_embeddings=True.*"
+
+
 @dataclass(frozen=True)
 class LoraSettings:
     """peft LoRA hyper-parameters shared by every adapter (no dropout: exact old log-probs)."""
 
     rank: int = 8
     alpha: int = 16
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
 
     def peft_config(self) -> LoraConfig:
         return LoraConfig(
@@ -87,9 +102,11 @@ class MultiLoraTrainer:
         self.lora = lora or LoraSettings()
         base = load_causal_lm(model_path, device=device, dtype=dtype)
         config = self.lora.peft_config()
-        self.model: PeftModel = get_peft_model(base, config, adapter_name=adapters[0])
-        for name in adapters[1:]:
-            self.model.add_adapter(name, self.lora.peft_config())
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=TIED_TARGET_WARNING)
+            self.model: PeftModel = get_peft_model(base, config, adapter_name=adapters[0])
+            for name in adapters[1:]:
+                self.model.add_adapter(name, self.lora.peft_config())
         self.model.eval()
         self.adapters = list(adapters)
         self.versions = dict.fromkeys(adapters, 0)
@@ -150,7 +167,10 @@ class MultiLoraTrainer:
     def adapter_state(self, adapter: str) -> AdapterWeights:
         """Host copy of one adapter's tensors (peft's saved names) with its config and version."""
         self._check(adapter)
-        state = get_peft_model_state_dict(self.model, adapter_name=adapter)
+        # Only LoRA tensors: with lm_head targeted peft would add the full (frozen) head.
+        state = get_peft_model_state_dict(
+            self.model, adapter_name=adapter, save_embedding_layers=False
+        )
         config = self.model.peft_config[adapter].to_dict()
         config["target_modules"] = sorted(config["target_modules"])
         # JSON-safe (enums become their values) so it can be written as adapter_config.json.
@@ -166,7 +186,9 @@ class MultiLoraTrainer:
     def save(self, folder: str | Path) -> None:
         """Each adapter in peft's folder layout (folder/<adapter>/), optimizers, versions."""
         folder = Path(folder)
-        self.model.save_pretrained(str(folder), selected_adapters=self.adapters)
+        self.model.save_pretrained(
+            str(folder), selected_adapters=self.adapters, save_embedding_layers=False
+        )
         for name, optimizer in self.optimizers.items():
             torch.save(
                 optimizer.state_dict(), _adapter_dir(folder, name, self.adapters) / OPTIMIZER_FILE

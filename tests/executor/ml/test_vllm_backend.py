@@ -29,7 +29,11 @@ pytest.importorskip("peft")
 
 from rlix.executor.ml.actor import ActorTrainer  # noqa: E402
 from rlix.executor.ml.batch import build_batch  # noqa: E402
-from rlix.executor.ml.lora import MultiLoraTrainer  # noqa: E402
+from rlix.executor.ml.lora import (  # noqa: E402
+    ATTENTION_MODULES,
+    LoraSettings,
+    MultiLoraTrainer,
+)
 from rlix.executor.ml.rollout import make_backend  # noqa: E402
 from rlix.executor.ml.rollout.base import (  # noqa: E402
     FinishReason,
@@ -110,7 +114,9 @@ def test_generation_matches_hf_and_resumes(backend: RolloutBackend, tiny_model_p
 def test_lora_adapter_requests_and_in_place_refresh(
     backend: RolloutBackend, tiny_model_path: Path
 ) -> None:
-    trainer = MultiLoraTrainer(tiny_model_path, ["beta"], lr=1e-2)
+    trainer = MultiLoraTrainer(
+        tiny_model_path, ["beta"], lr=1e-2, lora=LoraSettings(target_modules=ATTENTION_MODULES)
+    )
     batch = build_batch([list(PROMPT)] * 2, [list(b"aaab"), list(b"xyz")], pad_token_id=257)
     for expected_version in (2, 4):
         for _ in range(2):

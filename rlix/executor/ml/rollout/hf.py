@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import math
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -151,10 +152,13 @@ class HfBackend(RolloutBackend):
     def _install_adapter_locked(self, adapter: AdapterWeights) -> None:
         assert self._model is not None
         config = LoraConfig(**_lora_kwargs(adapter.config))
-        if not isinstance(self._model, PeftModel):
-            self._model = get_peft_model(self._model, config, adapter_name=adapter.name)
-        elif adapter.name not in self._model.peft_config:
-            self._model.add_adapter(adapter.name, config)
+        with warnings.catch_warnings():
+            # A LoRA on a head tied to the embeddings: peft warns for merging, never done here.
+            warnings.filterwarnings("ignore", message=".*tie_word_embeddings=True.*")
+            if not isinstance(self._model, PeftModel):
+                self._model = get_peft_model(self._model, config, adapter_name=adapter.name)
+            elif adapter.name not in self._model.peft_config:
+                self._model.add_adapter(adapter.name, config)
         result = set_peft_model_state_dict(
             self._model, dict(adapter.state_dict), adapter_name=adapter.name
         )

@@ -58,6 +58,10 @@ KEEP_WEIGHTS_ON_HOST = 1
 DROP_WEIGHTS = 2
 
 
+# LoRA targets vLLM refuses to load ("... is unsupported LoRA weight").
+UNSERVED_LORA_TARGETS = frozenset({"lm_head", "embed_tokens"})
+
+
 class VllmBackend(RolloutBackend):
     """One vLLM engine per rollout rank; starts offloaded (the engine is built on first load)."""
 
@@ -183,6 +187,14 @@ class VllmBackend(RolloutBackend):
     def update_adapter(self, adapter: AdapterWeights) -> None:
         if not self._enable_lora:
             raise RuntimeError("vllm backend: built without enable_lora=True")
+        targets = set(adapter.config.get("target_modules") or ())
+        if targets & UNSERVED_LORA_TARGETS:
+            # vLLM rejects these at load time deep in its engine; say so here, with the fix.
+            raise ValueError(
+                f"adapter {adapter.name!r}: vLLM does not serve LoRA on "
+                f"{sorted(targets & UNSERVED_LORA_TARGETS)}; train it with target_modules "
+                "without them (rlix.executor.ml.lora.ATTENTION_MODULES)"
+            )
         with self._lock:
             self._adapters[adapter.name] = adapter
             self._write_adapter(adapter)
