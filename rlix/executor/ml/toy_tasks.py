@@ -7,6 +7,8 @@ reward `letter_closeness` scores each character c of the decoded response by how
 the letter l, max(0, 1 - |ord(c) - ord(l)| / 32), averaged over the response (end-of-text is not
 text; an empty response scores 0). With the byte tokenizer it starts near 0.1 (random bytes)
 and reaches ~0.95 in about 10 steps of 4 prompts x 4 samples x 16 tokens with AdamW lr 1e-2.
+Multi-LoRA learns it too (lr 3e-2, rank 8, alpha 16) only because LoRA targets lm_head as well
+(see rlix.executor.ml.lora: the tiny random head caps what attention-only LoRA can reach).
 `letter_share` (exact) is registered too, as the stricter measure.
 
 Rewards see text, as any task's would: bytes that are not valid UTF-8 decode to U+FFFD, which
