@@ -39,7 +39,8 @@ of iterations and each running sequence the counter at which it finishes (a heap
 event is found without stepping token by token. Events of all engines of a group are processed
 in global (time, dp_rank) order, which is what makes the shared queue deterministic.
 
-Attempt records (`drain_attempts`) are plain tuples in the order of `ATTEMPT_FIELDS`.
+Attempt records (`drain_attempts`) are plain tuples in the order of `ATTEMPT_FIELDS`;
+`drain_attempt_columns` gives them as numpy arrays, the simulator's fast path.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from rlix.sim.engine_state import (
     IDX_BITS,
     IDX_MASK,
     REQUEUED,
+    STATUS_NAMES,
     Engine,
     boundary_at_or_before,
     time_at,
@@ -72,6 +74,18 @@ ATTEMPT_FIELDS = (
     "status",
 )
 Attempt = tuple[int, int, float, float, int, int, str]
+#: How `drain_attempt_columns` reads the recorded tuples (status 1: completed, 0: requeued).
+_ATTEMPT_DTYPE = np.dtype(
+    [
+        ("traj_id", np.int64),
+        ("dp_rank", np.int64),
+        ("t_start", np.float64),
+        ("t_end", np.float64),
+        ("generated_tokens", np.int64),
+        ("recomputed_tokens", np.int64),
+        ("completed", np.int64),
+    ]
+)
 STOP_REASONS = ("limit", "completions", "batch_done", "idle")
 _INF = math.inf
 
@@ -156,11 +170,19 @@ class RolloutGroup(EventLoop):
 
     @property
     def num_remaining(self) -> int:
-        return self.num_queued + self.num_running
+        """Trajectories queued or running (kept as a count: the driver asks at every stop)."""
+        return self._num_open
 
     @property
     def engines(self) -> list[int]:
         return sorted(self._engines)
+
+    @property
+    def num_engines(self) -> int:
+        return len(self._engines)
+
+    def has_engine(self, dp_rank: int) -> bool:
+        return dp_rank in self._engines
 
     def running_by_rank(self) -> dict[int, int]:
         """Sequences each engine runs (as of its last processed boundary)."""
@@ -324,9 +346,20 @@ class RolloutGroup(EventLoop):
 
     def drain_attempts(self) -> list[Attempt]:
         """Attempts finished since the last call, as tuples in `ATTEMPT_FIELDS` order."""
-        attempts = self._attempts[:]
+        attempts = [(*a[:6], STATUS_NAMES[a[6]]) for a in self._attempts]
         self._attempts.clear()  # in place: `_hot` holds its append
-        return attempts
+        return attempts  # type: ignore[return-value]
+
+    def drain_attempt_columns(self) -> dict[str, np.ndarray] | None:
+        """Attempts finished since the last call as arrays, the fields of `ATTEMPT_FIELDS` with
+        `completed` (bool) for `status`; None when there are none."""
+        if not self._attempts:
+            return None
+        table = np.array(self._attempts, dtype=_ATTEMPT_DTYPE)
+        self._attempts.clear()
+        columns = {name: table[name] for name in _ATTEMPT_DTYPE.names or ()}
+        columns["completed"] = columns["completed"].astype(bool)
+        return columns
 
     def drain_busy(self, until: float | None = None) -> list[tuple[int, float, float]]:
         """(dp_rank, t_start, t_end) intervals with >= 1 sequence running, closed since the last

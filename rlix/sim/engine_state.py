@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import math
 
-COMPLETED = "completed"
-REQUEUED = "requeued"
+# Attempt statuses as recorded in the hot loop (an int: attempts convert to arrays in one go).
+REQUEUED = 0
+COMPLETED = 1
+STATUS_NAMES = ("requeued", "completed")
 
 IDX_BITS = 32
 IDX_MASK = (1 << IDX_BITS) - 1
@@ -73,12 +75,25 @@ class Engine:
         self.migrate_at = math.inf
 
     def copy(self) -> Engine:
+        # Spelled out: a loop over __slots__ with getattr/setattr is several times slower, and
+        # the look-ahead copies every engine of a group at every stop.
         other = Engine.__new__(Engine)
-        for name in Engine.__slots__:
-            setattr(other, name, getattr(self, name))
-        other.heap = list(self.heap)
-        other.info = dict(self.info)
-        other.dead = dict(self.dead)
+        other.dp_rank = self.dp_rank
+        other.t_ready = self.t_ready
+        other.t0 = self.t0
+        other.n0 = self.n0
+        other.b = self.b
+        other.kv = self.kv
+        other.extra_s = self.extra_s
+        other.heap = self.heap[:]
+        other.info = self.info.copy()
+        other.dead = self.dead.copy() if self.dead else {}
+        other.ev_t = self.ev_t
+        other.ev_n = self.ev_n
+        other.version = self.version
+        other.busy_since = self.busy_since
+        other.hungry = self.hungry
+        other.migrate_at = self.migrate_at
         return other
 
 

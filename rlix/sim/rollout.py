@@ -7,6 +7,9 @@ Between those, the process advances a *copy* of the group to the next such stop 
 until then; if nothing interrupted it, the copy becomes the state, so the work is done once.
 When something does interrupt (`sync`), the copy is thrown away and the real state is advanced
 exactly to now before the change is applied, so results never depend on how far it looked ahead.
+
+Records stay columnar: per-trajectory facts in growing numpy buffers, attempts as numpy chunks
+joined once when the run's table is built (`take_rows`), so no Python work per trajectory.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import numpy as np
 import simpy
 
 from rlix.sim.batches import Batch
-from rlix.sim.engine import attempts_to_columns
 
 if TYPE_CHECKING:
     from rlix.runs.host import Host
@@ -28,6 +30,39 @@ if TYPE_CHECKING:
 
 #: The longest look-ahead, in simulated seconds: a bound on the work an interruption can waste.
 MAX_LOOKAHEAD_S = 600.0
+
+
+class _Buffer:
+    """A growing 1-D numpy array (amortised doubling, not a copy per append)."""
+
+    def __init__(self, dtype: Any) -> None:
+        self.data = np.zeros(1024, dtype=dtype)
+        self.size = 0
+
+    def extend(self, values: Any) -> None:
+        n = len(values)
+        if self.size + n > len(self.data):
+            grown = np.zeros(max(2 * len(self.data), self.size + n), dtype=self.data.dtype)
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        self.data[self.size : self.size + n] = values
+        self.size += n
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.data[: self.size]
+
+
+#: Columns of a pipeline's attempt rows kept as numpy chunks until `take_rows`.
+_CHUNK_COLUMNS = (
+    "trajectory_id",
+    "dp_rank",
+    "t_start",
+    "t_end",
+    "recomputed_tokens",
+    "preemptions",
+    "weight_version",
+)
 
 
 class PipelineRollout:
@@ -50,20 +85,23 @@ class PipelineRollout:
         self.alive = True
         self._epoch = 0
         self._wake = self.env.event()
-        # Per trajectory (ids are 0, 1, 2, ... in submission order).
-        self._adapter: list[str] = []
-        self._step: list[int] = []
-        self._prompt = np.zeros(0, dtype=np.int64)
-        self._response = np.zeros(0, dtype=np.int64)
-        self._num_preempted = np.zeros(0, dtype=np.int64)
-        self._completed = np.zeros(0, dtype=bool)
+        # Per trajectory (ids are 0, 1, 2, ... in submission order); adapters as codes.
+        self._adapters: list[str] = []
+        self._adapter_code: dict[str, int] = {}
+        self._adapter = _Buffer(np.int64)
+        self._step = _Buffer(np.int64)
+        self._prompt = _Buffer(np.int64)
+        self._response = _Buffer(np.int64)
+        self._num_preempted = _Buffer(np.int64)
+        self._completed = _Buffer(bool)
         self._batch_keys: list[tuple[str, int]] = []
         self._batch_size: list[int] = []
-        self._batch_rewards: dict[int, float] = {}
         self.remaining: Counter[str] = Counter()
         self._reported_total = 0
         self._report_every = 1
-        self.rows: dict[str, list[Any]] = {}
+        # Attempt rows: numpy chunks per column, and per chunk its status.
+        self._chunks: dict[str, list[np.ndarray]] = {name: [] for name in _CHUNK_COLUMNS}
+        self._chunk_status: list[tuple[str, int]] = []
         self.env.process(self._run())
 
     # --- changes from outside -------------------------------------------------------------
@@ -71,16 +109,20 @@ class PipelineRollout:
     def submit(self, adapter: str, step: int, batch: Batch) -> dict[str, int]:
         self.sync()
         n = len(batch.response_tokens)
-        first = len(self._adapter)
+        first = self._adapter.size
         batch_id = len(self._batch_keys)
         self._batch_keys.append((adapter, step))
         self._batch_size.append(n)
-        self._adapter.extend([adapter] * n)
-        self._step.extend([step] * n)
-        self._prompt = np.concatenate([self._prompt, batch.prompt_tokens])
-        self._response = np.concatenate([self._response, batch.response_tokens])
-        self._num_preempted = np.concatenate([self._num_preempted, np.zeros(n, dtype=np.int64)])
-        self._completed = np.concatenate([self._completed, np.zeros(n, dtype=bool)])
+        code = self._adapter_code.get(adapter)
+        if code is None:
+            code = self._adapter_code[adapter] = len(self._adapters)
+            self._adapters.append(adapter)
+        self._adapter.extend(np.full(n, code))
+        self._step.extend(np.full(n, step))
+        self._prompt.extend(batch.prompt_tokens)
+        self._response.extend(batch.response_tokens)
+        self._num_preempted.extend(np.zeros(n, dtype=np.int64))
+        self._completed.extend(np.zeros(n, dtype=bool))
         self.group.submit(
             np.arange(first, first + n),
             batch.prompt_tokens,
@@ -94,14 +136,16 @@ class PipelineRollout:
         self._poke()
         return dict(self.remaining)
 
-    def add_engine(self, dp_rank: int) -> None:
+    def add_engine(self, dp_rank: int, t_ready: float | None = None) -> None:
+        """Start `dp_rank`'s engine, taking work from `t_ready` (default now). Added when its
+        weight load starts, a loading rank counts in the router's even share at once."""
         self.sync()
-        self.group.add_engine(dp_rank, self.env.now)
+        self.group.add_engine(dp_rank, self.env.now if t_ready is None else t_ready)
         self._poke()
 
     def remove_engine(self, dp_rank: int) -> None:
         self.sync()
-        if dp_rank in self.group.engines:
+        if self.group.has_engine(dp_rank):
             self.group.remove_engine(dp_rank, self.env.now)
             self._absorb()
         self._poke()
@@ -128,7 +172,7 @@ class PipelineRollout:
             )
         self.alive = False
         self._poke()
-        open_ids = np.flatnonzero(~self._completed)
+        open_ids = np.flatnonzero(~self._completed.view)
         now = self.env.now
         self._append_rows(
             open_ids,
@@ -161,7 +205,7 @@ class PipelineRollout:
             if self._wake.triggered:
                 self._wake = env.event()
             group = self.group
-            if not group.engines or group.num_remaining == 0:
+            if not group.num_engines or group.num_remaining == 0:
                 yield self._wake
                 continue
             ahead = group.copy()
@@ -182,32 +226,37 @@ class PipelineRollout:
         """Take what the group did (attempts, busy spans, finished batches) into the record,
         and tell the host about progress and finished batches."""
         group = self.group
-        attempts = group.drain_attempts()
-        if attempts:
-            a = attempts_to_columns(attempts)
-            ids = a["traj_id"].astype(np.int64)
-            completed = a["status"] == "completed"
-            self._append_rows(
-                ids[~completed],
-                np.asarray(a["dp_rank"])[~completed],
-                np.asarray(a["t_start"])[~completed],
-                np.asarray(a["t_end"])[~completed],
-                a["recomputed_tokens"][~completed],
-                "requeued",
-            )
-            np.add.at(self._num_preempted, ids[~completed], 1)
-            done = ids[completed]
-            self._append_rows(
-                done,
-                np.asarray(a["dp_rank"])[completed],
-                np.asarray(a["t_start"])[completed],
-                np.asarray(a["t_end"])[completed],
-                a["recomputed_tokens"][completed],
-                "completed",
-            )
-            self._completed[done] = True
-            for adapter, count in Counter(self._adapter[i] for i in done.tolist()).items():
-                self.remaining[adapter] -= count
+        a = group.drain_attempt_columns()
+        if a is not None:
+            ids = a["traj_id"]
+            completed = a["completed"]
+            requeued = ~completed
+            if requeued.any():
+                again = ids[requeued]
+                self._append_rows(
+                    again,
+                    a["dp_rank"][requeued],
+                    a["t_start"][requeued],
+                    a["t_end"][requeued],
+                    a["recomputed_tokens"][requeued],
+                    "requeued",
+                )
+                np.add.at(self._num_preempted.data, again, 1)
+            if completed.any():
+                done = ids[completed]
+                self._append_rows(
+                    done,
+                    a["dp_rank"][completed],
+                    a["t_start"][completed],
+                    a["t_end"][completed],
+                    a["recomputed_tokens"][completed],
+                    "completed",
+                )
+                self._completed.data[done] = True
+                per_adapter = np.bincount(self._adapter.data[done], minlength=len(self._adapters))
+                for code, count in enumerate(per_adapter.tolist()):
+                    if count:
+                        self.remaining[self._adapters[code]] -= count
         for dp_rank, t0, t1 in group.drain_busy():
             self.sim.recorder.add_activity(
                 self.pipeline_id,
@@ -237,44 +286,51 @@ class PipelineRollout:
         recomputed: np.ndarray,
         status: str,
     ) -> None:
+        """Rows for these attempts; what depends on the moment (preemptions so far, the weight
+        version at t_start) is fixed now, the rest when the table is built."""
         if not len(ids):
             return
-        versions = self.sim.versions_at(
-            self.pipeline_id, [self._adapter[i] for i in ids.tolist()], t_start
-        )
-        rows = self.rows
-        if not rows:
-            rows.update(
-                {
-                    name: []
-                    for name in (
-                        "pipeline_id",
-                        "adapter",
-                        "trajectory_id",
-                        "step_consumed",
-                        "weight_version",
-                        "prompt_tokens",
-                        "response_tokens",
-                        "t_start",
-                        "t_end",
-                        "preemptions",
-                        "status",
-                        "dp_rank",
-                        "recomputed_tokens",
-                    )
-                }
+        t_start = np.asarray(t_start, dtype=float)
+        chunks = self._chunks
+        chunks["trajectory_id"].append(np.asarray(ids, dtype=np.int64))
+        chunks["dp_rank"].append(np.asarray(dp_rank, dtype=np.int64))
+        chunks["t_start"].append(t_start)
+        chunks["t_end"].append(np.asarray(t_end, dtype=float))
+        chunks["recomputed_tokens"].append(np.asarray(recomputed, dtype=np.int64))
+        chunks["preemptions"].append(self._num_preempted.data[ids])
+        chunks["weight_version"].append(
+            self.sim.weight_versions(
+                self.pipeline_id, self._adapters, self._adapter.data[ids], t_start
             )
+        )
+        self._chunk_status.append((status, len(ids)))
+
+    def take_rows(self) -> dict[str, Any] | None:
+        """The attempt rows recorded so far, column by column (the recorder's rollout
+        columns), and forget them; None when there are none."""
+        if not self._chunk_status:
+            return None
+        cols = {name: np.concatenate(parts) for name, parts in self._chunks.items()}
+        ids = cols["trajectory_id"]
         n = len(ids)
-        rows["pipeline_id"].extend([self.pipeline_id] * n)
-        rows["adapter"].extend(self._adapter[i] for i in ids.tolist())
-        rows["trajectory_id"].extend(ids.tolist())
-        rows["step_consumed"].extend(self._step[i] for i in ids.tolist())
-        rows["weight_version"].extend(versions)
-        rows["prompt_tokens"].extend(self._prompt[ids].tolist())
-        rows["response_tokens"].extend(self._response[ids].tolist())
-        rows["t_start"].extend(np.asarray(t_start, dtype=float).tolist())
-        rows["t_end"].extend(np.asarray(t_end, dtype=float).tolist())
-        rows["preemptions"].extend(self._num_preempted[ids].tolist())
-        rows["status"].extend([status] * n)
-        rows["dp_rank"].extend(np.asarray(dp_rank, dtype=np.int64).tolist())
-        rows["recomputed_tokens"].extend(np.asarray(recomputed, dtype=np.int64).tolist())
+        names = np.array(self._adapters, dtype=object)
+        statuses = np.array([status for status, _ in self._chunk_status], dtype=object)
+        counts = [count for _, count in self._chunk_status]
+        rows = {
+            "pipeline_id": [self.pipeline_id] * n,
+            "adapter": names[self._adapter.data[ids]].tolist(),
+            "trajectory_id": ids.tolist(),
+            "step_consumed": self._step.data[ids].tolist(),
+            "weight_version": cols["weight_version"].tolist(),
+            "prompt_tokens": self._prompt.data[ids].tolist(),
+            "response_tokens": self._response.data[ids].tolist(),
+            "t_start": cols["t_start"].tolist(),
+            "t_end": cols["t_end"].tolist(),
+            "preemptions": cols["preemptions"].tolist(),
+            "status": np.repeat(statuses, counts).tolist(),
+            "dp_rank": cols["dp_rank"].tolist(),
+            "recomputed_tokens": cols["recomputed_tokens"].tolist(),
+        }
+        self._chunks = {name: [] for name in _CHUNK_COLUMNS}
+        self._chunk_status = []
+        return rows
