@@ -20,6 +20,7 @@ import cProfile
 import gc
 import json
 import pstats
+import resource
 import time
 from typing import Any
 
@@ -64,6 +65,8 @@ def run_once(
         "cpu_s": round(cpu, 2),
         "rollouts_per_s": round(completed / wall),
         "rollouts_per_cpu_s": round(completed / cpu),
+        # Peak resident memory of the process so far (cuts run in one process: monotone).
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
 

@@ -48,13 +48,16 @@ from __future__ import annotations
 import math
 from collections import deque
 from heapq import heapify, heappop
+from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from rlix.sim.costs import CostModel
+from rlix.sim.engine_compact import Compaction
 from rlix.sim.engine_loop import EventLoop
 from rlix.sim.engine_state import (
+    COMPLETED,
     IDX_BITS,
     IDX_MASK,
     REQUEUED,
@@ -74,23 +77,13 @@ ATTEMPT_FIELDS = (
     "status",
 )
 Attempt = tuple[int, int, float, float, int, int, str]
-#: How `drain_attempt_columns` reads the recorded tuples (status 1: completed, 0: requeued).
-_ATTEMPT_DTYPE = np.dtype(
-    [
-        ("traj_id", np.int64),
-        ("dp_rank", np.int64),
-        ("t_start", np.float64),
-        ("t_end", np.float64),
-        ("generated_tokens", np.int64),
-        ("recomputed_tokens", np.int64),
-        ("completed", np.int64),
-    ]
-)
+_NUM_FIELDS = len(ATTEMPT_FIELDS)
+_FLOAT_FIELDS = ("t_start", "t_end")
 STOP_REASONS = ("limit", "completions", "batch_done", "idle")
 _INF = math.inf
 
 
-class RolloutGroup(EventLoop):
+class RolloutGroup(EventLoop, Compaction):
     """The rollout engines of one pipeline sharing one queue (see the module docstring)."""
 
     def __init__(
@@ -126,8 +119,8 @@ class RolloutGroup(EventLoop):
         self._alpha = [a for a, _ in coefficients]
         self._beta = coefficients[1][1]
         self._prefill_per_token_s = costs.prefill_compute_seconds(1, self.tp)
-        # Per trajectory (internal index = submission order), append-only and shared by copies
-        # until one of them submits (copy on write).
+        # Per trajectory (internal index = submission order, less the done prefix that
+        # `_own_lists` cuts), shared by copies until one of them submits (copy on write).
         self._tid: list[int] = []
         self._prompt: list[int] = []
         self._resp: list[int] = []
@@ -152,7 +145,6 @@ class RolloutGroup(EventLoop):
         self._wakes: list[tuple[float, int, int, Engine]] = []
         # Ranks with a free slot after their last boundary (queue empty or head not fitting).
         self._hungry: dict[int, Engine] = {}
-        self._batch_done_flag = False
         # Trajectories queued or running (R of the even share).
         self._num_open = 0
         self.now = 0.0
@@ -221,10 +213,7 @@ class RolloutGroup(EventLoop):
             )
         if len(self._tid) + len(ids) > IDX_MASK:
             raise ValueError(f"submit: a group holds at most {IDX_MASK} trajectories")
-        if self._shared_lists:
-            self._tid, self._prompt = list(self._tid), list(self._prompt)
-            self._resp, self._batch = list(self._resp), list(self._batch)
-            self._shared_lists = False
+        self._own_lists()
         self._rebind()
         was_empty = self.num_queued == 0
         self._num_open += len(ids)
@@ -318,7 +307,6 @@ class RolloutGroup(EventLoop):
             )
         if max_completions is not None and max_completions < 1:
             raise ValueError(f"advance: max_completions must be >= 1, got {max_completions!r}")
-        self._batch_done_flag = False
         t, reason = self._run(t_limit, max_completions if max_completions is not None else -1)
         if reason:
             return t, reason
@@ -353,12 +341,20 @@ class RolloutGroup(EventLoop):
     def drain_attempt_columns(self) -> dict[str, np.ndarray] | None:
         """Attempts finished since the last call as arrays, the fields of `ATTEMPT_FIELDS` with
         `completed` (bool) for `status`; None when there are none."""
-        if not self._attempts:
+        attempts = self._attempts
+        if not attempts:
             return None
-        table = np.array(self._attempts, dtype=_ATTEMPT_DTYPE)
-        self._attempts.clear()
-        columns = {name: table[name] for name in _ATTEMPT_DTYPE.names or ()}
-        columns["completed"] = columns["completed"].astype(bool)
+        # One pass in C over the flattened tuples (twice as fast as a structured array here);
+        # every field is exact as a float64 (integers far below 2**53).
+        flat = np.fromiter(
+            chain.from_iterable(attempts), dtype=np.float64, count=_NUM_FIELDS * len(attempts)
+        ).reshape(-1, _NUM_FIELDS)
+        attempts.clear()
+        columns = {
+            name: flat[:, i] if name in _FLOAT_FIELDS else flat[:, i].astype(np.int64)
+            for i, name in enumerate(ATTEMPT_FIELDS[:-1])
+        }
+        columns["completed"] = flat[:, -1] == COMPLETED
         return columns
 
     def drain_busy(self, until: float | None = None) -> list[tuple[int, float, float]]:

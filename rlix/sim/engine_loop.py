@@ -54,7 +54,6 @@ class EventLoop:
     _events: list[tuple[float, int, int, Engine]]
     _wakes: list[tuple[float, int, int, Engine]]
     _hungry: dict[int, Engine]
-    _batch_done_flag: bool
     _num_open: int
     _hot: tuple[Any, ...]
 
@@ -110,6 +109,9 @@ class EventLoop:
         # Trajectories open (queued or running) are `open0 - count` (the even share's R).
         open0 = self._num_open
         num_engines = len(self._engines)
+        # Only the admissions below move the fresh-queue head: a local mirror of `_qhead`.
+        qhead = self._qhead
+        batch_done = False
         t = self.now
         while events:
             t, rank, version, e = events[0]
@@ -143,6 +145,7 @@ class EventLoop:
                 left[slot] -= 1
                 if not left[slot]:
                     self._batch_finished(slot)
+                    batch_done = True
             extra_s = 0.0
             head_changed = False
             migrate_at = e.migrate_at
@@ -151,13 +154,12 @@ class EventLoop:
                 self._num_open = open0 - count
                 if b:
                     b, kv, head_changed = self._migrate_out(e, t, n, b, kv)
-            if b < max_batch and (front or self._qhead < num_submitted):
+            if b < max_batch and (front or qhead < num_submitted):
                 cap = max_batch
                 if balance:
                     cap = -(-(open0 - count) // num_engines)
                     if cap > max_batch:
                         cap = max_batch
-                qhead = self._qhead
                 tokens = 0
                 while b < cap:
                     if front:
@@ -228,18 +230,18 @@ class EventLoop:
                 if not e.hungry:
                     e.hungry = True
                     hungry[rank] = e
-                if head_changed and len(hungry) > 1 and (front or self._qhead < num_submitted):
+                if head_changed and len(hungry) > 1 and (front or qhead < num_submitted):
                     self._wake_hungry(t, rank)
             elif e.hungry:
                 e.hungry = False
                 del hungry[rank]
-                if head_changed and hungry and (front or self._qhead < num_submitted):
+                if head_changed and hungry and (front or qhead < num_submitted):
                     self._wake_hungry(t, rank)
-            elif head_changed and hungry and (front or self._qhead < num_submitted):
+            elif head_changed and hungry and (front or qhead < num_submitted):
                 self._wake_hungry(t, rank)
             if wakes:
                 self._flush_wakes()
-            if self._batch_done_flag:
+            if batch_done:
                 self._num_open = open0 - count
                 self.now = t
                 return t, "batch_done"
@@ -376,4 +378,3 @@ class EventLoop:
         if self._batch_slot.get(batch_id) == slot:
             del self._batch_slot[batch_id]
         self._done_batches.append(batch_id)
-        self._batch_done_flag = True

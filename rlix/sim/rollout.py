@@ -305,31 +305,30 @@ class PipelineRollout:
         )
         self._chunk_status.append((status, len(ids)))
 
-    def take_rows(self) -> dict[str, Any] | None:
-        """The attempt rows recorded so far, column by column (the recorder's rollout
-        columns), and forget them; None when there are none."""
+    def take_rows(self) -> dict[str, np.ndarray] | None:
+        """The attempt rows recorded so far as numpy arrays, one per rollout column of the
+        recorder (text as object arrays), and forget them; None when there are none."""
         if not self._chunk_status:
             return None
         cols = {name: np.concatenate(parts) for name, parts in self._chunks.items()}
         ids = cols["trajectory_id"]
-        n = len(ids)
         names = np.array(self._adapters, dtype=object)
         statuses = np.array([status for status, _ in self._chunk_status], dtype=object)
         counts = [count for _, count in self._chunk_status]
         rows = {
-            "pipeline_id": [self.pipeline_id] * n,
-            "adapter": names[self._adapter.data[ids]].tolist(),
-            "trajectory_id": ids.tolist(),
-            "step_consumed": self._step.data[ids].tolist(),
-            "weight_version": cols["weight_version"].tolist(),
-            "prompt_tokens": self._prompt.data[ids].tolist(),
-            "response_tokens": self._response.data[ids].tolist(),
-            "t_start": cols["t_start"].tolist(),
-            "t_end": cols["t_end"].tolist(),
-            "preemptions": cols["preemptions"].tolist(),
-            "status": np.repeat(statuses, counts).tolist(),
-            "dp_rank": cols["dp_rank"].tolist(),
-            "recomputed_tokens": cols["recomputed_tokens"].tolist(),
+            "pipeline_id": np.full(len(ids), self.pipeline_id, dtype=object),
+            "adapter": names[self._adapter.data[ids]],
+            "trajectory_id": ids,
+            "step_consumed": self._step.data[ids],
+            "weight_version": cols["weight_version"],
+            "prompt_tokens": self._prompt.data[ids],
+            "response_tokens": self._response.data[ids],
+            "t_start": cols["t_start"],
+            "t_end": cols["t_end"],
+            "preemptions": cols["preemptions"],
+            "status": np.repeat(statuses, counts),
+            "dp_rank": cols["dp_rank"],
+            "recomputed_tokens": cols["recomputed_tokens"],
         }
         self._chunks = {name: [] for name in _CHUNK_COLUMNS}
         self._chunk_status = []

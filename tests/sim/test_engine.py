@@ -9,6 +9,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from rlix.sim import engine_compact
 from rlix.sim.costs import CostModel
 from rlix.sim.engine import ATTEMPT_FIELDS, RolloutGroup, attempts_to_columns
 from rlix.traces import load_bundled
@@ -98,12 +99,7 @@ def play(
 ROUTERS = [(True, True)] * 3 + [(False, False), (True, False), (False, True)]
 
 
-@pytest.mark.parametrize("seed", range(120))
-def test_matches_token_by_token_reference(seed: int) -> None:
-    ops = random_scenario(seed, scale=1 + seed % 4)
-    router = ROUTERS[seed % len(ROUTERS)]
-    _, fast = play(ops, RolloutGroup, router)
-    _, slow = play(ops, ReferenceGroup, router)
+def assert_same_attempts(fast: list[tuple], slow: list[tuple]) -> None:  # type: ignore[type-arg]
     assert len(fast) == len(slow)
     for a, b in zip(fast, slow, strict=True):
         if a[0] == "removed":
@@ -112,7 +108,61 @@ def test_matches_token_by_token_reference(seed: int) -> None:
         assert (a[0], a[1], a[4], a[5], a[6]) == (b[0], b[1], b[4], b[5], b[6]), (a, b)
         assert a[2] == pytest.approx(b[2], rel=1e-6, abs=1e-9)
         assert a[3] == pytest.approx(b[3], rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_matches_token_by_token_reference(seed: int) -> None:
+    ops = random_scenario(seed, scale=1 + seed % 4)
+    router = ROUTERS[seed % len(ROUTERS)]
+    _, fast = play(ops, RolloutGroup, router)
+    _, slow = play(ops, ReferenceGroup, router)
+    assert_same_attempts(fast, slow)
     assert any(a[6] == "completed" for a in fast)
+
+
+def test_cutting_done_trajectories_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the per-trajectory lists cut at every submit that can, the same attempts."""
+    cuts: list[int] = []
+    compact = RolloutGroup._compact
+
+    def counted(group: RolloutGroup, start: int) -> None:
+        cuts.append(start)
+        compact(group, start)
+
+    monkeypatch.setattr(engine_compact, "MIN_COMPACT", 1)
+    monkeypatch.setattr(RolloutGroup, "_compact", counted)
+    for seed in range(30):
+        ops = step_by_step_scenario(seed)
+        router = ROUTERS[seed % len(ROUTERS)]
+        _, slow = play(ops, ReferenceGroup, router)
+        _, fast = play(ops, RolloutGroup, router)
+        assert_same_attempts(fast, slow)
+    assert len(cuts) > 100 and max(cuts) > 20
+
+
+def step_by_step_scenario(seed: int) -> list[tuple]:  # type: ignore[type-arg]
+    """Steps of a pipeline: a batch submitted, advanced for a while (ranks leaving and
+    joining), the next batch, ... (many submits, each after most of the last finished)."""
+    rng = np.random.default_rng(seed)
+    capacity = int(rng.integers(300, 1200))
+    ops: list[tuple] = [("config", 1, int(rng.integers(2, 12)), capacity, 0.01)]  # type: ignore[type-arg]
+    next_rank, next_id, t = 3, 0, 0.0
+    ops += [("add", rank, 0.0) for rank in range(3)]
+    for step in range(12):
+        n = int(rng.integers(5, 30))
+        ids = np.arange(next_id, next_id + n)
+        next_id += n
+        response = rng.integers(1, 40, n)
+        ops.append(("submit", ids, rng.integers(1, 40, n), response, np.full(n, step % 3)))
+        for _ in range(3):
+            t += float(rng.exponential(0.3))
+            ops.append(("advance", t))
+            if rng.random() < 0.3:
+                ops.append(("remove", t, float(rng.random())))
+                ops.append(("add", next_rank, t + 0.01))
+                next_rank += 1
+    ops.append(("advance", math.inf))
+    return ops
 
 
 def test_reference_scenarios_exercise_preemption() -> None:
