@@ -99,9 +99,10 @@ def run(args: argparse.Namespace) -> dict[str, float | int | str]:
                     num_removed += g.remove_engine(victim, t)
                     g.add_engine(max(ranks) + 1, t + load_s)
                     next_churn = t + args.churn_s
-            attempts = g.drain_attempts()
-            num_attempts += len(attempts)
-            num_done += sum(1 for a in attempts if a[6] == "completed")
+            attempts = g.drain_attempt_columns()
+            if attempts is not None:
+                num_attempts += len(attempts["completed"])
+                num_done += int(attempts["completed"].sum())
             g.drain_busy()
     wall = time.perf_counter() - wall0
     cpu = time.thread_time() - cpu0
