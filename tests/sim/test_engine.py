@@ -12,6 +12,7 @@ import pytest
 from rlix.sim import engine_compact
 from rlix.sim.costs import CostModel
 from rlix.sim.engine import ATTEMPT_FIELDS, RolloutGroup, attempts_to_columns
+from rlix.sim.engine_state import Engine
 from rlix.traces import load_bundled
 from tests.sim.reference_engine import ReferenceGroup
 
@@ -300,6 +301,20 @@ def test_copy_is_independent_and_adoptable() -> None:
     assert sorted(group.drain_busy()) == sorted(twin.drain_busy())
 
 
+def test_engine_copy_copies_every_field() -> None:
+    engine = Engine(3, 1.5)
+    for i, name in enumerate(Engine.__slots__):
+        if name not in ("heap", "info", "dead"):
+            setattr(engine, name, f"value {i}")
+    engine.heap.append(7)
+    engine.info[7] = (0, 1.5, 7)
+    engine.dead[9] = 1
+    twin = engine.copy()
+    assert all(getattr(twin, name) == getattr(engine, name) for name in Engine.__slots__)
+    assert twin.heap is not engine.heap and twin.info is not engine.info
+    assert twin.dead is not engine.dead
+
+
 def test_busy_intervals_cover_attempts_and_skip_idle_engines() -> None:
     group, _ = agentic_group(5, 300)
     group.add_engine(0, 1.0)
@@ -423,6 +438,25 @@ def test_attempt_columns() -> None:
     assert cols["traj_id"].tolist() == [7] and cols["status"].tolist() == ["completed"]
     assert cols["generated_tokens"].tolist() == [5]
     assert len(attempts_to_columns([])["t_end"]) == 0
+
+
+def test_attempt_columns_fast_path_matches_the_tuples() -> None:
+    tuples_group, _ = agentic_group(4, 300)
+    arrays_group, _ = agentic_group(4, 300)
+    for g in (tuples_group, arrays_group):
+        for rank in range(3):
+            g.add_engine(rank, 0.0)
+        drain_all(g, 60.0)
+        g.remove_engine(1, 60.0)  # requeued attempts too
+        drain_all(g, math.inf)
+    expected = attempts_to_columns(tuples_group.drain_attempts())
+    got = arrays_group.drain_attempt_columns()
+    assert got is not None and arrays_group.drain_attempt_columns() is None
+    assert got["completed"].tolist() == (expected["status"] == "completed").tolist()
+    assert not got["completed"].all()
+    for name in ATTEMPT_FIELDS[:-1]:
+        assert got[name].dtype == expected[name].dtype
+        assert got[name].tolist() == expected[name].tolist(), name
 
 
 def test_bad_input_is_a_clear_error() -> None:
