@@ -17,7 +17,7 @@ import numpy as np
 from rlix.policy import decisions as dec
 
 if TYPE_CHECKING:
-    from rlix.sim.simulate import Simulation
+    from rlix.sim.simulation import Simulation
 
 
 class SimActuator:

@@ -18,7 +18,7 @@ from typing import Any
 
 from rlix.scenarios import Scenario, load_scenario
 from rlix.scenarios.load import validate_scenario
-from rlix.sim.simulate import SimResult, Simulation
+from rlix.sim.simulation import SimResult, Simulation
 
 
 def resolve_scenario(

@@ -26,7 +26,7 @@ from rlix.sim.batches import Batch
 if TYPE_CHECKING:
     from rlix.runs.host import Host
     from rlix.sim.engine import RolloutGroup
-    from rlix.sim.simulate import Simulation
+    from rlix.sim.simulation import Simulation
 
 #: The longest look-ahead, in simulated seconds: a bound on the work an interruption can waste.
 MAX_LOOKAHEAD_S = 600.0

@@ -126,3 +126,13 @@ def test_lost_gpu_and_failed_decisions_do_not_stop_the_run() -> None:
     alloc = result.tables["allocations"]
     on_lost = alloc[(alloc.gpu == 3) & (alloc.t_start < 60.0) & (alloc.t_end > 20.0 + 1e-9)]
     assert (on_lost.t_start >= 60.0 - 1e-9).all() | (on_lost.t_end <= 20.0 + 1e-9).all()
+
+
+def test_rlix_sim_simulate_stays_the_function_after_a_run() -> None:
+    # The module holding Simulation was once named `simulate`: importing it replaced the
+    # package's `simulate` function with the module, so a second `rlix.sim.simulate(...)` failed.
+    import rlix.sim
+
+    rlix.sim.simulate("tiny", "static")
+    assert callable(rlix.sim.simulate)
+    assert rlix.sim.simulate("tiny", "static").summary["finished"]

@@ -335,7 +335,8 @@ class Simulation:
         parts = [rows for r in self.rollouts.values() if (rows := r.take_rows()) is not None]
         if not parts:
             return
-        columns = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        # Column by column, each pipeline's part freed once joined: the peak is one column.
+        columns = {name: np.concatenate([p.pop(name) for p in parts]) for name in list(parts[0])}
         rollouts = self.recorder.rollouts
         if all(len(rollouts[name]) == 0 for name in columns):
             rollouts.update(columns)  # type: ignore[arg-type]
