@@ -80,12 +80,14 @@ def _columns(rows: list[tuple[Any, ...]], names: tuple[str, ...]) -> dict[str, S
 
 def _frame(name: TableName, columns: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
     """A frame from Python lists, column by column through numpy: pandas infers a long list's
-    dtype several times slower. Values are not coerced (conform_table checks them)."""
+    dtype several times slower; arrays (a simulator's rollouts) as they are. Values are not
+    coerced (conform_table checks them)."""
     text = {c for c, dtype in TABLE_COLUMNS[name].items() if dtype == "string"}
     return pd.DataFrame({
-        column: np.array(values, dtype=object) if column in text else np.asarray(values)
+        column: values if isinstance(values, pd.Categorical | np.ndarray)
+        else np.array(values, dtype=object) if column in text else np.asarray(values)
         for column, values in columns.items()
-    })
+    }, copy=False)  # copy=False: no copy to consolidate the columns into 2-D blocks
 
 
 def _steps_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

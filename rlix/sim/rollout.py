@@ -19,9 +19,11 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 import simpy
 
 from rlix.sim.batches import Batch
+from rlix.traces.schema import ROLLOUT_STATUSES
 
 if TYPE_CHECKING:
     from rlix.runs.host import Host
@@ -88,11 +90,12 @@ class PipelineRollout:
         # Per trajectory (ids are 0, 1, 2, ... in submission order); adapters as codes.
         self._adapters: list[str] = []
         self._adapter_code: dict[str, int] = {}
-        self._adapter = _Buffer(np.int64)
-        self._step = _Buffer(np.int64)
-        self._prompt = _Buffer(np.int64)
-        self._response = _Buffer(np.int64)
-        self._num_preempted = _Buffer(np.int64)
+        # 32-bit (16 for adapter codes): a simulated day of a large cluster has ~10^8 rows.
+        self._adapter = _Buffer(np.int16)
+        self._step = _Buffer(np.int32)
+        self._prompt = _Buffer(np.int32)
+        self._response = _Buffer(np.int32)
+        self._num_preempted = _Buffer(np.int32)
         self._completed = _Buffer(bool)
         self._batch_keys: list[tuple[str, int]] = []
         self._batch_size: list[int] = []
@@ -121,7 +124,7 @@ class PipelineRollout:
         self._step.extend(np.full(n, step))
         self._prompt.extend(batch.prompt_tokens)
         self._response.extend(batch.response_tokens)
-        self._num_preempted.extend(np.zeros(n, dtype=np.int64))
+        self._num_preempted.extend(np.zeros(n, dtype=np.int32))
         self._completed.extend(np.zeros(n, dtype=bool))
         self.group.submit(
             np.arange(first, first + n),
@@ -292,11 +295,11 @@ class PipelineRollout:
             return
         t_start = np.asarray(t_start, dtype=float)
         chunks = self._chunks
-        chunks["trajectory_id"].append(np.asarray(ids, dtype=np.int64))
-        chunks["dp_rank"].append(np.asarray(dp_rank, dtype=np.int64))
+        chunks["trajectory_id"].append(np.asarray(ids, dtype=np.int32))
+        chunks["dp_rank"].append(np.asarray(dp_rank, dtype=np.int32))
         chunks["t_start"].append(t_start)
         chunks["t_end"].append(np.asarray(t_end, dtype=float))
-        chunks["recomputed_tokens"].append(np.asarray(recomputed, dtype=np.int64))
+        chunks["recomputed_tokens"].append(np.asarray(recomputed, dtype=np.int32))
         chunks["preemptions"].append(self._num_preempted.data[ids])
         chunks["weight_version"].append(
             self.sim.weight_versions(
@@ -305,31 +308,28 @@ class PipelineRollout:
         )
         self._chunk_status.append((status, len(ids)))
 
-    def take_rows(self) -> dict[str, np.ndarray] | None:
-        """The attempt rows recorded so far as numpy arrays, one per rollout column of the
-        recorder (text as object arrays), and forget them; None when there are none."""
+    def take_rows(self) -> dict[str, Any] | None:
+        """The attempt rows recorded so far, one array per rollout column of the recorder
+        (numpy, text as pandas Categoricals), and forget them; None when there are none."""
         if not self._chunk_status:
             return None
-        cols = {name: np.concatenate(parts) for name, parts in self._chunks.items()}
-        ids = cols["trajectory_id"]
-        names = np.array(self._adapters, dtype=object)
-        statuses = np.array([status for status, _ in self._chunk_status], dtype=object)
+        rows: dict[str, Any] = {}
+        for name in _CHUNK_COLUMNS:  # one column at a time: its chunks go once joined
+            rows[name] = np.concatenate(self._chunks.pop(name))
+        ids = rows["trajectory_id"]
+        statuses = [status for status, _ in self._chunk_status]
         counts = [count for _, count in self._chunk_status]
-        rows = {
-            "pipeline_id": np.full(len(ids), self.pipeline_id, dtype=object),
-            "adapter": names[self._adapter.data[ids]],
-            "trajectory_id": ids,
-            "step_consumed": self._step.data[ids],
-            "weight_version": cols["weight_version"],
-            "prompt_tokens": self._prompt.data[ids],
-            "response_tokens": self._response.data[ids],
-            "t_start": cols["t_start"],
-            "t_end": cols["t_end"],
-            "preemptions": cols["preemptions"],
-            "status": np.repeat(statuses, counts),
-            "dp_rank": cols["dp_rank"],
-            "recomputed_tokens": cols["recomputed_tokens"],
-        }
+        status_codes = np.repeat(
+            np.array([ROLLOUT_STATUSES.index(s) for s in statuses], dtype=np.int8), counts
+        )
+        rows.update(
+            pipeline_id=pd.Categorical.from_codes(np.zeros(len(ids), np.int8), [self.pipeline_id]),
+            adapter=pd.Categorical.from_codes(self._adapter.data[ids], self._adapters),
+            step_consumed=self._step.data[ids],
+            prompt_tokens=self._prompt.data[ids],
+            response_tokens=self._response.data[ids],
+            status=pd.Categorical.from_codes(status_codes, ROLLOUT_STATUSES),
+        )
         self._chunks = {name: [] for name in _CHUNK_COLUMNS}
         self._chunk_status = []
         return rows

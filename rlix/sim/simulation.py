@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import simpy
+from pandas.api.types import union_categoricals
 
 from rlix.pipelines import ops
 from rlix.pipelines.ops import Program
@@ -328,20 +329,27 @@ class Simulation:
         return end
 
     def _record_rollouts(self) -> None:
-        """Hand the recorder every pipeline's attempt rows. They stay numpy arrays when the
-        recorder holds no rollout rows yet (always, in the simulator): as Python lists a large
-        run's table would take ~400 bytes a row (a simulated day of cluster-1024 has ~10^8);
-        the tables are built from either the same way (`rlix.runs.frames`)."""
+        """Hand the recorder every pipeline's attempt rows. They stay arrays (32-bit numbers,
+        text as Categoricals) when the recorder holds no rollout rows yet (always, in the
+        simulator): as Python lists a large run's table would take ~400 bytes a row (a
+        simulated day of cluster-1024 has ~10^8); the tables are built from either the same
+        way (`rlix.runs.frames`)."""
         parts = [rows for r in self.rollouts.values() if (rows := r.take_rows()) is not None]
         if not parts:
             return
         # Column by column, each pipeline's part freed once joined: the peak is one column.
-        columns = {name: np.concatenate([p.pop(name) for p in parts]) for name in list(parts[0])}
+        columns: dict[str, Any] = {}
+        for name in list(parts[0]):
+            pieces = [p.pop(name) for p in parts]
+            if isinstance(pieces[0], pd.Categorical):
+                columns[name] = union_categoricals(pieces)
+            else:
+                columns[name] = np.concatenate(pieces)
         rollouts = self.recorder.rollouts
         if all(len(rollouts[name]) == 0 for name in columns):
-            rollouts.update(columns)  # type: ignore[arg-type]
+            rollouts.update(columns)
         else:
-            self.recorder.add_rollouts({name: col.tolist() for name, col in columns.items()})
+            self.recorder.add_rollouts({name: list(col) for name, col in columns.items()})
 
 
 def _traces(pipeline: Any) -> list[tuple[str, Any]]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 
 from rlix.traces.errors import TraceError
 from rlix.traces.io import read_frame, write_frame
 from rlix.traces.schema import (
+    MAX_TOKENS,
     RESPONSE_TOKENS,
     ROLLOUT_STATUSES,
     TABLE_COLUMNS,
@@ -22,7 +24,7 @@ from rlix.traces.schema import (
     ColumnKind,
     TableName,
 )
-from rlix.traces.validate import check_column, locate
+from rlix.traces.validate import MAX_SAFE_INT, check_column, locate
 
 TableFormat = Literal["parquet", "csv"]
 
@@ -64,7 +66,9 @@ def read_table(path: str | Path, name: TableName | None = None) -> pd.DataFrame:
 
 
 def conform_table(frame: pd.DataFrame, name: TableName, file: str | Path) -> pd.DataFrame:
-    """A copy of `frame` with required columns first, in their dtypes; TraceError otherwise."""
+    """`frame` with required columns first, in their dtypes; TraceError otherwise. Columns
+    already in their dtype (a driver's own output) are checked without a converted copy, so a
+    table of 10^8 rollouts conforms in about its own size of memory."""
     required = TABLE_COLUMNS[name]
     missing = [c for c in required if c not in frame.columns]
     if missing:
@@ -73,28 +77,54 @@ def conform_table(frame: pd.DataFrame, name: TableName, file: str | Path) -> pd.
             f"(required: {', '.join(required)})",
             file=file,
         )
-    out = pd.DataFrame(index=frame.index)
-    for column, dtype in required.items():
-        out[column] = _cast(frame[column], column, dtype, file)
-    for column in frame.columns:
-        if column not in required:
-            out[column] = frame[column]
+    columns = {column: _cast(frame[column], column, dtype, file) for column, dtype in required.items()}
+    columns.update({column: frame[column] for column in frame.columns if column not in required})
+    out = pd.DataFrame(columns, index=frame.index, copy=False)  # no consolidating copy
     if name == "rollouts":
         _check_rollouts(out, file)
-    return out.reset_index(drop=True)
+    # A file's frame is indexed by its lines (for the errors above); a driver's by position.
+    return out if _is_default_index(out.index) else out.reset_index(drop=True)
+
+
+def _is_default_index(index: pd.Index) -> bool:
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
 
 
 def _cast(series: pd.Series, column: str, dtype: str, file: str | Path) -> pd.Series:
     if dtype == "string":
+        if isinstance(series.dtype, pd.CategoricalDtype):
+            # Few values over many rows (a simulator's rollouts): convert the categories only.
+            categories = series.cat.categories.astype("string")
+            text = series.cat.rename_categories(categories)
+            return text.cat.remove_categories([""]) if "" in categories else text
         # Empty text means "none" (e.g. no adapter for a full-finetune pipeline).
         text = series.astype("string")
         return text.mask(text == "", pd.NA)
     # Integers may be negative here: dp_rank is -1 for non-rollout clusters.
     kind: ColumnKind = "seconds" if dtype == "float64" else "integer"
+    if _plainly_valid(series, kind):
+        return series.astype(dtype)  # no copy when it is that dtype already (copy on write)
     checked, problem = check_column(series, column, kind)
     if problem is not None:
         raise problem.error(file)
     return checked
+
+
+def _plainly_valid(series: pd.Series, kind: ColumnKind) -> bool:
+    """Whether a numpy-typed column passes `check_column` for `kind` as it stands (the checks
+    on the values themselves, no float copy); anything else goes the long way, which also
+    names the first bad value."""
+    values = series.to_numpy() if isinstance(series.dtype, np.dtype) else None
+    if values is None or values.dtype == bool:
+        return False
+    if values.dtype.kind in "iu":
+        if not len(values):
+            return True
+        in_range = max(-int(values.min()), int(values.max())) <= MAX_SAFE_INT
+        return in_range and (kind != "seconds" or int(values.min()) >= 0)
+    if values.dtype.kind == "f" and kind == "seconds":
+        return bool(np.isfinite(values).all() and (values >= 0).all())
+    return False
 
 
 def _check_rollouts(frame: pd.DataFrame, file: str | Path) -> None:
@@ -108,8 +138,12 @@ def _check_rollouts(frame: pd.DataFrame, file: str | Path) -> None:
             column="status",
             **locate(frame.index, position),
         )
-    completed = frame[(status == "completed").fillna(False).astype(bool)]
-    _, problem = check_column(completed[RESPONSE_TOKENS], RESPONSE_TOKENS, "length")
+    completed = (status == "completed").fillna(False).to_numpy(bool)
+    tokens = frame[RESPONSE_TOKENS][completed]
+    values = tokens.to_numpy()
+    if values.dtype.kind in "iu" and bool(((values > 0) & (values <= MAX_TOKENS)).all()):
+        return
+    _, problem = check_column(tokens, RESPONSE_TOKENS, "length")
     if problem is not None:
         raise problem.error(file, prefix="completed rollout: ")
 

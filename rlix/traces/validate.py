@@ -31,7 +31,7 @@ from rlix.traces.schema import (
 # The name of a raw frame's index when it holds the file's line numbers (see the docstring).
 FILE_LINE = "file_line"
 # Integers beyond this do not fit int64 after conversion from float.
-_INT64_SAFE = 2.0**62
+MAX_SAFE_INT = 2.0**62
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})
 
@@ -132,7 +132,7 @@ def _check_number(raw: pd.Series, name: str, kind: ColumnKind) -> tuple[pd.Serie
             (values > MAX_TOKENS, lambda v: f"{v} tokens is absurd (more than {MAX_TOKENS:,})")
         )
     elif is_integer:
-        checks.append((values.abs() > _INT64_SAFE, lambda v: f"{v} is too large for an integer"))
+        checks.append((values.abs() > MAX_SAFE_INT, lambda v: f"{v} is too large for an integer"))
     problem = _first_problem(raw, name, checks)
     if problem is not None:
         return raw, problem

@@ -129,3 +129,58 @@ def test_bad_value_and_unknown_table(tmp_path: Path) -> None:
         write_table(frame, tmp_path, "allocations")
     with pytest.raises(TraceError, match="unknown run table"):
         read_table(tmp_path / "summary.parquet")
+
+
+def typed_rollouts() -> pd.DataFrame:
+    """The rollouts of `rollouts()` as a driver hands them over: text as Categoricals (empty
+    text for "no adapter"), numbers as 32-bit numpy columns."""
+    frame = rollouts()
+    typed = {}
+    for column, values in frame.items():
+        if column in ("pipeline_id", "adapter", "status"):
+            typed[column] = pd.Categorical(values.fillna(""))
+        elif column in ("t_start", "t_end"):
+            typed[column] = values.to_numpy("float64")
+        else:
+            typed[column] = values.to_numpy("int32")
+    return pd.DataFrame(typed)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_typed_columns_conform_to_the_same_values(tmp_path: Path, fmt: str) -> None:
+    from rlix.traces.tables import conform_table
+
+    plain = conform_table(rollouts(), "rollouts", "plain")
+    typed = conform_table(typed_rollouts(), "rollouts", "typed")
+    for column in plain.columns:
+        assert typed[column].tolist() == plain[column].tolist() or (
+            typed[column].isna().tolist() == plain[column].isna().tolist()
+        ), column
+    assert typed["adapter"].isna().tolist() == [True, True, True, False]
+    assert str(typed["trajectory_id"].dtype) == "int64"
+    back = read_table(write_table(typed, tmp_path, "rollouts", fmt))  # type: ignore[arg-type]
+    assert back["status"].tolist() == plain["status"].tolist()
+    assert back["adapter"].isna().tolist() == [True, True, True, False]
+
+
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("t_end", -1.0, "negative"),
+        ("t_start", float("inf"), "not a finite number"),
+        ("response_tokens", 0, "not positive"),
+        ("status", "lost", "not one of"),
+    ],
+)
+def test_typed_columns_are_still_checked(column: str, value: object, message: str) -> None:
+    from rlix.traces.tables import conform_table
+
+    frame = typed_rollouts()
+    if column == "status":
+        frame[column] = pd.Categorical(["completed", "requeued", value, "completed"])
+    else:
+        values = frame[column].to_numpy().copy()
+        values[2] = value
+        frame[column] = values
+    with pytest.raises(TraceError, match=message):
+        conform_table(frame, "rollouts", "typed")
