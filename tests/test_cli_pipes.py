@@ -69,10 +69,15 @@ def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # the in-process tests below cover the rest.
 @pytest.mark.parametrize(
     "args",
-    [["trace", "inspect", "{trace}"], ["demo", "--steps", "1", "--show", "3"], ["--help"]],
+    [
+        ["trace", "inspect", "{trace}"],
+        ["demo", "--quiet", "--policies", "static", "--no-alone", "--out", "{tmp}/demo"],
+        ["--help"],
+    ],
 )
 def test_closed_stdout_pipe_ends_quietly(trace_file: Path, args: list[str]) -> None:
-    done = run_into_closed_pipe(*[a.format(trace=trace_file) for a in args])
+    names = {"trace": trace_file, "tmp": trace_file.parent}
+    done = run_into_closed_pipe(*[a.format(**names) for a in args])
     assert (done.returncode, done.stderr) == (BROKEN_PIPE_STATUS, "")
 
 

@@ -1,8 +1,8 @@
 """`rlix-sim`: the simulator's command line.
 
-Sub-commands are registered by the modules that own them: `run` and `compare`
-(rlix.sim.commands), `replay` and `check` (rlix.runs.cli), `trace` (rlix.traces.cli) and `demo`
-(rlix.sim.demo). `main` treats every sub-command alike, so a new one needs only `register`:
+Sub-commands are registered by the modules that own them: `run`, `compare` and `demo` (compare
+on a small scenario; rlix.sim.commands), `replay` and `check` (rlix.runs.cli) and `trace`
+(rlix.traces.cli). `main` treats every sub-command alike, so a new one needs only `register`:
 
 - bad input, an exception of a class in `user_errors()` (TraceError, the policy core's
   FieldError, ScenarioError, RunError, UsageError), prints one line, ``rlix-sim: error: ...``,
@@ -74,12 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
     runs_cli.register(commands)
 
     trace_cli.register(commands)
-    try:
-        from rlix.sim import demo
-    except ImportError:  # demo lands with the policy core
-        pass
-    else:
-        demo.register(commands)
     return parser
 
 

@@ -30,6 +30,14 @@ running alone, preemptions) and write a comparison plot. Example:
   rlix-sim compare agentic-4x32
 """
 
+DEMO_HELP = """\
+`rlix-sim compare` on a small bundled scenario, `tiny` unless named: two pipelines (one
+full-finetune, one multi-LoRA) on one node of 8 GPUs under every policy, in seconds. Takes every
+option of `compare`. For the main study:
+
+  rlix-sim compare agentic-4x32
+"""
+
 
 def _column(text: str) -> tuple[str, str]:
     name, sep, source = text.partition("=")
@@ -40,10 +48,19 @@ def _column(text: str) -> tuple[str, str]:
     return name, source
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "scenario", metavar="SCENARIO", help="a bundled scenario name or a YAML path"
-    )
+def _add_common(parser: argparse.ArgumentParser, default_scenario: str | None = None) -> None:
+    if default_scenario is None:
+        parser.add_argument(
+            "scenario", metavar="SCENARIO", help="a bundled scenario name or a YAML path"
+        )
+    else:
+        parser.add_argument(
+            "scenario",
+            metavar="SCENARIO",
+            nargs="?",
+            default=default_scenario,
+            help=f"a bundled scenario name or a YAML path (default {default_scenario})",
+        )
     parser.add_argument(
         "--trace",
         metavar="FILE",
@@ -239,23 +256,34 @@ def register(commands: Any) -> None:
         description=COMPARE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_common(cmp)
-    cmp.add_argument(
+    _add_compare_options(cmp)
+    demo = commands.add_parser(
+        "demo",
+        help="`compare` on the bundled `tiny` scenario (seconds): a first look",
+        description=DEMO_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_compare_options(demo, default_scenario="tiny")
+
+
+def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str | None = None) -> None:
+    _add_common(parser, default_scenario)
+    parser.add_argument(
         "--policies",
         default="rlix,gap-ratio,static,sequential",
         help="comma-separated policies (default rlix,gap-ratio,static,sequential)",
     )
-    cmp.add_argument(
+    parser.add_argument(
         "--out",
         metavar="DIR",
         help="where run folders and the plot go (default runs/SCENARIO/compare)",
     )
-    cmp.add_argument(
+    parser.add_argument(
         "--no-alone", action="store_true", help="skip the alone-on-home runs (no slowdowns)"
     )
-    cmp.add_argument(
+    parser.add_argument(
         "--json",
         action="store_true",
         help="print {policy: {steps_per_hour, busy_share, idle_share, mean_step_s, preemptions}}",
     )
-    cmp.set_defaults(run=compare_main)
+    parser.set_defaults(run=compare_main)

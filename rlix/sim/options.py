@@ -1,7 +1,7 @@
 """What `rlix-sim` sub-commands share for checking their input: argparse types and UsageError.
 
 A type function rejects a bad value while the command line is parsed, so it is reported as
-``rlix-sim demo: error: argument --steps: must be a positive integer, not '0'`` with status 2
+``rlix-sim trace generate: error: argument --rows: must be a positive integer, not '0'`` with status 2
 before any work starts. UsageError is for what parsing cannot know (e.g. more steps than a trace
 holds); `rlix.sim.cli.main` prints it as one line with status 2. It lives here rather than in
 rlix.sim.cli so that `python -m rlix.sim.cli` and the sub-command modules share one class.

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlix.policy import POLICIES, Scheduler, Topology
-from rlix.sim.toy_loop import Job, Loop, sequential_bound_s
 from tests.policy.builders import pipeline_specs, topologies
+from tests.policy.toy_driver import Job, Loop, sequential_bound_s
 
 EXAMPLES = int(os.environ.get("RLIX_HYPOTHESIS_EXAMPLES", "500")) // 5
 

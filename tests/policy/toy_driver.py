@@ -1,7 +1,8 @@
 """A tiny deterministic driver of the policy core: toy pipelines on virtual time.
 
 It is not the simulator (no cost model, no traces replayed per sample): it is the smallest
-honest driver, used by the liveness tests and by `rlix-sim demo`. It needs no SimPy.
+honest driver, used by the liveness tests (it drives `Scheduler.handle` itself, as a policy test
+may; drivers of the product go through `rlix.runs.Loop`). It needs no SimPy.
 
 Each job: init (its actor_train at priority 0), then per step: roll out `work` units (each
 active rollout GPU does `rate` units per second), old log-probs and actor training as gang
