@@ -137,18 +137,30 @@ def _key(frame: pd.DataFrame, code: dict[str, int], num_gpus: int) -> np.ndarray
 
 def _trajectory_counts(rollouts: pd.DataFrame) -> pd.DataFrame:
     """Per pipeline (index): completed trajectories, their response tokens, re-queued attempts
-    and recomputed tokens. One grouped sum over the (possibly millions of) rollout rows."""
+    and recomputed tokens. Weighted bincounts over pipeline codes: the table can hold 10^8
+    rows, so no per-row Python objects and no frame of per-row temporaries."""
+    codes, pipelines = pd.factorize(rollouts["pipeline_id"], use_na_sentinel=False)
     status = rollouts["status"]
     completed = (status == "completed").fillna(False).to_numpy(bool)
-    recomputed = (rollouts["recomputed_tokens"].to_numpy(np.int64) if "recomputed_tokens" in rollouts
-                  else np.zeros(len(rollouts), dtype=np.int64))
-    counts = pd.DataFrame({
-        "trajectories": completed.astype(np.int64),
-        "generated_tokens": np.where(completed, rollouts["response_tokens"].to_numpy(np.int64), 0),
-        "preemptions": (status == "requeued").fillna(False).to_numpy(np.int64),
-        "recomputed_tokens": recomputed,
-    })
-    return counts.groupby(rollouts["pipeline_id"].to_numpy(object)).sum()
+    requeued = (status == "requeued").fillna(False).to_numpy(bool)
+
+    def per_pipeline(mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        if weights is not None:
+            weights = weights[mask].astype(np.float64)
+        sums = np.bincount(codes[mask], weights, minlength=len(pipelines))
+        return np.rint(sums).astype(np.int64)  # float sums of integers, exact below 2**53
+
+    all_rows = np.ones(len(codes), dtype=bool)
+    counts = {
+        "trajectories": per_pipeline(completed),
+        "generated_tokens": per_pipeline(completed, rollouts["response_tokens"].to_numpy()),
+        "preemptions": per_pipeline(requeued),
+        "recomputed_tokens": (
+            per_pipeline(all_rows, rollouts["recomputed_tokens"].to_numpy())
+            if "recomputed_tokens" in rollouts else np.zeros(len(pipelines), dtype=np.int64)
+        ),
+    }
+    return pd.DataFrame(counts, index=pd.Index(np.asarray(pipelines, dtype=object)))
 
 
 def _scope(tables: RunTables, steps: pd.DataFrame, trajectories: pd.Series, waits: pd.DataFrame,
