@@ -64,7 +64,10 @@ _CHUNK_COLUMNS = (
     "recomputed_tokens",
     "preemptions",
     "weight_version",
+    "status",
 )
+_COMPLETED = ROLLOUT_STATUSES.index("completed")
+_REQUEUED = ROLLOUT_STATUSES.index("requeued")
 
 
 class PipelineRollout:
@@ -102,9 +105,8 @@ class PipelineRollout:
         self.remaining: Counter[str] = Counter()
         self._reported_total = 0
         self._report_every = 1
-        # Attempt rows: numpy chunks per column, and per chunk its status.
+        # Attempt rows: numpy chunks per column (status as codes of ROLLOUT_STATUSES).
         self._chunks: dict[str, list[np.ndarray]] = {name: [] for name in _CHUNK_COLUMNS}
-        self._chunk_status: list[tuple[str, int]] = []
         self.env.process(self._run())
 
     # --- changes from outside -------------------------------------------------------------
@@ -183,7 +185,8 @@ class PipelineRollout:
             np.full(len(open_ids), now),
             np.full(len(open_ids), now),
             np.zeros(len(open_ids)),
-            status,
+            np.full(len(open_ids), ROLLOUT_STATUSES.index(status), dtype=np.int8),
+            self._num_preempted.data[open_ids],
         )
 
     # --- advancing ------------------------------------------------------------------------
@@ -231,30 +234,28 @@ class PipelineRollout:
         group = self.group
         a = group.drain_attempt_columns()
         if a is not None:
-            ids = a["traj_id"]
+            # Rows of re-queued attempts first, then completed ones (a stable order).
             completed = a["completed"]
-            requeued = ~completed
-            if requeued.any():
-                again = ids[requeued]
-                self._append_rows(
-                    again,
-                    a["dp_rank"][requeued],
-                    a["t_start"][requeued],
-                    a["t_end"][requeued],
-                    a["recomputed_tokens"][requeued],
-                    "requeued",
-                )
-                np.add.at(self._num_preempted.data, again, 1)
-            if completed.any():
-                done = ids[completed]
-                self._append_rows(
-                    done,
-                    a["dp_rank"][completed],
-                    a["t_start"][completed],
-                    a["t_end"][completed],
-                    a["recomputed_tokens"][completed],
-                    "completed",
-                )
+            order = np.argsort(completed, kind="stable")
+            completed = completed[order]
+            ids = a["traj_id"][order]
+            preempted = self._num_preempted.data
+            before = preempted[ids]
+            again = ids[~completed]
+            if len(again):
+                np.add.at(preempted, again, 1)
+            # A re-queued row counts the preemptions before it, a completed one all of them.
+            self._append_rows(
+                ids,
+                a["dp_rank"][order],
+                a["t_start"][order],
+                a["t_end"][order],
+                a["recomputed_tokens"][order],
+                np.where(completed, _COMPLETED, _REQUEUED).astype(np.int8),
+                np.where(completed, preempted[ids], before),
+            )
+            done = ids[completed]
+            if len(done):
                 self._completed.data[done] = True
                 per_adapter = np.bincount(self._adapter.data[done], minlength=len(self._adapters))
                 for code, count in enumerate(per_adapter.tolist()):
@@ -287,7 +288,8 @@ class PipelineRollout:
         t_start: np.ndarray,
         t_end: np.ndarray,
         recomputed: np.ndarray,
-        status: str,
+        status: np.ndarray,
+        preemptions: np.ndarray,
     ) -> None:
         """Rows for these attempts; what depends on the moment (preemptions so far, the weight
         version at t_start) is fixed now, the rest when the table is built."""
@@ -300,36 +302,30 @@ class PipelineRollout:
         chunks["t_start"].append(t_start)
         chunks["t_end"].append(np.asarray(t_end, dtype=float))
         chunks["recomputed_tokens"].append(np.asarray(recomputed, dtype=np.int32))
-        chunks["preemptions"].append(self._num_preempted.data[ids])
+        chunks["preemptions"].append(np.asarray(preemptions, dtype=np.int32))
+        chunks["status"].append(status)
         chunks["weight_version"].append(
             self.sim.weight_versions(
                 self.pipeline_id, self._adapters, self._adapter.data[ids], t_start
             )
         )
-        self._chunk_status.append((status, len(ids)))
 
     def take_rows(self) -> dict[str, Any] | None:
         """The attempt rows recorded so far, one array per rollout column of the recorder
         (numpy, text as pandas Categoricals), and forget them; None when there are none."""
-        if not self._chunk_status:
+        if not self._chunks["status"]:
             return None
         rows: dict[str, Any] = {}
         for name in _CHUNK_COLUMNS:  # one column at a time: its chunks go once joined
             rows[name] = np.concatenate(self._chunks.pop(name))
         ids = rows["trajectory_id"]
-        statuses = [status for status, _ in self._chunk_status]
-        counts = [count for _, count in self._chunk_status]
-        status_codes = np.repeat(
-            np.array([ROLLOUT_STATUSES.index(s) for s in statuses], dtype=np.int8), counts
-        )
         rows.update(
             pipeline_id=pd.Categorical.from_codes(np.zeros(len(ids), np.int8), [self.pipeline_id]),
             adapter=pd.Categorical.from_codes(self._adapter.data[ids], self._adapters),
             step_consumed=self._step.data[ids],
             prompt_tokens=self._prompt.data[ids],
             response_tokens=self._response.data[ids],
-            status=pd.Categorical.from_codes(status_codes, ROLLOUT_STATUSES),
+            status=pd.Categorical.from_codes(rows["status"], ROLLOUT_STATUSES),
         )
         self._chunks = {name: [] for name in _CHUNK_COLUMNS}
-        self._chunk_status = []
         return rows
