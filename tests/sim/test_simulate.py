@@ -136,3 +136,12 @@ def test_rlix_sim_simulate_stays_the_function_after_a_run() -> None:
     rlix.sim.simulate("tiny", "static")
     assert callable(rlix.sim.simulate)
     assert rlix.sim.simulate("tiny", "static").summary["finished"]
+
+
+def test_same_scenario_and_seed_write_byte_identical_run_folders(tmp_path: Any) -> None:
+    for name in ("a", "b"):
+        simulate("tiny", "rlix", out=tmp_path / name, plots=False)
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert {"rollouts.parquet", "allocations.parquet", "steps.parquet", "events.jsonl"} <= set(files)
+    for file in files:
+        assert (tmp_path / "a" / file).read_bytes() == (tmp_path / "b" / file).read_bytes(), file
