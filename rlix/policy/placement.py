@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlix.policy.state import PipelineState, Rank, RankStatus
+from rlix.policy.state import RANK_ACTIVE, RANK_INACTIVE, PipelineState, Rank
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
@@ -58,7 +58,7 @@ class RoundPlanner:
         self.first_bundle = False
 
     def _usable_by(self, rank: Rank, pipeline_id: str) -> bool:
-        if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > self.sched.now:
+        if rank.status is not RANK_INACTIVE or rank.retry_after_s > self.sched.now:
             return False
         reservations = self.sched.reservations
         if reservations.reserved_for:
@@ -97,22 +97,28 @@ class RoundPlanner:
         donor_ids: set[str] | None = None  # only needed for bundles that overlap others
         partial = self.sched.cluster.partial_overlap
         now = self.sched.now
+        reserved = self.sched.reservations.reserved_for
         best: tuple[int, Rank, list[Rank]] | None = None
         for donor in donors:
             for donor_rank in donor.active.values():
-                if donor_rank.status is not RankStatus.ACTIVE or donor_rank.shrink_retry_after_s > now:
+                if donor_rank.status is not RANK_ACTIVE or donor_rank.shrink_retry_after_s > now:
                     continue
-                if donor_rank.slot not in partial:
+                slot = donor_rank.slot
+                if slot not in partial:
                     # An aligned bundle: the receiver's rank there (if any) needs exactly it,
                     # and one rank is never more than a donor holds above its target.
-                    rank = mine.get(donor_rank.slot)
-                    if rank is not None and self._usable_by(rank, pid):
+                    # (_usable_by, inlined: this is the hottest loop of a rebalance.)
+                    rank = mine.get(slot)
+                    if (
+                        rank is not None and rank.status is RANK_INACTIVE and rank.retry_after_s <= now
+                        and (not reserved or self._usable_by(rank, pid))
+                    ):
                         return rank, [donor_rank]
                     continue
                 if donor_ids is None:
                     donor_ids = {d.pipeline_id for d in donors}
-                for slot in self._overlapping(donor_rank.slot):
-                    rank = mine.get(slot)
+                for other in self._overlapping(slot):
+                    rank = mine.get(other)
                     if rank is None or not self._usable_by(rank, pid):
                         continue
                     victims = self._victims(rank.gpus, pid, donor_ids)
@@ -227,7 +233,7 @@ class RoundPlanner:
                 if gpu in cluster.offline:
                     return None
                 continue
-            if type(holder) is not Rank or holder.status is not RankStatus.ACTIVE:
+            if type(holder) is not Rank or holder.status is not RANK_ACTIVE:
                 return None
             if holder.pipeline_id not in owners or holder.pipeline_id == receiver:
                 return None

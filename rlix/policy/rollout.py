@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from rlix.policy.placement import Move, RoundPlanner, is_donor, may_receive
 from rlix.policy.split import Claim, split_rollout
-from rlix.policy.state import PipelineState
+from rlix.policy.state import PipelineState, Rank
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
@@ -100,6 +100,7 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
     """Give ranks to pipelines short of their target by a whole bundle, neediest first (the
     largest shortfall relative to target; admission order breaks ties)."""
     ledger = sched.ledger
+    cluster = sched.cluster
     targets = sched.targets
     stickiness = 1.0 + sched.config.rebalance_margin_bundles
     heap: list[tuple[float, int, PipelineState, int]] = []
@@ -112,7 +113,8 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
     item = heapq.heappop(heap) if heap else None
     while item is not None:
         _, seq, pipeline, target = item
-        rank = planner.free_fit(pipeline)
+        # (A donor-heavy round has no free bundle at all: skip the search, once per move.)
+        rank = planner.free_fit(pipeline) if cluster.free_bits else None
         if rank is not None:
             ledger.expand(rank)
         elif not (
@@ -149,45 +151,58 @@ class _Donors:
         if self.donors is None:
             self.donors = [d for d in self.rollers if is_donor(sched, d)]
             self.donors.sort(key=lambda d: (-d.demand, d.admitted_seq))
-        move: Move | None = None
-        if pipeline.num_active_gpus:
+        if pipeline.num_active_gpus:  # the hot path of a rebalance: one call per rank moved
             found = planner.donor_fit(pipeline, self.donors)
-            if found is not None:
-                move = (found[0], found[1], [])
+            if found is None:
+                return False
+            self._take_from_donors(pipeline, found[0], found[1])
+            return True
+        planner.first_bundle = True
+        try:
+            above = [d for d in self.rollers if is_donor(sched, d, first_bundle=True)]
+            above.sort(key=lambda d: (-d.demand, d.admitted_seq))
+            found = planner.donor_fit(pipeline, above)
+            move = None if found is not None else planner.relocation_fit(pipeline, {p.pipeline_id for p in self.rollers})
+        finally:
+            planner.first_bundle = False
+        if found is None and move is not None and not move[2]:
+            found = (move[0], move[1])  # relocation needing no replacement: donors' ranks
+        if found is not None:
+            self._take_from_donors(pipeline, found[0], found[1])
+        elif move is not None:
+            self._relocate(pipeline, move)
         else:
-            planner.first_bundle = True
-            try:
-                above = [d for d in self.rollers if is_donor(sched, d, first_bundle=True)]
-                above.sort(key=lambda d: (-d.demand, d.admitted_seq))
-                found = planner.donor_fit(pipeline, above)
-                if found is not None:
-                    move = (found[0], found[1], [])
-                else:
-                    move = planner.relocation_fit(pipeline, {p.pipeline_id for p in self.rollers})
-            finally:
-                planner.first_bundle = False
-        if move is None:
             return False
-        self._carry_out(pipeline, move)
         return True
 
-    def _carry_out(self, pipeline: PipelineState, move: Move) -> None:
+    def _take_from_donors(self, pipeline: PipelineState, rank: Rank, victims: list[Rank]) -> None:
+        """Shrink `victims`, ranks of donors within their excess, and expand `rank`."""
+        sched = self.sched
+        ledger = sched.ledger
+        now = sched.now
+        donors = self.donors
+        assert donors is not None
+        if len(victims) == 1 and victims[0].slot == rank.slot:  # commonest: one rank's bundle
+            ledger.hand_over(victims[0], rank)
+            sched.pipelines[victims[0].pipeline_id].last_rebalanced_out_s = now
+        else:
+            for victim in victims:
+                ledger.shrink(victim, "rebalance")
+                sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = now
+            ledger.expand(rank)
+        pipeline.last_rebalanced_in_s = now
+        for victim in victims:  # only the victims' pipelines can have stopped being donors
+            donor = sched.pipelines[victim.pipeline_id]
+            if donor in donors and not is_donor(sched, donor):
+                donors.remove(donor)
+
+    def _relocate(self, pipeline: PipelineState, move: Move) -> None:
+        """Carry out a first bundle's relocation (see `RoundPlanner.relocation_fit`)."""
         sched = self.sched
         ledger = sched.ledger
         rank, victims, replacements = move
         donors = self.donors
         assert donors is not None
-        if not replacements:  # the common case: donors within their excess
-            for victim in victims:
-                ledger.shrink(victim, "rebalance")
-                sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = sched.now
-            ledger.expand(rank)
-            pipeline.last_rebalanced_in_s = sched.now
-            for victim in victims:  # only the victims' pipelines can have stopped being donors
-                donor = sched.pipelines[victim.pipeline_id]
-                if donor in donors and not is_donor(sched, donor):
-                    donors.remove(donor)
-            return
         net: dict[str, int] = {}
         for victim in victims + [v for _, displaced in replacements for v in displaced]:
             ledger.shrink(victim, "rebalance")
