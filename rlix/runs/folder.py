@@ -47,13 +47,16 @@ def write_run(
     plots: bool = True,
     overwrite: bool = False,
     extra_summary: Mapping[str, Any] | None = None,
+    tables: RunTables | None = None,
 ) -> Path:
     """Write the run folder of a finished recorder (`finish` called) and return its path.
 
     `specs` give each pipeline's kind and staleness bound for the summary; by default they are
     taken from the pipelines registered in the event log. An existing, non-empty `out_dir` is
     replaced only with `overwrite=True`. Raises RunError (or TraceError for a table that breaks
-    its schema) before anything is written.
+    its schema) before anything is written. `tables`, when the caller has them already
+    (`tables_from_recorder` of this recorder), are written as they are rather than built again:
+    a large run's rollouts table is gigabytes.
     """
     out_dir = Path(out_dir)
     _check_target(out_dir, overwrite)
@@ -63,7 +66,8 @@ def write_run(
         raise RunError("plots need matplotlib (pip install 'rlix[sim]'); or write the run without plots")
     if not recorder.finished:  # holdings still open: finish() closes them
         raise RunError("the recorder is not finished: call recorder.finish(now) first")
-    tables = tables_from_recorder(recorder, dict(specs) if specs is not None else None)
+    if tables is None:
+        tables = tables_from_recorder(recorder, dict(specs) if specs is not None else None)
     figures = summary(tables)
     figures.update(extra_summary or {})
     out_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -88,6 +88,7 @@ def simulate(
             plots=plots,
             overwrite=overwrite,
             extra_summary=run_status(sim),
+            tables=run_tables,
         )
     tables = {
         name: run_tables.table(name)

@@ -344,7 +344,10 @@ class Simulation:
             if isinstance(pieces[0], pd.Categorical):
                 columns[name] = union_categoricals(pieces)
             else:
-                columns[name] = np.concatenate(pieces)
+                # Joined as the table's int64 (held 32-bit while running): conform_table then
+                # takes these arrays as they are instead of keeping both widths.
+                wide = np.int64 if pieces[0].dtype.kind in "iu" else None
+                columns[name] = np.concatenate(pieces, dtype=wide)
         rollouts = self.recorder.rollouts
         if all(len(rollouts[name]) == 0 for name in columns):
             rollouts.update(columns)
