@@ -95,20 +95,36 @@ class Ledger:
         return decision
 
     def expand(self, rank: Rank) -> Expand:
-        # The hottest path of a round (one call per rank started): _new_id, _requires and
-        # _track are inlined.
+        # The hottest path of a round (one call per rank started): _new_id and _track are
+        # inlined, and for a bundle no other slot overlaps (the common case) so are
+        # ClusterState.take's fast path and the `requires` search. Such a bundle is free
+        # exactly when its slot is, and its GPUs are releasing all for one Shrink or not at all
+        # (a Shrink releases a whole bundle, and settling it clears exactly its own entries).
         sched = self.sched
+        cluster = sched.cluster
         gpus = rank.gpus
-        releasing = sched.cluster.releasing_by
-        requires = () if not releasing or releasing.keys().isdisjoint(gpus) else self._requires(gpus, [])
+        slot = rank.slot
+        releasing = cluster.releasing_by
+        num_gpus = len(gpus)
+        if slot in cluster.partial_overlap or cluster.slot_num_busy[slot]:
+            requires = self._requires(gpus, []) if releasing else ()
+            cluster.take(gpus, rank)  # the general case (and its error if the bundle is held)
+        else:
+            shrink_id = releasing.get(gpus[0]) if releasing else None
+            requires = () if shrink_id is None else (shrink_id,)
+            owner = cluster.owner
+            for gpu in gpus:
+                owner[gpu] = rank
+            cluster.slot_num_busy[slot] = num_gpus
+            cluster.free_bits ^= cluster.slot_mask[slot]
+            cluster.num_free -= num_gpus
         decision_id = self.next_id
-        self.next_id += 1
+        self.next_id = decision_id + 1
         decision = Expand(decision_id, rank.pipeline_id, rank.dp_rank, gpus, requires)
-        sched.cluster.take(gpus, rank)
         rank.status = RANK_EXPANDING
         rank.decision_id = decision_id
         pipeline = sched.pipelines[rank.pipeline_id]
-        pipeline.num_active_gpus += len(gpus)
+        pipeline.num_active_gpus += num_gpus
         pipeline.active[rank.dp_rank] = rank
         if requires:
             self._track(decision, rank, requires)
@@ -135,8 +151,7 @@ class Ledger:
         rebalance, a few times cheaper. The bundle never becomes free, so the free-slot index
         is untouched, and the Expand requires just this Shrink (it sets every GPU releasing)."""
         gpus = victim.gpus
-        assert rank.slot == victim.slot and victim.status is RANK_ACTIVE
-        assert rank.status is RANK_INACTIVE
+        assert rank.slot == victim.slot and victim.status is RANK_ACTIVE and rank.status is RANK_INACTIVE
         sched = self.sched
         shrink_id = self.next_id
         expand_id = shrink_id + 1
@@ -150,13 +165,14 @@ class Ledger:
             releasing[gpu] = shrink_id
         victim.status = RANK_INACTIVE
         victim.decision_id = shrink_id
+        num_gpus = len(gpus)
         donor = sched.pipelines[victim.pipeline_id]
-        donor.num_active_gpus -= len(gpus)
+        donor.num_active_gpus -= num_gpus
         del donor.active[victim.dp_rank]
         rank.status = RANK_EXPANDING
         rank.decision_id = expand_id
         receiver = sched.pipelines[rank.pipeline_id]
-        receiver.num_active_gpus += len(gpus)
+        receiver.num_active_gpus += num_gpus
         receiver.active[rank.dp_rank] = rank
         self.inflight[shrink_id] = (shrink, victim)
         self.inflight[expand_id] = (expand, rank)

@@ -50,6 +50,11 @@ class RoundPlanner:
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
+        self.cluster = sched.cluster
+        # Fixed for the round (the requests were served before rollout is planned); kept here
+        # because free_fit runs once per rank started and every attribute hop shows.
+        self.now = sched.now
+        self.reserved = sched.reservations.reserved_for
         # pipeline -> bits of free bundles it may not use this round (reserved, backing off);
         # neither changes within a round, so each is looked at once
         self._unusable: dict[str, int] = {}
@@ -69,19 +74,17 @@ class RoundPlanner:
         """The inactive rank of `pipeline` on the free bundle with the lowest GPU ids (its
         lowest free rank when its mapping is in GPU order): the lowest bit of the free bits
         and the pipeline's bits, so the search is a few big-int operations, not a scan."""
-        cluster = self.sched.cluster
+        cluster = self.cluster
         pid = pipeline.pipeline_id
-        unusable = self._unusable.get(pid, 0)
+        unusable = self._unusable.get(pid, 0) if self._unusable else 0
         candidates = cluster.free_bits & pipeline.slot_bits
         if unusable:
             candidates &= ~unusable
-        reserved = self.sched.reservations.reserved_for
-        now = self.sched.now
         while candidates:
             lowest = candidates & -candidates
             rank = pipeline.rank_by_slot[cluster.slot_of_bit[lowest.bit_length() - 1]]
             # A free bundle's rank is inactive; it may still be backing off or reserved.
-            if rank.retry_after_s <= now and (not reserved or self._usable_by(rank, pid)):
+            if rank.retry_after_s <= self.now and (not self.reserved or self._usable_by(rank, pid)):
                 return rank
             candidates ^= lowest
             unusable |= lowest
@@ -95,25 +98,27 @@ class RoundPlanner:
         mine = pipeline.rank_by_slot
         pid = pipeline.pipeline_id
         donor_ids: set[str] | None = None  # only needed for bundles that overlap others
-        partial = self.sched.cluster.partial_overlap
-        now = self.sched.now
-        reserved = self.sched.reservations.reserved_for
+        partial = self.cluster.partial_overlap
+        now = self.now
+        reserved = self.reserved
         best: tuple[int, Rank, list[Rank]] | None = None
         for donor in donors:
             for donor_rank in donor.active.values():
-                if donor_rank.status is not RANK_ACTIVE or donor_rank.shrink_retry_after_s > now:
-                    continue
                 slot = donor_rank.slot
                 if slot not in partial:
                     # An aligned bundle: the receiver's rank there (if any) needs exactly it,
-                    # and one rank is never more than a donor holds above its target.
-                    # (_usable_by, inlined: this is the hottest loop of a rebalance.)
+                    # and one rank is never more than a donor holds above its target. (The
+                    # hottest loop of a rebalance: a bundle outside the receiver's mapping is
+                    # skipped first, and _usable_by's checks are inlined.)
                     rank = mine.get(slot)
                     if (
-                        rank is not None and rank.status is RANK_INACTIVE and rank.retry_after_s <= now
+                        rank is not None and donor_rank.status is RANK_ACTIVE and donor_rank.shrink_retry_after_s <= now
+                        and rank.status is RANK_INACTIVE and rank.retry_after_s <= now
                         and (not reserved or self._usable_by(rank, pid))
                     ):
                         return rank, [donor_rank]
+                    continue
+                if donor_rank.status is not RANK_ACTIVE or donor_rank.shrink_retry_after_s > now:
                     continue
                 if donor_ids is None:
                     donor_ids = {d.pipeline_id for d in donors}

@@ -63,16 +63,10 @@ def _rollout_union(sched: Scheduler, rollers: list[PipelineState]) -> frozenset[
 
 
 def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
+    # Positional: keyword arguments cost about a third more, once per roller every round.
+    # (pipeline_id, demand, tp, weight, num_active_gpus, max_ranks, order)
     claims = [
-        Claim(
-            pipeline_id=p.pipeline_id,
-            demand=p.demand,
-            tp=p.tp,
-            weight=p.spec.weight,
-            num_active_gpus=p.num_active_gpus,
-            max_ranks=len(p.ranks),
-            order=p.admitted_seq,
-        )
+        Claim(p.pipeline_id, p.demand, p.tp, p.spec.weight, p.num_active_gpus, len(p.ranks), p.admitted_seq)
         for p in rollers
     ]
     split = split_rollout(claims, rollout_budget(sched, rollers))
@@ -101,6 +95,7 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
     largest shortfall relative to target; admission order breaks ties)."""
     ledger = sched.ledger
     cluster = sched.cluster
+    now, reserved = planner.now, planner.reserved
     targets = sched.targets
     stickiness = 1.0 + sched.config.rebalance_margin_bundles
     heap: list[tuple[float, int, PipelineState, int]] = []
@@ -113,8 +108,15 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
     item = heapq.heappop(heap) if heap else None
     while item is not None:
         _, seq, pipeline, target = item
-        # (A donor-heavy round has no free bundle at all: skip the search, once per move.)
-        rank = planner.free_fit(pipeline) if cluster.free_bits else None
+        # planner.free_fit, its common case inlined (this runs once per rank started): the
+        # free bundle with the lowest GPU ids is the answer unless GPUs are reserved or that
+        # rank is backing off, and then free_fit itself searches on.
+        rank = None
+        candidates = cluster.free_bits & pipeline.slot_bits
+        if candidates:
+            rank = pipeline.rank_by_slot[cluster.slot_of_bit[(candidates & -candidates).bit_length() - 1]]
+            if reserved or rank.retry_after_s > now:
+                rank = planner.free_fit(pipeline)
         if rank is not None:
             ledger.expand(rank)
         elif not (
@@ -183,13 +185,17 @@ class _Donors:
         donors = self.donors
         assert donors is not None
         if len(victims) == 1 and victims[0].slot == rank.slot:  # commonest: one rank's bundle
-            ledger.hand_over(victims[0], rank)
-            sched.pipelines[victims[0].pipeline_id].last_rebalanced_out_s = now
-        else:
-            for victim in victims:
-                ledger.shrink(victim, "rebalance")
-                sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = now
-            ledger.expand(rank)
+            victim = victims[0]
+            ledger.hand_over(victim, rank)
+            donor = sched.pipelines[victim.pipeline_id]
+            donor.last_rebalanced_out_s = pipeline.last_rebalanced_in_s = now
+            if donor in donors and not is_donor(sched, donor):
+                donors.remove(donor)
+            return
+        for victim in victims:
+            ledger.shrink(victim, "rebalance")
+            sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = now
+        ledger.expand(rank)
         pipeline.last_rebalanced_in_s = now
         for victim in victims:  # only the victims' pipelines can have stopped being donors
             donor = sched.pipelines[victim.pipeline_id]

@@ -55,12 +55,13 @@ MIN_SHARE = 1e-200
 
 def _shares(claims: list[Claim]) -> dict[str, float]:
     """s_p proportional to demand * tp * weight, scaled into [MIN_SHARE, max tp]."""
-    max_demand = max(c.demand for c in claims)
-    max_weight = max(c.weight for c in claims)
-    return {
-        c.pipeline_id: max((c.demand / max_demand) * c.tp * (c.weight / max_weight), MIN_SHARE)
-        for c in claims
-    }
+    max_demand = max([c.demand for c in claims])
+    max_weight = max([c.weight for c in claims])
+    shares = {}
+    for c in claims:
+        share = (c.demand / max_demand) * c.tp * (c.weight / max_weight)
+        shares[c.pipeline_id] = MIN_SHARE if MIN_SHARE > share else share  # max(share, MIN_SHARE)
+    return shares
 
 
 def _floor_bundles(claims: list[Claim], shares: dict[str, float], budget: int) -> list[Claim]:
@@ -91,14 +92,18 @@ def _water_fill(claims: list[Claim], all_shares: dict[str, float], budget: int) 
     # crosses the budget (one sort; a binary search would re-evaluate f, O(n), per probe).
     slope_change: dict[float, float] = {}
     for s, lo, hi in zip(shares, lows, highs, strict=True):
-        slope_change[lo / s] = slope_change.get(lo / s, 0.0) + s
-        slope_change[hi / s] = slope_change.get(hi / s, 0.0) - s
+        at = lo / s
+        slope_change[at] = slope_change.get(at, 0.0) + s
+        at = hi / s
+        slope_change[at] = slope_change.get(at, 0.0) - s
     points = sorted(slope_change)
     filled, slope = sum(lows), 0.0  # f(points[0]) = sum(lows) <= budget < f(points[-1])
     lo_index = 0
-    while lo_index < len(points) - 2:
-        slope += slope_change[points[lo_index]]
-        after = filled + slope * (points[lo_index + 1] - points[lo_index])
+    last_index = len(points) - 2
+    while lo_index < last_index:
+        point = points[lo_index]
+        slope += slope_change[point]
+        after = filled + slope * (points[lo_index + 1] - point)
         if after > budget:
             break
         filled = after
@@ -115,10 +120,15 @@ def _water_fill(claims: list[Claim], all_shares: dict[str, float], budget: int) 
         else:
             slope += s
     lam = (budget - fixed) / slope if slope > 0 else points[lo_index]
-    return {
-        c.pipeline_id: min(max(lam * s, lo), hi)
-        for c, s, lo, hi in zip(claims, shares, lows, highs, strict=True)
-    }
+    ideal = {}
+    for c, s, lo, hi in zip(claims, shares, lows, highs, strict=True):
+        value = lam * s
+        if lo > value:  # min(max(value, lo), hi), spelled out: this runs for every roller
+            value = lo
+        if hi < value:
+            value = hi
+        ideal[c.pipeline_id] = value
+    return ideal
 
 
 def split_rollout(claims: list[Claim], budget: int) -> Split:
@@ -135,12 +145,16 @@ def split_rollout(claims: list[Claim], budget: int) -> Split:
     remainders: list[tuple[bool, float, str, Claim]] = []
     for claim in chosen:
         x = ideal[claim.pipeline_id]
-        bundles = min(math.floor(x / claim.tp + 1e-9), claim.max_ranks)
-        targets[claim.pipeline_id] = bundles * claim.tp
-        left -= bundles * claim.tp
-        if bundles < claim.max_ranks and x - bundles * claim.tp > 1e-9:
-            sticky = claim.num_active_gpus > bundles * claim.tp
-            remainders.append((not sticky, -(x / claim.tp - bundles), claim.pipeline_id, claim))
+        tp = claim.tp
+        bundles = math.floor(x / tp + 1e-9)
+        if claim.max_ranks < bundles:
+            bundles = claim.max_ranks
+        gpus = bundles * tp
+        targets[claim.pipeline_id] = gpus
+        left -= gpus
+        if bundles < claim.max_ranks and x - gpus > 1e-9:
+            sticky = claim.num_active_gpus > gpus
+            remainders.append((not sticky, -(x / tp - bundles), claim.pipeline_id, claim))
     for _, _, pipeline_id, claim in sorted(remainders):
         if claim.tp <= left:
             targets[pipeline_id] += claim.tp
