@@ -2,7 +2,10 @@
 
 The state is plain mutable objects owned by one `Scheduler`. Ownership changes go through the
 few methods of `ClusterState` (`take`, `free`, `set_offline`) so the free-slot index stays
-exact. A "slot" is one distinct TP bundle (a tuple of GPU ids); ranks of different pipelines
+exact; the two per-rank hot paths of the ledger are the exceptions, kept equal to them by
+tests/policy/test_fast_paths.py (`Ledger.expand` inlines `take`'s fast path, and
+`Ledger.hand_over` passes a held bundle from rank to rank, which leaves the index as it is).
+A "slot" is one distinct TP bundle (a tuple of GPU ids); ranks of different pipelines
 whose bundles are the same GPUs share a slot, which is what makes finding a free bundle for a
 pipeline cheap: intersect the free slots with the pipeline's slots.
 """
