@@ -244,7 +244,7 @@ class Simulation:
     ) -> np.ndarray:
         """The weight version each trajectory attempt started with (versions published by
         then); `codes` index `adapters`."""
-        out = np.zeros(len(codes), dtype=np.int64)
+        out = np.zeros(len(codes), dtype=np.int32)
         for code, adapter in enumerate(adapters):
             times = self.publish_times.get((pipeline_id, adapter))
             if times:
@@ -330,8 +330,8 @@ class Simulation:
 
     def _record_rollouts(self) -> None:
         """Hand the recorder every pipeline's attempt rows. They stay arrays (32-bit numbers,
-        text as Categoricals) when the recorder holds no rollout rows yet (always, in the
-        simulator): as Python lists a large run's table would take ~400 bytes a row (a
+        text as Categoricals), into the tables, when the recorder holds no rollout rows yet
+        (always, in the simulator): as Python lists a large run's table would take ~400 bytes a row (a
         simulated day of cluster-1024 has ~10^8); the tables are built from either the same
         way (`rlix.runs.frames`)."""
         parts = [rows for r in self.rollouts.values() if (rows := r.take_rows()) is not None]
@@ -344,10 +344,8 @@ class Simulation:
             if isinstance(pieces[0], pd.Categorical):
                 columns[name] = union_categoricals(pieces)
             else:
-                # Joined as the table's int64 (held 32-bit while running): conform_table then
-                # takes these arrays as they are instead of keeping both widths.
-                wide = np.int64 if pieces[0].dtype.kind in "iu" else None
-                columns[name] = np.concatenate(pieces, dtype=wide)
+                # Integers stay 32-bit in the table too (conform_table keeps a narrower width).
+                columns[name] = np.concatenate(pieces)
         rollouts = self.recorder.rollouts
         if all(len(rollouts[name]) == 0 for name in columns):
             rollouts.update(columns)
