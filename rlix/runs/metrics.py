@@ -135,31 +135,39 @@ def _key(frame: pd.DataFrame, code: dict[str, int], num_gpus: int) -> np.ndarray
     return keys
 
 
+#: Rows per slice in `_trajectory_counts` (its temporaries are a few bytes a row of one slice).
+_SLICE_ROWS = 1 << 22
+
+
 def _trajectory_counts(rollouts: pd.DataFrame) -> pd.DataFrame:
     """Per pipeline (index): completed trajectories, their response tokens, re-queued attempts
-    and recomputed tokens. Weighted bincounts over pipeline codes: the table can hold 10^8
-    rows, so no per-row Python objects and no frame of per-row temporaries."""
+    and recomputed tokens. Weighted bincounts over pipeline codes, a slice of rows at a time:
+    the table can hold 10^8 rows, so no per-row Python objects and per-row temporaries of one
+    slice only."""
     codes, pipelines = pd.factorize(rollouts["pipeline_id"], use_na_sentinel=False)
+    num_pipelines = len(pipelines)
     status = rollouts["status"]
-    completed = (status == "completed").fillna(False).to_numpy(bool)
-    requeued = (status == "requeued").fillna(False).to_numpy(bool)
-
-    def per_pipeline(mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-        if weights is not None:
-            weights = weights[mask].astype(np.float64)
-        sums = np.bincount(codes[mask], weights, minlength=len(pipelines))
-        return np.rint(sums).astype(np.int64)  # float sums of integers, exact below 2**53
-
-    all_rows = np.ones(len(codes), dtype=bool)
-    counts = {
-        "trajectories": per_pipeline(completed),
-        "generated_tokens": per_pipeline(completed, rollouts["response_tokens"].to_numpy()),
-        "preemptions": per_pipeline(requeued),
-        "recomputed_tokens": (
-            per_pipeline(all_rows, rollouts["recomputed_tokens"].to_numpy())
-            if "recomputed_tokens" in rollouts else np.zeros(len(pipelines), dtype=np.int64)
-        ),
-    }
+    response = rollouts["response_tokens"].to_numpy()
+    recomputed = (
+        rollouts["recomputed_tokens"].to_numpy() if "recomputed_tokens" in rollouts else None
+    )
+    # Float sums of integers: exact below 2**53.
+    sums = np.zeros((4, num_pipelines), dtype=np.float64)
+    for lo in range(0, len(codes), _SLICE_ROWS):
+        part = slice(lo, lo + _SLICE_ROWS)
+        part_codes = codes[part]
+        part_status = status.iloc[part]
+        completed = (part_status == "completed").fillna(False).to_numpy(bool)
+        requeued = (part_status == "requeued").fillna(False).to_numpy(bool)
+        done_codes = part_codes[completed]
+        sums[0] += np.bincount(done_codes, minlength=num_pipelines)
+        sums[1] += np.bincount(done_codes, response[part][completed], minlength=num_pipelines)
+        sums[2] += np.bincount(part_codes[requeued], minlength=num_pipelines)
+        if recomputed is not None:
+            sums[3] += np.bincount(part_codes, recomputed[part], minlength=num_pipelines)
+    totals = np.rint(sums).astype(np.int64)
+    names = ("trajectories", "generated_tokens", "preemptions", "recomputed_tokens")
+    counts = dict(zip(names, totals, strict=True))
     return pd.DataFrame(counts, index=pd.Index(np.asarray(pipelines, dtype=object)))
 
 

@@ -63,14 +63,43 @@ def simulate(
     progress: Callable[[float], None] | None = None,
 ) -> SimResult:
     """Run the scenario to the end (or its `max_time_s`); return the summary and tables."""
+    sim = new_simulation(
+        scenario, policy, trace=trace, columns=columns, seed=seed, check_invariants=check_invariants
+    )
+    sim.run(sim.scenario.max_time_s, progress)
+    return collect(sim, out=out, overwrite=overwrite, table_format=table_format, plots=plots)
+
+
+def new_simulation(
+    scenario: Scenario | str | os.PathLike[str],
+    policy: str | None = None,
+    *,
+    trace: str | os.PathLike[str] | None = None,
+    columns: dict[str, str] | None = None,
+    seed: int | None = None,
+    check_invariants: bool = False,
+) -> Simulation:
+    """`simulate` in steps, for who wants to watch a run (bench/sim_speed.py reads
+    `num_completed` as it goes): `sim = new_simulation(...)`, `sim.run(max_time_s, progress)`,
+    then `collect(sim, ...)`."""
+    resolved = resolve_scenario(scenario, policy, trace, columns, seed)
+    return Simulation(
+        resolved, resolved.policy.name, resolved.seed, check_invariants=check_invariants
+    )
+
+
+def collect(
+    sim: Simulation,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    table_format: str = "parquet",
+    plots: bool = True,
+) -> SimResult:
+    """The summary and tables of a simulation that has run; with `out`, its run folder."""
     from rlix.runs.frames import tables_from_recorder
     from rlix.runs.metrics import summary as summarize
 
-    resolved = resolve_scenario(scenario, policy, trace, columns, seed)
-    sim = Simulation(
-        resolved, resolved.policy.name, resolved.seed, check_invariants=check_invariants
-    )
-    sim.run(resolved.max_time_s, progress)
     specs = sim.specs
     run_tables = tables_from_recorder(sim.recorder, specs)
     summary = summarize(run_tables)
@@ -82,7 +111,7 @@ def simulate(
         run_dir = write_run(
             sim.recorder,
             out,
-            scenario_yaml=resolved.to_yaml(),
+            scenario_yaml=sim.scenario.to_yaml(),
             specs=specs,
             format=table_format,
             plots=plots,

@@ -37,7 +37,8 @@ MAX_LOOKAHEAD_S = 60.0
 
 
 class _Buffer:
-    """A growing 1-D numpy array (amortised doubling, not a copy per append)."""
+    """A growing 1-D numpy array (amortised growth by a quarter, not a copy per append: a
+    simulated day holds ~10^8 entries, and doubling would leave up to half of them unused)."""
 
     def __init__(self, dtype: Any) -> None:
         self.data = np.zeros(1024, dtype=dtype)
@@ -46,7 +47,7 @@ class _Buffer:
     def extend(self, values: Any) -> None:
         n = len(values)
         if self.size + n > len(self.data):
-            grown = np.zeros(max(2 * len(self.data), self.size + n), dtype=self.data.dtype)
+            grown = np.zeros(max(len(self.data) * 5 // 4, self.size + n), dtype=self.data.dtype)
             grown[: self.size] = self.data[: self.size]
             self.data = grown
         self.data[self.size : self.size + n] = values
@@ -107,6 +108,7 @@ class PipelineRollout:
         self.remaining: Counter[str] = Counter()
         self._reported_total = 0
         self._report_every = 1
+        self.num_completed = 0  # trajectories completed so far
         # Attempt rows: numpy chunks per column (status as codes of ROLLOUT_STATUSES).
         self._chunks: dict[str, list[np.ndarray]] = {name: [] for name in _CHUNK_COLUMNS}
         self.env.process(self._run())
@@ -258,6 +260,7 @@ class PipelineRollout:
             )
             done = ids[completed]
             if len(done):
+                self.num_completed += len(done)
                 self._completed.data[done] = True
                 per_adapter = np.bincount(self._adapter.data[done], minlength=len(self._adapters))
                 for code, count in enumerate(per_adapter.tolist()):
@@ -313,8 +316,11 @@ class PipelineRollout:
         )
 
     def take_rows(self) -> dict[str, Any] | None:
-        """The attempt rows recorded so far, one array per rollout column of the recorder
-        (numpy, text as pandas Categoricals), and forget them; None when there are none."""
+        """The attempt rows of the run, one array per rollout column of the recorder (numpy,
+        text as pandas Categoricals); None when there are none. Only once the pipeline has
+        stopped: its per-trajectory state goes with them (the rows are its last use)."""
+        if self.alive:
+            raise RuntimeError(f"take_rows: pipeline {self.pipeline_id!r} has not stopped")
         if not self._chunks["status"]:
             return None
         rows: dict[str, Any] = {}
@@ -330,4 +336,7 @@ class PipelineRollout:
             status=pd.Categorical.from_codes(rows["status"], ROLLOUT_STATUSES),
         )
         self._chunks = {name: [] for name in _CHUNK_COLUMNS}
+        for buffer in (self._adapter, self._step, self._prompt, self._response, self._num_preempted):
+            buffer.data = buffer.data[:0].copy()
+            buffer.size = 0
         return rows

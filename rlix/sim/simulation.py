@@ -283,6 +283,11 @@ class Simulation:
             for gpu in lost:
                 self.loop.send(ev.GpuRestored(float(self.env.now), gpu))
 
+    @property
+    def num_completed(self) -> int:
+        """Trajectories completed so far, over every pipeline (up to the last absorbed stop)."""
+        return sum(r.num_completed for r in self.rollouts.values())
+
     def _anything_running(self, now: float) -> bool:
         if any(p.arrival_s > now for p in self.pipelines.values()):
             return True

@@ -119,3 +119,18 @@ def test_two_pipeline_run_against_brute_force() -> None:
 def test_summary_of_tables_equals_summary_of_recorder() -> None:
     recorder = two_pipeline_run()
     assert summary(tables_from_recorder(recorder)) == summary(recorder)
+
+
+@pytest.mark.parametrize("slice_rows", [1, 2, 5])
+def test_rollout_counts_do_not_depend_on_the_slice_size(
+    monkeypatch: pytest.MonkeyPatch, slice_rows: int
+) -> None:
+    """The counts are summed a slice of rows at a time (memory of 10^8-row tables); slices of
+    any size, including ones cutting a pipeline's rows apart, give the same figures."""
+    import rlix.runs.metrics as metrics
+
+    for recorder, specs in (hand_made(), (two_pipeline_run(), None)):
+        whole = summary(recorder, specs)
+        monkeypatch.setattr(metrics, "_SLICE_ROWS", slice_rows)
+        assert summary(recorder, specs) == whole
+        monkeypatch.undo()

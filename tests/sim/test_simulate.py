@@ -145,3 +145,17 @@ def test_same_scenario_and_seed_write_byte_identical_run_folders(tmp_path: Any) 
     assert {"rollouts.parquet", "allocations.parquet", "steps.parquet", "events.jsonl"} <= set(files)
     for file in files:
         assert (tmp_path / "a" / file).read_bytes() == (tmp_path / "b" / file).read_bytes(), file
+
+
+def test_simulate_in_steps_gives_the_same_tables_and_counts_completions_as_it_goes() -> None:
+    from rlix.sim.api import collect, new_simulation
+
+    scenario = tiny()
+    sim = new_simulation(scenario)
+    seen: list[int] = []
+    sim.run(scenario.max_time_s, lambda now: seen.append(sim.num_completed))
+    stepped = collect(sim, plots=False)
+    frames_equal(stepped.tables, simulate(scenario, plots=False).tables)
+    rollouts = stepped.tables["rollouts"]
+    assert sim.num_completed == int((rollouts["status"] == "completed").sum()) > 0
+    assert seen == sorted(seen) and seen[-1] <= sim.num_completed
