@@ -61,7 +61,10 @@ class Shrink(Decision):
 @dataclass(slots=True)
 class Revoke(Decision):
     """A holding lost a GPU: abort that stage or rank. A non-rollout request is re-queued at its
-    old place, and granted again when its mapping is whole."""
+    old place, and granted again when its mapping is whole. The holding's latest decision in
+    flight, if any (its Grant, or the rank's latest Expand or Shrink), is over: a later report
+    of it is ignored, as is any report of a decision no longer in flight. An earlier Shrink of
+    the same rank that an Expand was queued behind is still in flight: report it as usual."""
 
     cluster: str
     gpus: tuple[int, ...]

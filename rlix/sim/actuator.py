@@ -5,7 +5,10 @@ An expansion loads the current weights onto the rank's GPUs (the cost model's lo
 the rank's engine starts and the expansion is reported applied. A shrink stops the engine at
 once (its in-flight trajectories go back to the pipeline's queue with their prefixes), offloads
 for the cost model's offload time, then is reported applied. A share of decisions can be made
-to fail (`faults.decision_failure_rate`), seeded, to exercise the core's two-phase undo.
+to fail (`faults.decision_failure_rate`), seeded, to exercise the core's two-phase undo. A
+Revoke (a GPU under the holding was lost) aborts the stage or stops the rank's engine; an
+expansion revoked while its weights load never starts its engine and is not reported (the core
+has forgotten it, and may expand the same rank again once the GPU is back).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ class SimActuator:
         self.sim = sim
         self.failure_rate = failure_rate
         self.rng = np.random.default_rng([seed, 0xFA11])
+        # The expansion loading onto each (pipeline, dp_rank), by decision id.
+        self._loading: dict[tuple[str, int], int] = {}
 
     def carry_out(self, decision: dec.Grant | dec.Expand | dec.Shrink) -> None:
         sim = self.sim
@@ -42,6 +47,7 @@ class SimActuator:
     def revoke(self, decision: dec.Revoke) -> None:
         sim = self.sim
         if decision.dp_rank >= 0:
+            self._loading.pop((decision.pipeline_id, decision.dp_rank), None)
             rollout = sim.rollouts.get(decision.pipeline_id)
             if rollout is not None:
                 rollout.remove_engine(decision.dp_rank)
@@ -52,7 +58,12 @@ class SimActuator:
         sim = self.sim
         t0 = sim.env.now
         costs = sim.costs[decision.pipeline_id]
+        key = (decision.pipeline_id, decision.dp_rank)
+        self._loading[key] = decision.decision_id
         yield sim.env.timeout(costs.weight_load_seconds(len(decision.gpus)))
+        if self._loading.get(key) != decision.decision_id:
+            return  # revoked while loading (a GPU was lost): no engine, nothing to report
+        del self._loading[key]
         rollout = sim.rollouts.get(decision.pipeline_id)
         if rollout is None or not rollout.alive:
             return  # the pipeline went away while loading; the core forgot the decision

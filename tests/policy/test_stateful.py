@@ -35,6 +35,7 @@ from rlix.policy import (
     PolicyConfig,
     PolicyError,
     RequestWithdrawn,
+    Revoke,
     RolloutProgressed,
     Scheduler,
     Shrink,
@@ -73,6 +74,27 @@ class SchedulerMachine(RuleBasedStateMachine):
         for decision in self.sched.handle(event):
             if isinstance(decision, Grant | Expand | Shrink):
                 self.outstanding[decision.decision_id] = decision
+            elif isinstance(decision, Revoke):
+                self._revoked(decision)
+
+    def _revoked(self, revoke: Revoke) -> None:
+        """A Revoke ends the holding's latest decision in flight (the Grant of that cluster, or
+        the rank's latest Expand or Shrink): the driver no longer reports it, and a report of
+        it is ignored, so it is no longer outstanding here either. An earlier Shrink of the
+        same rank (an Expand queued behind it) is still in flight."""
+        if revoke.dp_rank == -1:
+            matching = [
+                d for d, dec in self.outstanding.items()
+                if isinstance(dec, Grant) and (dec.pipeline_id, dec.cluster) == (revoke.pipeline_id, revoke.cluster)
+            ]
+        else:
+            matching = [
+                d for d, dec in self.outstanding.items()
+                if isinstance(dec, Expand | Shrink)
+                and (dec.pipeline_id, dec.dp_rank) == (revoke.pipeline_id, revoke.dp_rank)
+            ]
+        if matching:
+            del self.outstanding[max(matching)]
 
     def send_bad(self, event: Event) -> None:
         before = digest(self.sched)

@@ -159,3 +159,21 @@ def test_simulate_in_steps_gives_the_same_tables_and_counts_completions_as_it_go
     rollouts = stepped.tables["rollouts"]
     assert sim.num_completed == int((rollouts["status"] == "completed").sum()) > 0
     assert seen == sorted(seen) and seen[-1] <= sim.num_completed
+
+
+@pytest.mark.parametrize("restore_at_s", [62.5, 63.0, 70.0])
+def test_a_gpu_lost_while_an_expansion_loads_starts_no_engine_there(restore_at_s: float) -> None:
+    """tiny's `ft` loads its four rollout ranks onto GPUs 0-3 from 61.54 s to 63.66 s. GPU 1
+    is lost at 62 s, during the load: that expansion is revoked, its engine must never start,
+    and once the GPU is back the rank may be expanded again (not twice)."""
+    scenario = tiny(faults={"events": [{"at_s": 62.0, "lose_gpu": [1], "restore_at_s": restore_at_s}]})
+    result = simulate(scenario, check_invariants=True, plots=False)
+    check(result)
+    activity = result.tables["activity"]
+    busy = activity[(activity.gpu == 1) & (activity.kind == "busy")]
+    assert not ((busy.t_start < restore_at_s - 1e-9) & (busy.t_end > 62.0 + 1e-9)).any()
+    rollouts = result.tables["rollouts"]
+    ft = rollouts[rollouts.pipeline_id == "ft"]
+    on_rank = ft[(ft.dp_rank == 1) & (ft.t_start < restore_at_s - 1e-9) & (ft.t_end > 62.0 + 1e-9)]
+    assert on_rank.empty, on_rank
+    assert result.summary["finished"]
