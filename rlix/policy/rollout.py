@@ -42,11 +42,13 @@ def rollout_budget(sched: Scheduler, rollers: list[PipelineState]) -> int:
     if not rollers:
         return 0
     union = _rollout_union(sched, rollers)
-    excluded = {g for g in sched.reservations.reserved_for if g in union}
-    excluded.update(g for g in sched.cluster.offline if g in union)
+    # Set intersections run in C: at 1,024 GPUs a round otherwise spends most of this
+    # function testing training holdings' GPUs one by one.
+    excluded = set(union.intersection(sched.reservations.reserved_for))
+    excluded.update(union.intersection(sched.cluster.offline))
     for pipeline in sched.pipelines.values():
         for hold in pipeline.holdings.values():
-            excluded.update(g for g in hold.gpus if g in union)
+            excluded.update(union.intersection(hold.gpus))
     return len(union) - len(excluded)
 
 

@@ -103,7 +103,9 @@ class Simulation:
         self.threads: dict[str, list[simpy.Process]] = {}
         self.stages: dict[tuple[str, str], simpy.Process] = {}
         self.batch_tokens: dict[tuple[str, str, int], int] = {}
-        self.publish_times: dict[tuple[str, str], list[float]] = {}
+        # Per (pipeline, adapter): when each weight version was published, kept as an array
+        # (looked up for every batch of attempt rows).
+        self.publish_times: dict[tuple[str, str], np.ndarray] = {}
         self.num_unfinished = len(self.pipelines)
         self.num_ticks = 0
         #: When the run was found stuck (see STALL_S), or None.
@@ -211,7 +213,9 @@ class Simulation:
         if isinstance(op, ops.Publish):
             full = self.specs[pid].kind is PipelineKind.FULL_FINETUNE
             yield self.env.timeout(publish_seconds(costs, full))
-            self.publish_times.setdefault((pid, op.adapter), []).append(float(self.env.now))
+            key = (pid, op.adapter)
+            times = self.publish_times.get(key, np.empty(0))
+            self.publish_times[key] = np.append(times, float(self.env.now))
             return None
         gpus = self.specs[pid].clusters[op.cluster].mapping
         tokens = self.batch_tokens.get((pid, op.adapter, op.step), 0)
@@ -247,9 +251,13 @@ class Simulation:
         out = np.zeros(len(codes), dtype=np.int32)
         for code, adapter in enumerate(adapters):
             times = self.publish_times.get((pipeline_id, adapter))
-            if times:
+            if times is None:
+                continue
+            if len(adapters) == 1:  # every row is this adapter's (full-finetune)
+                out[:] = np.searchsorted(times, t_start, side="right")
+            else:
                 mask = codes == code
-                out[mask] = np.searchsorted(np.asarray(times), t_start[mask], side="right")
+                out[mask] = np.searchsorted(times, t_start[mask], side="right")
         return out
 
     # --- faults and time ------------------------------------------------------------------
