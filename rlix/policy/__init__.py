@@ -21,6 +21,7 @@ from rlix.policy.events import (
     ClusterRequested,
     DecisionApplied,
     DecisionFailed,
+    DecisionsApplied,
     Event,
     GpuLost,
     GpuRestored,
@@ -48,7 +49,7 @@ from rlix.policy.specs import (
 __all__ = [
     "BASE_ADAPTER", "MAX_WORK", "POLICIES", "ROLLOUT_CLUSTER", "AllowRollout", "ClusterReleased",
     "ClusterReleasedAndRequested", "ClusterRequested", "ClusterSpec", "Decision",
-    "DecisionApplied", "DecisionFailed", "Event", "EventError", "Expand", "GpuLost",
+    "DecisionApplied", "DecisionsApplied", "DecisionFailed", "Event", "EventError", "Expand", "GpuLost",
     "GpuRestored", "Grant", "Hold", "InvariantViolation", "PipelineAdmitted", "PipelineKind",
     "PipelineRegistered", "PipelineRemoved", "PipelineSpec", "Policy", "PolicyConfig",
     "PolicyError", "Priority", "RequestWithdrawn", "Revoke", "RolloutProgressed", "Scheduler",

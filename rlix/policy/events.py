@@ -122,6 +122,17 @@ class DecisionApplied(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class DecisionsApplied(Event):
+    """Several decisions carried out by the same moment, reported together: the same as one
+    `DecisionApplied` per id in this order, but with one decision round after the last
+    instead of one after each. A driver whose weight loads or offloads end together reports
+    them so (in a large simulation most rounds would otherwise follow one of these reports).
+    Each id comes after every decision it `requires` (earlier in the tuple counts)."""
+
+    decision_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionFailed(Event):
     """The driver could not carry out decision `decision_id`; it changed nothing on the GPUs."""
 

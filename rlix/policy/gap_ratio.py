@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rlix.policy.decisions import Expand, Shrink
-from rlix.policy.events import DecisionApplied, Event
+from rlix.policy.events import DecisionApplied, DecisionsApplied, Event
 from rlix.policy.state import Holder, PipelineState, Rank, RankStatus
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class CycleTrigger:
         self.woken = False
 
     def ready(self, sched: Scheduler, event: Event) -> bool:
-        if not isinstance(event, DecisionApplied):
+        if not isinstance(event, DecisionApplied | DecisionsApplied):
             self.woken = True
         if not self.woken or rank_moves_in_flight(sched):
             return False

@@ -247,6 +247,26 @@ def on_applied(sched: Scheduler, event: ev.DecisionApplied) -> None:
     sched.ledger.applied(event.decision_id)
 
 
+def on_applied_together(sched: Scheduler, event: ev.DecisionsApplied) -> None:
+    ids = event.decision_ids
+    if not isinstance(ids, tuple | list) or not ids:
+        raise EventError("decision_ids", ids, "must be a non-empty list of decision ids")
+    earlier: set[int] = set()
+    for decision_id in ids:  # all checked before any is applied: a rejected event changes nothing
+        _check_decision_id(sched, decision_id)
+        if decision_id in earlier:
+            raise EventError("decision_ids", decision_id, "is reported twice in one event")
+        unsettled = [r for r in sched.ledger.unsettled_requirements(decision_id) if r not in earlier]
+        if unsettled:
+            raise EventError(
+                "decision_ids", decision_id,
+                f"reported applied before the decisions it requires ({unsettled}) were reported applied",
+            )
+        earlier.add(decision_id)
+    for decision_id in ids:
+        sched.ledger.applied(decision_id)
+
+
 def on_failed(sched: Scheduler, event: ev.DecisionFailed) -> None:
     _check_decision_id(sched, event.decision_id)
     sched.ledger.failed(event.decision_id)
@@ -289,6 +309,7 @@ HANDLERS: dict[type[ev.Event], Callable[[Any, Any], None]] = {
     ev.RolloutProgressed: on_progressed,
     ev.TrainStepFinished: on_step_finished,
     ev.DecisionApplied: on_applied,
+    ev.DecisionsApplied: on_applied_together,
     ev.DecisionFailed: on_failed,
     ev.GpuLost: on_gpu_lost,
     ev.GpuRestored: on_gpu_restored,

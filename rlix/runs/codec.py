@@ -78,6 +78,8 @@ def decode_event(data: dict[str, Any]) -> ev.Event:
     kwargs = {name: data[name] for name in _fields(cls) if name in data}
     if cls is ev.PipelineRegistered:
         kwargs["spec"] = spec_from_dict(kwargs["spec"])
+    elif cls is ev.DecisionsApplied and isinstance(kwargs.get("decision_ids"), list):
+        kwargs["decision_ids"] = tuple(kwargs["decision_ids"])
     return cls(**kwargs)
 
 

@@ -13,6 +13,12 @@ decisions, and each decision goes where it belongs:
 Events raised while an event is being handled (an actuator that reports at once, a host that
 reacts to a grant) are queued and handled in order, never re-entrantly, so the core sees one
 sequence of events and `events.jsonl` is exactly that sequence.
+
+A driver that gives a `defer` (run a callable once the moment's other reports are in; the
+simulator's is a zero-delay SimPy event) has the applied reports of one moment handed to the
+core together, as one `DecisionsApplied` (one decision round for a whole set of weight loads
+ending together, instead of one round each). Any other event sends what was gathered first, so
+the core still sees every report in the order it came.
 """
 
 from __future__ import annotations
@@ -44,11 +50,15 @@ class Actuator(Protocol):
 
 class Loop:
     def __init__(self, scheduler: Scheduler, recorder: Recorder, actuator: Actuator,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float],
+                 defer: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.scheduler = scheduler
         self.recorder = recorder
         self.actuator = actuator
         self.clock = clock
+        self._defer = defer
+        #: Applied reports of this moment not yet handed to the core (with `defer` only).
+        self._applied: list[Moving] = []
         self.hosts: dict[str, Host[Any]] = {}
         self._queue: deque[ev.Event] = deque()
         self._draining = False
@@ -62,7 +72,10 @@ class Loop:
     # --- events in ------------------------------------------------------------------------
 
     def send(self, event: ev.Event) -> None:
-        """Hand `event` to the core (after the events already queued)."""
+        """Hand `event` to the core (after the events already queued, and the applied reports
+        gathered for this moment)."""
+        if self._applied:
+            self.flush_applied()
         self._queue.append(event)
         if self._draining:
             return
@@ -117,12 +130,31 @@ class Loop:
         if decision is None:
             return  # its pipeline went away, or it was settled already
         self.recorder.on_report(decision, True, self.clock())
-        self.send(ev.DecisionApplied(self.clock(), decision_id))
-        if isinstance(decision, dec.Grant):
-            host = self.hosts.get(decision.pipeline_id)
-            if host is not None:
-                host.granted(decision.cluster)
-        self._release_waiting(decision_id)
+        if self._defer is None:
+            self._report_applied([decision])
+            return
+        if not self._applied:
+            self._defer(self.flush_applied)
+        self._applied.append(decision)
+
+    def flush_applied(self) -> None:
+        """Hand the applied reports gathered for this moment to the core, as one event."""
+        gathered, self._applied = self._applied, []
+        if gathered:
+            self._report_applied(gathered)
+
+    def _report_applied(self, decisions: list[Moving]) -> None:
+        now = self.clock()
+        if len(decisions) == 1:
+            self.send(ev.DecisionApplied(now, decisions[0].decision_id))
+        else:
+            self.send(ev.DecisionsApplied(now, tuple(d.decision_id for d in decisions)))
+        for decision in decisions:
+            if isinstance(decision, dec.Grant):
+                host = self.hosts.get(decision.pipeline_id)
+                if host is not None:
+                    host.granted(decision.cluster)
+            self._release_waiting(decision.decision_id)
 
     def failed(self, decision_id: int, reason: str = "") -> None:
         decision = self._unsettled.pop(decision_id, None)

@@ -10,7 +10,7 @@ a stage would take (cost model); it never decides who holds a GPU.
 from __future__ import annotations
 
 import gc
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,11 @@ class Simulation:
         self.scenario_retry_s = config.retry_backoff_s
         self.actuator = SimActuator(self, scenario.faults.decision_failure_rate, seed)
         self.loop = Loop(
-            self.scheduler, self.recorder, self.actuator, clock=lambda: float(self.env.now)
+            self.scheduler,
+            self.recorder,
+            self.actuator,
+            clock=lambda: float(self.env.now),
+            defer=self._at_end_of_moment,
         )
         self.futures = SimFutures(self.env)
         self.specs = scenario.pipeline_specs(policy)
@@ -290,6 +294,12 @@ class Simulation:
             yield self.env.timeout(fault.restore_at_s - fault.at_s)
             for gpu in lost:
                 self.loop.send(ev.GpuRestored(float(self.env.now), gpu))
+
+    def _at_end_of_moment(self, action: Callable[[], None]) -> None:
+        """Run `action` after what is already scheduled for now (SimPy runs events of equal
+        time in the order they were scheduled): the loop's hook for gathering the applied
+        reports of one moment, e.g. the weight loads of one round, into one event."""
+        self.env.timeout(0).callbacks.append(lambda _event: action())
 
     @property
     def num_completed(self) -> int:

@@ -22,6 +22,7 @@ from rlix.policy import (
     ClusterSpec,
     DecisionApplied,
     DecisionFailed,
+    DecisionsApplied,
     Event,
     Expand,
     GpuLost,
@@ -244,6 +245,17 @@ class SchedulerMachine(RuleBasedStateMachine):
                 break
             del self.outstanding[appliable[0]]
             self.send(DecisionApplied(self.now, appliable[0]))
+
+    @precondition(lambda self: len(self._appliable()) >= 2)
+    @rule(data=st.data())
+    def apply_together(self, data: st.DataObject) -> None:
+        """Some of what can be applied now, reported in one `DecisionsApplied` (a driver whose
+        weight loads end together); any order works, since none requires another."""
+        appliable = self._appliable()
+        chosen = data.draw(st.lists(st.sampled_from(appliable), min_size=2, unique=True))
+        for decision_id in chosen:
+            del self.outstanding[decision_id]
+        self.send(DecisionsApplied(self.now, tuple(chosen)))
 
     @precondition(lambda self: self.outstanding)
     @rule(data=st.data())

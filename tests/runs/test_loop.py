@@ -1,0 +1,86 @@
+"""rlix.runs.Loop: applied reports of one moment reach the core together when the driver gives
+a `defer`, in the order they came, and one at a time when it does not."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from rlix.policy import (
+    ClusterRequested,
+    PipelineAdmitted,
+    PipelineRegistered,
+    PolicyConfig,
+    Scheduler,
+    Topology,
+)
+from rlix.policy import decisions as dec
+from rlix.runs import Loop, Recorder
+from tests.policy.drive import rollout_only
+
+
+class Keep:
+    """An actuator that only keeps what it was asked to carry out (the test reports back)."""
+
+    def __init__(self) -> None:
+        self.carried: list[dec.Grant | dec.Expand | dec.Shrink] = []
+
+    def carry_out(self, decision: dec.Grant | dec.Expand | dec.Shrink) -> None:
+        self.carried.append(decision)
+
+    def revoke(self, decision: dec.Revoke) -> None:
+        pass
+
+
+def rolling_loop(defer: Callable[[Callable[[], None]], None] | None) -> tuple[Loop, Keep]:
+    topology = Topology(1, 4)
+    actuator = Keep()
+    scheduler = Scheduler(topology, "rlix", PolicyConfig(), check_invariants=True)
+    loop = Loop(scheduler, Recorder(topology, "rlix", PolicyConfig()), actuator, lambda: 1.0, defer)
+    loop.send(PipelineRegistered(0, rollout_only("A", 1, num_gpus=4)))
+    loop.send(PipelineAdmitted(0, "A"))
+    loop.send(ClusterRequested(0, "A", "actor_infer", 6, 100))
+    assert len(actuator.carried) == 4
+    return loop, actuator
+
+
+def events(loop: Loop) -> list[dict[str, Any]]:
+    return [json.loads(line)["event"] for line in loop.recorder.event_lines[1:]]
+
+
+def test_reports_of_one_moment_become_one_event() -> None:
+    deferred: list[Callable[[], None]] = []
+    loop, actuator = rolling_loop(deferred.append)
+    ids = [d.decision_id for d in actuator.carried]
+    for decision_id in ids[:3]:
+        loop.applied(decision_id)
+    assert len(deferred) == 1  # one flush asked for, at the first report
+    assert all(i in loop.scheduler.ledger.inflight for i in ids[:3])  # the core has not seen them
+    deferred.pop()()
+    assert events(loop)[-1] == {"type": "DecisionsApplied", "now": 1.0, "decision_ids": ids[:3]}
+    assert not any(i in loop.scheduler.ledger.inflight for i in ids[:3])
+    loop.applied(ids[3])  # alone in its moment: a plain DecisionApplied
+    deferred.pop()()
+    assert events(loop)[-1] == {"type": "DecisionApplied", "now": 1.0, "decision_id": ids[3]}
+
+
+def test_another_event_sends_the_gathered_reports_first() -> None:
+    deferred: list[Callable[[], None]] = []
+    loop, actuator = rolling_loop(deferred.append)
+    first, second = (d.decision_id for d in actuator.carried[:2])
+    loop.applied(first)
+    loop.failed(second, "no")
+    assert [e["type"] for e in events(loop)[-2:]] == ["DecisionApplied", "DecisionFailed"]
+    assert events(loop)[-2]["decision_id"] == first
+    deferred.pop()()  # nothing left to send
+    assert events(loop)[-1]["type"] == "DecisionFailed"
+
+
+def test_without_defer_each_report_is_sent_at_once() -> None:
+    loop, actuator = rolling_loop(None)
+    ids = [d.decision_id for d in actuator.carried]
+    for decision_id in ids:
+        loop.applied(decision_id)
+    assert [e.get("decision_id") for e in events(loop)[-4:]] == ids
+    assert not loop.scheduler.ledger.inflight
