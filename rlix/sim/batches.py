@@ -50,11 +50,12 @@ class BatchSampler:
         if "group" in trace:
             keys = trace[["step", "group"]] if "step" in trace else trace[["group"]]
             codes = keys.groupby(list(keys.columns), sort=True).ngroup().to_numpy()
-            order = np.argsort(codes, kind="stable")
-            bounds = np.flatnonzero(np.diff(codes[order])) + 1
-            self.groups: list[np.ndarray] | None = np.split(order, bounds)
+            # Groups as one array of row numbers, group after group: `starts` and `sizes`.
+            self.members: np.ndarray | None = np.argsort(codes, kind="stable")
+            self.sizes = np.bincount(codes)
+            self.starts = np.cumsum(self.sizes) - self.sizes
         else:
-            self.groups = None
+            self.members = None
 
     def rng(self, pipeline_id: str, adapter: str, step: int) -> np.random.Generator:
         salt = zlib.crc32(f"{pipeline_id}/{adapter}".encode())
@@ -64,14 +65,31 @@ class BatchSampler:
         self, pipeline_id: str, adapter: str, step: int, num_prompts: int, samples_per_prompt: int
     ) -> Batch:
         rng = self.rng(pipeline_id, adapter, step)
-        if self.groups is None:
+        if self.members is None:
             rows = rng.integers(0, len(self.response), num_prompts * samples_per_prompt)
         else:
-            picked = rng.integers(0, len(self.groups), num_prompts)
-            parts = []
-            for g in picked:
-                members = self.groups[g]
-                replace = len(members) < samples_per_prompt
-                parts.append(rng.choice(members, samples_per_prompt, replace=replace))
-            rows = np.concatenate(parts)
+            rows = self._sample_groups(rng, num_prompts, samples_per_prompt)
         return Batch(self.prompt[rows], self.response[rows])
+
+    def _sample_groups(self, rng: np.random.Generator, num_prompts: int, k: int) -> np.ndarray:
+        """Row numbers of `num_prompts` random groups, `k` samples from each (prompt after
+        prompt): without replacement from a group of at least `k`, with it from a smaller one.
+        All groups at once: a group's k smallest of uniform random keys are a uniformly random
+        k-subset of it, in random order (as `Generator.choice` per group, ~10x faster)."""
+        assert self.members is not None
+        picked = rng.integers(0, len(self.sizes), num_prompts)
+        sizes, starts = self.sizes[picked], self.starts[picked]
+        offsets = np.empty((num_prompts, k), dtype=np.int64)
+        small = sizes < k
+        if small.any():
+            draws = rng.random((int(small.sum()), k)) * sizes[small, None]
+            offsets[small] = draws.astype(np.int64)
+        big = ~small
+        if big.any():
+            big_sizes = sizes[big]
+            segment_starts = np.cumsum(big_sizes) - big_sizes
+            segment = np.repeat(np.arange(len(big_sizes)), big_sizes)
+            order = np.lexsort((rng.random(int(big_sizes.sum())), segment))
+            first_k = (segment_starts[:, None] + np.arange(k)).ravel()
+            offsets[big] = (order[first_k] - np.repeat(segment_starts, k)).reshape(-1, k)
+        return self.members[(starts[:, None] + offsets).ravel()]
