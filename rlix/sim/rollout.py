@@ -58,17 +58,18 @@ class _Buffer:
         return self.data[: self.size]
 
 
-#: Columns of a pipeline's attempt rows kept as numpy chunks until `take_rows`.
-_CHUNK_COLUMNS = (
-    "trajectory_id",
-    "dp_rank",
-    "t_start",
-    "t_end",
-    "recomputed_tokens",
-    "preemptions",
-    "weight_version",
-    "status",
-)
+#: Columns of a pipeline's attempt rows, each kept in a growing array until `take_rows`, and
+#: their dtypes (32-bit: a simulated day of a large cluster has ~10^8 rows).
+_ROW_COLUMNS = {
+    "trajectory_id": np.int32,
+    "dp_rank": np.int32,
+    "t_start": np.float64,
+    "t_end": np.float64,
+    "recomputed_tokens": np.int32,
+    "preemptions": np.int32,
+    "weight_version": np.int32,
+    "status": np.int8,
+}
 _COMPLETED = ROLLOUT_STATUSES.index("completed")
 _REQUEUED = ROLLOUT_STATUSES.index("requeued")
 
@@ -109,8 +110,11 @@ class PipelineRollout:
         self._reported_total = 0
         self._report_every = 1
         self.num_completed = 0  # trajectories completed so far
-        # Attempt rows: numpy chunks per column (status as codes of ROLLOUT_STATUSES).
-        self._chunks: dict[str, list[np.ndarray]] = {name: [] for name in _CHUNK_COLUMNS}
+        # Attempt rows, a growing array per column (status as codes of ROLLOUT_STATUSES): one
+        # array, not a chunk per absorb, so that the end of a 10^8-row run can hand whole
+        # arrays back to the OS as it joins them into the table (freed small chunks stay in
+        # the process's heap, and the table came on top of them).
+        self._rows = {name: _Buffer(dtype) for name, dtype in _ROW_COLUMNS.items()}
         self.env.process(self._run())
 
     # --- changes from outside -------------------------------------------------------------
@@ -300,18 +304,17 @@ class PipelineRollout:
         version at t_start) is fixed now, the rest when the table is built."""
         if not len(ids):
             return
-        t_start = np.asarray(t_start, dtype=float)
-        chunks = self._chunks
-        chunks["trajectory_id"].append(np.asarray(ids, dtype=np.int32))
-        chunks["dp_rank"].append(np.asarray(dp_rank, dtype=np.int32))
-        chunks["t_start"].append(t_start)
-        chunks["t_end"].append(np.asarray(t_end, dtype=float))
-        chunks["recomputed_tokens"].append(np.asarray(recomputed, dtype=np.int32))
-        chunks["preemptions"].append(np.asarray(preemptions, dtype=np.int32))
-        chunks["status"].append(status)
-        chunks["weight_version"].append(
+        rows = self._rows
+        rows["trajectory_id"].extend(ids)
+        rows["dp_rank"].extend(dp_rank)
+        rows["t_start"].extend(t_start)
+        rows["t_end"].extend(t_end)
+        rows["recomputed_tokens"].extend(recomputed)
+        rows["preemptions"].extend(preemptions)
+        rows["status"].extend(status)
+        rows["weight_version"].extend(
             self.sim.weight_versions(
-                self.pipeline_id, self._adapters, self._adapter.data[ids], t_start
+                self.pipeline_id, self._adapters, self._adapter.data[ids], np.asarray(t_start)
             )
         )
 
@@ -321,11 +324,11 @@ class PipelineRollout:
         stopped: its per-trajectory state goes with them (the rows are its last use)."""
         if self.alive:
             raise RuntimeError(f"take_rows: pipeline {self.pipeline_id!r} has not stopped")
-        if not self._chunks["status"]:
+        if not self._rows["status"].size:
             return None
-        rows: dict[str, Any] = {}
-        for name in _CHUNK_COLUMNS:  # one column at a time: its chunks go once joined
-            rows[name] = np.concatenate(self._chunks.pop(name))
+        # Views of the growing arrays: they go when the caller has joined them.
+        rows: dict[str, Any] = {name: buffer.view for name, buffer in self._rows.items()}
+        self._rows = {name: _Buffer(dtype) for name, dtype in _ROW_COLUMNS.items()}
         ids = rows["trajectory_id"]
         rows.update(
             pipeline_id=pd.Categorical.from_codes(np.zeros(len(ids), np.int8), [self.pipeline_id]),
@@ -335,8 +338,13 @@ class PipelineRollout:
             response_tokens=self._response.data[ids],
             status=pd.Categorical.from_codes(rows["status"], ROLLOUT_STATUSES),
         )
-        self._chunks = {name: [] for name in _CHUNK_COLUMNS}
-        for buffer in (self._adapter, self._step, self._prompt, self._response, self._num_preempted):
+        for buffer in (
+            self._adapter,
+            self._step,
+            self._prompt,
+            self._response,
+            self._num_preempted,
+        ):
             buffer.data = buffer.data[:0].copy()
             buffer.size = 0
         return rows
