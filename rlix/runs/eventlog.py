@@ -84,12 +84,15 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 class EventFacts:
-    """What the tables do not say but the event log does: each pipeline's spec, and how many of
-    its rollout ranks were shrunk, by reason (preempt, rebalance, release)."""
+    """What the tables do not say but the event log does: each pipeline's spec, when it was
+    admitted and removed, and how many of its rollout ranks were shrunk, by reason (preempt,
+    rebalance, release)."""
 
     def __init__(self) -> None:
         self.specs: dict[str, PipelineSpec] = {}
         self.shrinks: dict[str, Counter[str]] = {}
+        self.admitted_s: dict[str, float] = {}
+        self.removed_s: dict[str, float] = {}
 
     def add_line(self, line: str) -> None:
         if _worth_parsing(line):
@@ -100,14 +103,22 @@ class EventFacts:
         if event.get("type") == "PipelineRegistered":
             spec = codec.spec_from_dict(event["spec"])
             self.specs[spec.pipeline_id] = spec
+        elif event.get("type") == "PipelineAdmitted":
+            self.admitted_s[event["pipeline_id"]] = float(event["now"])
+        elif event.get("type") == "PipelineRemoved":
+            self.removed_s[event["pipeline_id"]] = float(event["now"])
         for decision in record.get("decisions", ()):
             if decision.get("type") == "Shrink":
                 self.shrinks.setdefault(decision["pipeline_id"], Counter())[decision["reason"]] += 1
 
 
 def _worth_parsing(line: str) -> bool:
-    # Only a few lines register a pipeline or shrink a rank: skip the JSON parse of the rest.
-    return '"PipelineRegistered"' in line or '"Shrink"' in line
+    # Only a few lines register, admit or remove a pipeline or shrink a rank: skip the JSON
+    # parse of the rest.
+    return any(word in line for word in _WORTH_PARSING)
+
+
+_WORTH_PARSING = ('"Shrink"', '"PipelineRegistered"', '"PipelineAdmitted"', '"PipelineRemoved"')
 
 
 def facts_from_lines(lines: Iterable[str]) -> EventFacts:

@@ -38,6 +38,10 @@ class RunTables:
     rollouts: pd.DataFrame
     #: Rollout ranks shrunk per pipeline, by reason (from the decisions in the event log).
     shrinks: dict[str, Counter[str]] = field(default_factory=dict)
+    #: When each pipeline was admitted and removed (from the event log; a pipeline missing
+    #: from these was there from the start, or to the end).
+    admitted_s: dict[str, float] = field(default_factory=dict)
+    removed_s: dict[str, float] = field(default_factory=dict)
 
     def table(self, name: TableName) -> pd.DataFrame:
         frame: pd.DataFrame = getattr(self, name)
@@ -70,6 +74,8 @@ def tables_from_recorder(recorder: Recorder, specs: dict[str, PipelineSpec] | No
         makespan_s=float(recorder.end_s),
         specs=dict(specs) if specs is not None else facts.specs,
         shrinks=facts.shrinks,
+        admitted_s=facts.admitted_s,
+        removed_s=facts.removed_s,
         **frames,
     )
 

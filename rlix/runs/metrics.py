@@ -9,9 +9,17 @@ Definitions (one scope is the whole pool, "overall", or one pipeline):
   (`activity` rows of kind busy); loading: moving weights (kind loading) and not busy; idle:
   the rest of the GPU-time in scope, held or not. Activity is counted only where its pipeline
   held that GPU, and a GPU's overlapping spans count once. busy + loading + idle = 1.
-- steps: rows of `steps` (for multi-LoRA, one per adapter step); steps_per_hour over the run's
-  makespan; steps_per_hour_per_gpu per GPU-hour in scope (overall: per pool GPU; a pipeline:
-  per GPU it held on average); step time t_end - t_start, mean and p95.
+- steps: rows of `steps` (for multi-LoRA, one per adapter step); steps_per_hour over the
+  scope's span: overall the run's makespan, a pipeline its own `active_s`, from its admission
+  to its removal (or the end of the run), so a pipeline that arrived late or finished early is
+  not diluted by time it was not there; steps_per_hour_per_gpu per GPU-hour in scope (overall:
+  per pool GPU; a pipeline: per GPU it held on average); step time t_end - t_start, mean and
+  p95. With staleness k >= 1 a step's rollout overlaps earlier steps, so its step time is
+  longer than the time between steps: steps_per_hour is the throughput.
+- all_active (overall only): the same GPU time shares over the window in which every pipeline
+  of the run was admitted and none was removed yet (`t_start`, `t_end`), or null when there is
+  no such window: what the policy does with the pool while it has everyone to serve, without
+  the ramp of staggered arrivals or the drain after the first pipeline finishes.
 - generated_tokens: response tokens of completed trajectories; tokens_per_gpu_hour per
   GPU-hour in scope.
 - queue_wait_s: t_grant - t_request of granted non-rollout requests (`waits`), per priority:
@@ -57,8 +65,9 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
     pool_s = tables.num_gpus * tables.makespan_s
     trajectories = _trajectory_counts(tables.rollouts)
     overall = _scope(tables, tables.steps, trajectories.sum(axis=0), tables.waits, gpu_time.sum(axis=0),
-                     pool_s, pool_s)
+                     pool_s, pool_s, tables.makespan_s)
     overall["shrinks"] = _count_shrinks(tables.shrinks.values())
+    overall["all_active"] = all_active_shares(tables, pipeline_ids)
     steps, waits = _split(tables.steps), _split(tables.waits)
     per_pipeline = trajectories.reindex(pipeline_ids, fill_value=0)
     pipelines: dict[str, Any] = {}
@@ -70,9 +79,11 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
             "max_staleness": spec.max_staleness if spec else None,
         }
         own_steps = steps.get(pipeline_id, tables.steps.iloc[:0])
+        t_start, t_end = active_span(tables, pipeline_id)
+        figures["active_s"] = t_end - t_start
         figures.update(_scope(
             tables, own_steps, per_pipeline.loc[pipeline_id], waits.get(pipeline_id, tables.waits.iloc[:0]),
-            gpu_time[index], held_s, pool_s,
+            gpu_time[index], held_s, pool_s, t_end - t_start,
         ))
         figures["shrinks"] = _count_shrinks([tables.shrinks.get(pipeline_id, {})])
         ends = own_steps["t_end"]
@@ -85,6 +96,32 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
         "overall": overall,
         "pipelines": pipelines,
     }
+
+
+def active_span(tables: RunTables, pipeline_id: str) -> tuple[float, float]:
+    """From the pipeline's admission (or the start of the run) to its removal (or the end)."""
+    t_start = tables.admitted_s.get(pipeline_id, 0.0)
+    t_end = tables.removed_s.get(pipeline_id, tables.makespan_s)
+    return t_start, max(t_start, min(t_end, tables.makespan_s))
+
+
+def all_active_shares(tables: RunTables, pipeline_ids: list[str]) -> dict[str, float] | None:
+    """Busy, loading and idle shares of the pool while every pipeline is active (see the module
+    docstring), or None when no such window exists."""
+    if not pipeline_ids or tables.num_gpus <= 0:
+        return None
+    spans = [active_span(tables, pid) for pid in pipeline_ids]
+    t_start, t_end = max(s for s, _ in spans), min(e for _, e in spans)
+    if t_end <= t_start:
+        return None
+    cover = gpu_cover(tables, pipeline_ids)
+    segments = cover.segments
+    clipped = np.clip(segments.t1, t_start, t_end) - np.clip(segments.t0, t_start, t_end)
+    window_s = tables.num_gpus * (t_end - t_start)
+    busy = float(clipped[cover.busy].sum()) / window_s
+    loading = float(clipped[cover.loading].sum()) / window_s
+    return {"t_start": t_start, "t_end": t_end, "busy_share": busy, "loading_share": loading,
+            "idle_share": 1.0 - busy - loading}
 
 
 def gpu_time_by_pipeline(tables: RunTables, pipeline_ids: list[str]) -> np.ndarray:
@@ -172,8 +209,8 @@ def _trajectory_counts(rollouts: pd.DataFrame) -> pd.DataFrame:
 
 
 def _scope(tables: RunTables, steps: pd.DataFrame, trajectories: pd.Series, waits: pd.DataFrame,
-           gpu_s: np.ndarray, scope_s: float, pool_s: float) -> dict[str, Any]:
-    makespan_h = tables.makespan_s / SECONDS_PER_HOUR
+           gpu_s: np.ndarray, scope_s: float, pool_s: float, span_s: float) -> dict[str, Any]:
+    span_h = span_s / SECONDS_PER_HOUR
     scope_h = scope_s / SECONDS_PER_HOUR
     num_steps = len(steps)
     step_s = (steps["t_end"] - steps["t_start"]).to_numpy(float)
@@ -181,7 +218,7 @@ def _scope(tables: RunTables, steps: pd.DataFrame, trajectories: pd.Series, wait
     busy_s, loading_s = float(gpu_s[BUSY]), float(gpu_s[LOADING])
     return {
         "steps": num_steps,
-        "steps_per_hour": _ratio(num_steps, makespan_h),
+        "steps_per_hour": _ratio(num_steps, span_h),
         "steps_per_hour_per_gpu": _ratio(num_steps, scope_h),
         "mean_step_time_s": _num(step_s.mean()) if num_steps else None,
         "p95_step_time_s": _num(np.percentile(step_s, 95)) if num_steps else None,

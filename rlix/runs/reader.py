@@ -87,6 +87,8 @@ class Run:
             makespan_s=float(self.summary["makespan_s"]),
             specs=self.specs,
             shrinks=self.facts.shrinks,
+            admitted_s=self.facts.admitted_s,
+            removed_s=self.facts.removed_s,
             allocations=self.allocations,
             activity=self.activity,
             waits=self.waits,

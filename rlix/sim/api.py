@@ -136,11 +136,21 @@ def run_status(sim: Simulation) -> dict[str, Any]:
 def alone_on_home(scenario: Scenario, pipeline_id: str) -> Scenario:
     """The scenario with only `pipeline_id`, arriving at 0, confined to its home (static), no
     faults: the pipeline's time without sharing, for slowdowns."""
+    return _alone(scenario, pipeline_id, "static")
+
+
+def alone_on_pool(scenario: Scenario, pipeline_id: str) -> Scenario:
+    """The scenario with only `pipeline_id`, arriving at 0, under `rlix` with every GPU its
+    mappings allow and nobody to share them with, no faults: the fastest it goes here."""
+    return _alone(scenario, pipeline_id, "rlix")
+
+
+def _alone(scenario: Scenario, pipeline_id: str, policy: str) -> Scenario:
     data: dict[str, Any] = scenario.model_dump(mode="json", exclude_none=True)
     data["pipelines"] = [
         dict(p, arrival_s=0.0) for p in data["pipelines"] if p["id"] == pipeline_id
     ]
     data["faults"] = {"events": [], "decision_failure_rate": 0.0}
-    data["policy"] = {**data.get("policy", {}), "name": "static"}
+    data["policy"] = {**data.get("policy", {}), "name": policy}
     data.pop("max_time_s", None)
     return validate_scenario(data, scenario.source)

@@ -23,9 +23,13 @@ path to a scenario YAML file. Example:
 """
 
 COMPARE_HELP = """\
-Run every policy on the same scenario, trace and seed, and each pipeline once alone on its home
-GPUs; print one table (throughput, GPU busy/loading/idle shares, step times, slowdown against
-running alone, preemptions) and write a comparison plot. Example:
+Run every policy on the same scenario, trace and seed; print one table (throughput, GPU
+busy/loading/idle shares over the run and while every pipeline is active, step times, slowdown
+against running alone, preemptions) and write a comparison plot. Each pipeline is also run
+alone on its home GPUs (for slowdowns) and alone with every GPU its mappings allow: the
+fastest it can go, which gives the ceiling, the steps per hour no policy can beat on the
+scenario. Per pipeline, steps_per_h is over its own time in the run (arrival to last step).
+Example:
 
   rlix-sim compare agentic-4x32
 """
@@ -210,11 +214,24 @@ def compare_main(args: argparse.Namespace) -> int:
         f"{scenario.name}: {scenario.num_gpus} GPUs, {len(scenario.pipelines)} pipelines, seed {scenario.seed}\n"
     )
     print(format_table(frame, formats))
+    ceiling = comparison.ceiling_steps_per_hour()
+    if ceiling is not None:
+        shares = ", ".join(
+            f"{policy} {summary['overall']['steps_per_hour'] / ceiling:.0%}"
+            for policy, summary in comparison.summaries.items()
+            if summary["overall"].get("steps_per_hour") is not None
+        )
+        print(
+            f"\nceiling: {ceiling:.2f} steps/h, every pipeline as fast as alone with all the GPUs"
+            f" its mappings allow, from its arrival (no policy beats it here); reached: {shares}"
+        )
     print()
     print(
         format_table(
             comparison.pipeline_frame(),
             {
+                "steps_per_h": "{:.2f}",
+                "unshared_steps_per_h": "{:.2f}",
                 "mean_step_s": "{:.1f}",
                 "p95_step_s": "{:.1f}",
                 "alone_step_s": "{:.1f}",
@@ -279,11 +296,13 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
         help="where run folders and the plot go (default runs/SCENARIO/compare)",
     )
     parser.add_argument(
-        "--no-alone", action="store_true", help="skip the alone-on-home runs (no slowdowns)"
+        "--no-alone", action="store_true",
+        help="skip the runs of each pipeline alone (no slowdowns, no ceiling)"
     )
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print {policy: {steps_per_hour, busy_share, idle_share, mean_step_s, preemptions}}",
+        help="print {policy: {steps_per_hour, busy_share, idle_share, idle_share_all_active,"
+        " mean_step_s, preemptions}}",
     )
     parser.set_defaults(run=compare_main)

@@ -1,8 +1,15 @@
 """`rlix-sim compare`: every policy on the same scenario, trace and seed, side by side.
 
-Besides each policy's run, each pipeline is run alone on its home GPUs (the static policy with
-no other pipeline) once, so every policy's step times can be given as a slowdown against the
-time the pipeline would take with its own GPUs and nobody to share with.
+Besides each policy's run, each pipeline is run alone twice:
+
+- on its home GPUs (the static policy with no other pipeline), so every policy's step times can
+  be given as a slowdown against the time the pipeline would take with its own GPUs and nobody
+  to share with;
+- with every GPU its mappings allow and nobody else (the `rlix` policy with no other pipeline):
+  the fastest that pipeline can go in this model. Each pipeline running at that rate from its
+  own arrival gives the *ceiling*: total steps over the latest such finish, the steps per hour
+  no policy can beat on this scenario, since sharing the pool cannot make a pipeline faster
+  than having all of it. Set against it, a policy's steps per hour says how much was left.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from rlix.scenarios import Scenario
-from rlix.sim.api import alone_on_home, simulate
+from rlix.sim.api import alone_on_home, alone_on_pool, simulate
 
 OVERALL_COLUMNS = (
     ("steps_per_hour", "steps/h", "{:.2f}"),
@@ -24,6 +31,7 @@ OVERALL_COLUMNS = (
     ("busy_share", "busy", "{:.1%}"),
     ("loading_share", "loading", "{:.1%}"),
     ("idle_share", "idle", "{:.1%}"),
+    ("idle_share_all_active", "idle (all active)", "{:.1%}"),
     ("mean_step_time_s", "mean step s", "{:.1f}"),
     ("p95_step_time_s", "p95 step s", "{:.1f}"),
     ("preemptions", "preempt", "{:,.0f}"),
@@ -31,11 +39,31 @@ OVERALL_COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class Unshared:
+    """A pipeline's run with every GPU its mappings allow and nobody else."""
+
+    steps: int
+    duration_s: float  # from its arrival to its last step
+    steps_per_hour: float | None
+
+
 @dataclass
 class Comparison:
     summaries: dict[str, dict[str, Any]]
     alone_step_s: dict[str, float] = field(default_factory=dict)
     run_dirs: dict[str, Path | None] = field(default_factory=dict)
+    unshared: dict[str, Unshared] = field(default_factory=dict)
+    arrival_s: dict[str, float] = field(default_factory=dict)
+
+    def ceiling_steps_per_hour(self) -> float | None:
+        """Total steps over the latest (arrival + unshared duration): see the module docstring.
+        None without every pipeline's unshared run."""
+        if not self.unshared or set(self.unshared) != set(self.arrival_s):
+            return None
+        end_s = max(self.arrival_s[pid] + run.duration_s for pid, run in self.unshared.items())
+        steps = sum(run.steps for run in self.unshared.values())
+        return steps * 3600.0 / end_s if end_s > 0 else None
 
     def slowdown(self, policy: str, pipeline_id: str) -> float:
         alone = self.alone_step_s.get(pipeline_id)
@@ -48,9 +76,11 @@ class Comparison:
         rows = []
         for policy, summary in self.summaries.items():
             overall = summary["overall"]
+            window = overall.get("all_active") or {}
             row = {
                 "policy": policy,
                 **{key: overall.get(key) for key, _label, _fmt in OVERALL_COLUMNS},
+                "idle_share_all_active": window.get("idle_share"),
             }
             slowdowns = [self.slowdown(policy, pid) for pid in summary["pipelines"]]
             row["max_slowdown"] = max(slowdowns) if slowdowns else float("nan")
@@ -63,11 +93,14 @@ class Comparison:
         for policy, summary in self.summaries.items():
             for pid, stats in summary["pipelines"].items():
                 waits = stats.get("queue_wait_s", {})
+                unshared = self.unshared.get(pid)
                 rows.append(
                     {
                         "policy": policy,
                         "pipeline_id": pid,
                         "steps": stats.get("steps"),
+                        "steps_per_h": stats.get("steps_per_hour"),
+                        "unshared_steps_per_h": unshared.steps_per_hour if unshared else None,
                         "mean_step_s": stats.get("mean_step_time_s"),
                         "p95_step_s": stats.get("p95_step_time_s"),
                         "alone_step_s": self.alone_step_s.get(pid),
@@ -81,7 +114,10 @@ class Comparison:
         keys = {"steps_per_hour": "steps_per_hour", "busy_share": "busy_share", "idle_share": "idle_share",
                 "mean_step_s": "mean_step_time_s", "preemptions": "preemptions"}
         return {
-            policy: {name: s["overall"].get(key) for name, key in keys.items()}
+            policy: {
+                **{name: s["overall"].get(key) for name, key in keys.items()},
+                "idle_share_all_active": (s["overall"].get("all_active") or {}).get("idle_share"),
+            }
             for policy, s in self.summaries.items()
         }
 
@@ -120,20 +156,39 @@ def compare(
         run_dirs[policy] = result.run_dir
     comparison = Comparison(summaries, run_dirs=run_dirs)
     if alone:
-        from rlix.sim.api import resolve_scenario
-
-        base = resolve_scenario(scenario, None, trace, columns, seed)
-        for pipeline in base.pipelines:
-            result = simulate(
-                alone_on_home(base, pipeline.id),
-                plots=False,
-                progress=None
-                if progress is None
-                else (lambda t, p=pipeline.id: progress(f"{p} alone", t)),
-            )
-            stats = result.summary["pipelines"].get(pipeline.id, {})
-            comparison.alone_step_s[pipeline.id] = stats.get("mean_step_time_s") or float("nan")
+        _run_alone(comparison, scenario, trace, columns, seed, progress)
     return comparison
+
+
+def _run_alone(
+    comparison: Comparison,
+    scenario: Scenario,
+    trace: str | None,
+    columns: dict[str, str] | None,
+    seed: int | None,
+    progress: Callable[[str, float], None] | None,
+) -> None:
+    """Each pipeline alone on its home, then alone with every GPU its mappings allow."""
+    from rlix.sim.api import resolve_scenario
+
+    base = resolve_scenario(scenario, None, trace, columns, seed)
+    for pipeline in base.pipelines:
+        pid = pipeline.id
+        comparison.arrival_s[pid] = pipeline.arrival_s
+        for label, alone_scenario in (("alone", alone_on_home(base, pid)),
+                                      ("unshared", alone_on_pool(base, pid))):
+            result = simulate(
+                alone_scenario,
+                plots=False,
+                progress=None if progress is None else (lambda t, p=f"{pid} {label}": progress(p, t)),
+            )
+            stats = result.summary["pipelines"].get(pid, {})
+            if label == "alone":
+                comparison.alone_step_s[pid] = stats.get("mean_step_time_s") or float("nan")
+            elif result.summary.get("finished", True) and stats.get("last_step_end_s"):
+                comparison.unshared[pid] = Unshared(
+                    int(stats["steps"]), float(stats["last_step_end_s"]), stats.get("steps_per_hour")
+                )
 
 
 def format_table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
@@ -169,6 +224,11 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path:
     frame = comparison.overall_frame()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     axes[0].bar(frame["policy"], frame["steps_per_hour"], color="#4C72B0")
+    ceiling = comparison.ceiling_steps_per_hour()
+    if ceiling is not None:
+        axes[0].axhline(ceiling, color="black", linestyle="--", linewidth=1.0)
+        axes[0].annotate("ceiling", (0.0, ceiling), xytext=(2, 3), textcoords="offset points",
+                         fontsize=8)
     axes[0].set_title("steps per hour (all pipelines)")
     bottom = pd.Series(0.0, index=frame.index)
     for key, colour in (

@@ -134,3 +134,68 @@ def test_rollout_counts_do_not_depend_on_the_slice_size(
         monkeypatch.setattr(metrics, "_SLICE_ROWS", slice_rows)
         assert summary(recorder, specs) == whole
         monkeypatch.undo()
+
+
+def test_a_pipeline_rate_is_over_its_own_span() -> None:
+    """Admitted at 20 s, removed at 60 s of a 100 s run: 2 steps in 40 s is 180 steps an hour
+    (the run's rate stays 72). While it is the only pipeline, the all-active window is its
+    span: GPU 0 busy 20-40 (20 s), loading 40-45 (5 s) of 2 x 40 GPU-seconds."""
+    import dataclasses
+
+    recorder, specs = hand_made()
+    tables = dataclasses.replace(
+        tables_from_recorder(recorder, specs), admitted_s={"p0": 20.0}, removed_s={"p0": 60.0}
+    )
+    result = summary(tables)
+    p0, overall = result["pipelines"]["p0"], result["overall"]
+    assert p0["active_s"] == 40.0
+    assert p0["steps_per_hour"] == pytest.approx(180.0)
+    assert overall["steps_per_hour"] == pytest.approx(72.0)
+    window = overall["all_active"]
+    assert (window["t_start"], window["t_end"]) == (20.0, 60.0)
+    assert window["busy_share"] == pytest.approx(20 / 80)
+    assert window["loading_share"] == pytest.approx(5 / 80)
+    assert window["idle_share"] == pytest.approx(55 / 80)
+
+
+def test_spans_come_from_the_event_log() -> None:
+    """two_pipeline_run admits both at 0 and removes both at 70 of an 80 s run."""
+    result = summary(two_pipeline_run())
+    p0 = result["pipelines"]["p0"]
+    assert p0["active_s"] == 70.0
+    assert p0["steps_per_hour"] == pytest.approx(2 / 70 * 3600)
+    assert result["overall"]["steps_per_hour"] == pytest.approx(3 / 80 * 3600)
+
+
+@pytest.mark.parametrize("p1_admitted_s", [0.0, 12.0, 33.5])
+def test_all_active_shares_against_brute_force(p1_admitted_s: float) -> None:
+    """The window's shares against a count of every GPU's state at each half second in it."""
+    import dataclasses
+
+    recorder = two_pipeline_run()
+    tables = tables_from_recorder(recorder)
+    tables = dataclasses.replace(tables, admitted_s={**tables.admitted_s, "p1": p1_admitted_s})
+    window = summary(tables)["overall"]["all_active"]
+    t0, t1 = p1_admitted_s, 70.0
+    assert (window["t_start"], window["t_end"]) == (t0, t1)
+    busy = loading = samples = 0
+    for gpu in range(recorder.topology.num_gpus):
+        t = t0 + 0.25
+        while t < t1:
+            samples += 1
+            holders = [a[0] for a in recorder.allocations if a[4] == gpu and a[5] <= t < a[6]]
+            kinds = {a[4] for a in recorder.activity
+                     if holders and a[0] == holders[0] and a[3] == gpu and a[6] <= t < a[7]}
+            busy += "busy" in kinds
+            loading += "loading" in kinds and "busy" not in kinds
+            t += 0.5
+    assert window["busy_share"] == pytest.approx(busy / samples)
+    assert window["loading_share"] == pytest.approx(loading / samples)
+
+
+def test_no_all_active_window_when_spans_do_not_meet() -> None:
+    import dataclasses
+
+    tables = tables_from_recorder(two_pipeline_run())
+    tables = dataclasses.replace(tables, admitted_s={"p0": 0.0, "p1": 71.0}, removed_s={"p0": 70.0})
+    assert summary(tables)["overall"]["all_active"] is None

@@ -1,0 +1,67 @@
+"""`rlix-sim compare`: the ceiling (each pipeline as fast as alone with all its GPUs, from its
+arrival) and the per-pipeline rates over each pipeline's own span."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlix.scenarios import load_scenario
+from rlix.scenarios.load import validate_scenario
+from rlix.sim.cli import main
+from rlix.sim.compare import compare
+
+
+def tiny(only: str | None = None, **arrivals: float) -> Any:
+    data = load_scenario("tiny").model_dump(mode="json", exclude_none=True)
+    if only is not None:
+        data["pipelines"] = [p for p in data["pipelines"] if p["id"] == only]
+    for pipeline in data["pipelines"]:
+        pipeline["arrival_s"] = arrivals.get(pipeline["id"], pipeline.get("arrival_s", 0.0))
+    return validate_scenario(data)
+
+
+def test_one_pipeline_at_zero_reaches_the_ceiling_exactly_under_rlix() -> None:
+    """Alone and arriving at 0, the rlix run is the pipeline's unshared run: same steps, same
+    makespan, so its steps per hour is the ceiling."""
+    comparison = compare(tiny(only="ft"), ["rlix", "static"])
+    ceiling = comparison.ceiling_steps_per_hour()
+    assert ceiling == pytest.approx(comparison.summaries["rlix"]["overall"]["steps_per_hour"], rel=1e-12)
+    assert comparison.summaries["static"]["overall"]["steps_per_hour"] <= ceiling * (1 + 1e-9)
+
+
+def test_the_ceiling_counts_arrivals_and_no_policy_beats_it() -> None:
+    """lora arrives 200 s late: the ceiling ends at the later of the two unshared finishes
+    (worked out here from the unshared runs) and is above every policy's steps per hour;
+    every pipeline's rate under a policy is at most its unshared rate."""
+    comparison = compare(tiny(lora=200.0), ["rlix", "gap-ratio", "static", "sequential"])
+    runs = comparison.unshared
+    assert set(runs) == {"ft", "lora"}
+    end_s = max(runs["ft"].duration_s, 200.0 + runs["lora"].duration_s)
+    assert comparison.ceiling_steps_per_hour() == pytest.approx(
+        (runs["ft"].steps + runs["lora"].steps) * 3600.0 / end_s
+    )
+    for policy, summary in comparison.summaries.items():
+        assert summary["overall"]["steps_per_hour"] <= comparison.ceiling_steps_per_hour() * 1.001, policy
+        for pid, stats in summary["pipelines"].items():
+            assert stats["steps_per_hour"] <= runs[pid].steps_per_hour * 1.001, (policy, pid)
+    frame = comparison.pipeline_frame()
+    assert not frame["unshared_steps_per_h"].isna().any()
+
+
+def test_no_alone_runs_mean_no_ceiling() -> None:
+    comparison = compare(tiny(), ["rlix"], alone=False)
+    assert comparison.ceiling_steps_per_hour() is None
+    assert math.isnan(comparison.slowdown("rlix", "ft"))
+
+
+def test_compare_prints_the_ceiling_and_the_share_each_policy_reached(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["compare", "tiny", "--quiet", "--policies", "rlix,static", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "ceiling: " in out and "reached: rlix " in out
+    assert "idle (all active)" in out and "unshared_steps_per_h" in out
