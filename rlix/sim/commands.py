@@ -26,9 +26,11 @@ COMPARE_HELP = """\
 Run every policy on the same scenario, trace and seed; print one table (throughput, GPU
 busy/loading/idle shares over the run and while every pipeline is active, step times, slowdown
 against running alone, preemptions) and write a comparison plot. Each pipeline is also run
-alone on its home GPUs (for slowdowns) and alone with every GPU its mappings allow: the
-fastest it can go, which gives the ceiling, the steps per hour no policy can beat on the
-scenario. Per pipeline, steps_per_h is over its own time in the run (arrival to last step).
+alone on its home GPUs (for slowdowns) and alone with every GPU its mappings allow (its
+unshared rate); every pipeline at its unshared rate from its arrival gives the ceiling, the
+steps per hour sharing could reach at best (in practice: a pipeline's own weight moves can put
+it slightly above its unshared rate). Per pipeline, steps_per_h is over its own time in the
+run (arrival to last step).
 Example:
 
   rlix-sim compare agentic-4x32
@@ -222,8 +224,8 @@ def compare_main(args: argparse.Namespace) -> int:
             if summary["overall"].get("steps_per_hour") is not None
         )
         print(
-            f"\nceiling: {ceiling:.2f} steps/h, every pipeline as fast as alone with all the GPUs"
-            f" its mappings allow, from its arrival (no policy beats it here); reached: {shares}"
+            f"\nceiling: {ceiling:.2f} steps/h (every pipeline at its unshared rate, alone with all"
+            f" the GPUs its mappings allow, from its arrival); reached: {shares}"
         )
     print()
     print(
