@@ -1,13 +1,16 @@
 """One figure comparing finished runs (e.g. the same scenario under several policies).
 
-Reads only each folder's `summary.json`, so comparing long runs is instant. Four panels: steps
-per hour, how the pool's GPU time was spent (busy, loading weights, idle), mean and p95 step
-time, and trajectory attempts preempted.
+Works from summaries only (`summary.json`), so comparing long runs is instant, and runs of
+either driver compare alike. Four panels: steps per hour (with the ceiling, when known, as a
+dashed line), how the pool's GPU time was spent (busy, loading weights, idle), mean and p95
+step time, and either each pipeline's slowdown against running alone (when given) or the
+trajectory attempts preempted. `rlix-sim compare` draws its plot with `plot_summaries`;
+`compare_runs` draws any run folders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +23,35 @@ def compare_runs(run_dirs: Sequence[str | Path], out_png: str | Path,
                  labels: Sequence[str] | None = None) -> Path:
     """Write the comparison of `run_dirs` to `out_png`; bars are labelled by `labels`, by
     default each run's policy (with its folder name when policies repeat)."""
-    from matplotlib.figure import Figure
-
     summaries = [load(d).summary for d in run_dirs]
     names = list(labels) if labels is not None else _default_labels(run_dirs, summaries)
     if len(names) != len(summaries):
         raise ValueError(f"{len(names)} labels for {len(summaries)} runs")
-    figure = Figure(figsize=(12, 3.6), layout="constrained")
+    return plot_summaries(dict(zip(names, summaries, strict=True)), out_png)
+
+
+def plot_summaries(
+    summaries: Mapping[str, dict[str, Any]],
+    out_png: str | Path,
+    *,
+    ceiling: float | None = None,
+    slowdowns: Mapping[str, Mapping[str, float]] | None = None,
+) -> Path:
+    """The figure of runs labelled by the keys of `summaries`. `ceiling`: steps per hour no run
+    should pass (drawn dashed); `slowdowns`: per label, each pipeline's mean step time over its
+    time alone (replaces the preemption panel)."""
+    from matplotlib.figure import Figure
+
+    names = list(summaries)
+    overall = [s["overall"] for s in summaries.values()]
+    figure = Figure(figsize=(13, 3.8), layout="constrained")
     axes = figure.subplots(1, 4)
-    x = np.arange(len(summaries))
-    overall = [s["overall"] for s in summaries]
-    _bars(axes[0], x, [o["steps_per_hour"] for o in overall], "steps per hour")
+    x = np.arange(len(names))
+    _bars(axes[0], x, [o["steps_per_hour"] for o in overall], "steps per hour (all pipelines)")
+    if ceiling is not None:
+        axes[0].axhline(ceiling, color="black", linestyle="--", linewidth=1.0)
+        axes[0].annotate("ceiling", (x[0] - 0.4, ceiling), xytext=(0, 3), textcoords="offset points",
+                         fontsize=8)
     bottom = np.zeros(len(x))
     for key, colour, label in (("busy_share", "tab:green", "busy"), ("loading_share", "tab:orange", "loading"),
                                ("idle_share", "0.8", "idle")):
@@ -45,12 +66,31 @@ def compare_runs(run_dirs: Sequence[str | Path], out_png: str | Path,
     axes[2].bar(x + width / 2, [o["p95_step_time_s"] or 0.0 for o in overall], width, label="p95")
     axes[2].set_title("step time (s)")
     axes[2].legend(fontsize="small")
-    _bars(axes[3], x, [o["preemptions"] for o in overall], "trajectories preempted")
-    for ax in axes:
+    if slowdowns:
+        _slowdown_bars(axes[3], names, slowdowns)
+    else:
+        _bars(axes[3], x, [o["preemptions"] for o in overall], "trajectories preempted")
+    for ax in axes[:3] if slowdowns else axes:
         ax.set_xticks(x, names, rotation=30 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center")
     out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out_png, dpi=110)
     return out_png
+
+
+def _slowdown_bars(ax: Any, names: list[str], slowdowns: Mapping[str, Mapping[str, float]]) -> None:
+    """Pipelines along x, one bar per run beside each other."""
+    pipelines = sorted({pid for per_run in slowdowns.values() for pid in per_run})
+    x = np.arange(len(pipelines))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        values = [slowdowns.get(name, {}).get(pid, float("nan")) for pid in pipelines]
+        ax.bar(x - 0.4 + width * (i + 0.5), values, width, label=name)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(x, pipelines, rotation=30 if len(pipelines) > 3 else 0,
+                  ha="right" if len(pipelines) > 3 else "center")
+    ax.set_title("mean step time / alone on home")
+    ax.legend(fontsize="x-small", loc="lower center", ncol=2)
 
 
 def _bars(ax: Any, x: np.ndarray, values: list[Any], title: str) -> None:

@@ -219,42 +219,17 @@ def _fmt(value: Any, fmt: str | None) -> str:
 
 
 def plot_comparison(comparison: Comparison, path: Path) -> Path:
-    import matplotlib
+    """The comparison plot (`rlix.runs.compare_plot`): the policies' runs, the ceiling and
+    each pipeline's slowdown against its time alone on its home."""
+    from rlix.runs.compare_plot import plot_summaries
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    frame = comparison.overall_frame()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    axes[0].bar(frame["policy"], frame["steps_per_hour"], color="#4C72B0")
-    ceiling = comparison.ceiling_steps_per_hour()
-    if ceiling is not None:
-        axes[0].axhline(ceiling, color="black", linestyle="--", linewidth=1.0)
-        axes[0].annotate("ceiling", (0.0, ceiling), xytext=(2, 3), textcoords="offset points",
-                         fontsize=8)
-    axes[0].set_title("steps per hour (all pipelines)")
-    bottom = pd.Series(0.0, index=frame.index)
-    for key, colour in (
-        ("busy_share", "#55A868"),
-        ("loading_share", "#DD8452"),
-        ("idle_share", "#C44E52"),
-    ):
-        values = frame[key].fillna(0.0)
-        axes[1].bar(
-            frame["policy"], values, bottom=bottom, color=colour, label=key.replace("_share", "")
-        )
-        bottom = bottom + values
-    axes[1].set_title("GPU time")
-    axes[1].legend(loc="lower right", fontsize=8)
-    pipes = comparison.pipeline_frame()
-    if not pipes.empty:
-        pivot = pipes.pivot(index="pipeline_id", columns="policy", values="slowdown")
-        pivot.plot.bar(ax=axes[2], rot=0)
-        axes[2].axhline(1.0, color="black", linewidth=0.8)
-        axes[2].set_title("mean step time / alone on home")
-        axes[2].legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    slowdowns = {
+        policy: {pid: comparison.slowdown(policy, pid) for pid in summary["pipelines"]}
+        for policy, summary in comparison.summaries.items()
+    }
+    return plot_summaries(
+        comparison.summaries,
+        path,
+        ceiling=comparison.ceiling_steps_per_hour(),
+        slowdowns=slowdowns if comparison.alone_step_s else None,
+    )
