@@ -9,7 +9,7 @@ the cost's growth with rollouts shows without running the day three times (a che
 figures leave out the tables and summary built at the end: a few % of a run). Prints one JSON
 line per checkpoint and, last, the whole run's figures with `scaling`, every checkpoint's:
 
-    .venv/bin/python bench/sim_speed.py --json                   # the day (~1.5 h on one core)
+    .venv/bin/python bench/sim_speed.py --json                   # the day (30-60 min on one core, ~20 GB)
     .venv/bin/python bench/sim_speed.py --json --fraction 0.05   # the first 1/20 of it
 
 Wall time includes other processes' turns on a shared machine; `cpu_s` (time.process_time of
