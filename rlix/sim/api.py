@@ -146,11 +146,13 @@ def alone_on_pool(scenario: Scenario, pipeline_id: str) -> Scenario:
 
 
 def _alone(scenario: Scenario, pipeline_id: str, policy: str) -> Scenario:
+    """Only `pipeline_id`, arriving at 0; a scenario cut at max_time_s keeps the time the
+    pipeline had in it (max_time_s less its arrival), so a day's scenario stays a day."""
     data: dict[str, Any] = scenario.model_dump(mode="json", exclude_none=True)
-    data["pipelines"] = [
-        dict(p, arrival_s=0.0) for p in data["pipelines"] if p["id"] == pipeline_id
-    ]
+    (pipeline,) = [p for p in data["pipelines"] if p["id"] == pipeline_id]
+    data["pipelines"] = [dict(pipeline, arrival_s=0.0)]
     data["faults"] = {"events": [], "decision_failure_rate": 0.0}
     data["policy"] = {**data.get("policy", {}), "name": policy}
-    data.pop("max_time_s", None)
+    if scenario.max_time_s is not None:
+        data["max_time_s"] = max(scenario.max_time_s - pipeline.get("arrival_s", 0.0), 1.0)
     return validate_scenario(data, scenario.source)

@@ -47,7 +47,7 @@ class Unshared:
     """A pipeline's run with every GPU its mappings allow and nobody else."""
 
     steps: int
-    duration_s: float  # from its arrival to its last step
+    duration_s: float  # from its arrival to its end (its last step, or the scenario's cut)
     steps_per_hour: float | None
 
 
@@ -188,9 +188,9 @@ def _run_alone(
             stats = result.summary["pipelines"].get(pid, {})
             if label == "alone":
                 comparison.alone_step_s[pid] = stats.get("mean_step_time_s") or float("nan")
-            elif result.summary.get("finished", True) and stats.get("last_step_end_s"):
+            elif stats:
                 comparison.unshared[pid] = Unshared(
-                    int(stats["steps"]), float(stats["last_step_end_s"]), stats.get("steps_per_hour")
+                    int(stats["steps"]), float(result.summary["makespan_s"]), stats.get("steps_per_hour")
                 )
 
 

@@ -66,3 +66,20 @@ def test_compare_prints_the_ceiling_and_the_share_each_policy_reached(
     out = capsys.readouterr().out
     assert "ceiling: " in out and "reached: rlix " in out
     assert "idle (all active)" in out and "unshared_steps_per_h" in out
+
+
+def test_alone_runs_of_a_cut_scenario_stop_at_the_cut() -> None:
+    """tiny cut at 85 s, lora arriving at 10 s (unshared, ft needs 105 s and lora 88 s for all
+    their steps): each unshared run has the time its pipeline had (85 s and 75 s), not all its
+    steps; the ceiling is their steps over the cut."""
+    data = tiny(lora=10.0).model_dump(mode="json", exclude_none=True)
+    data["max_time_s"] = 85.0
+    comparison = compare(validate_scenario(data), ["rlix"])
+    runs = comparison.unshared
+    assert runs["ft"].duration_s == pytest.approx(85.0)
+    assert runs["lora"].duration_s == pytest.approx(75.0)
+    full = compare(tiny(lora=10.0), ["rlix"]).unshared
+    assert runs["ft"].steps < full["ft"].steps and runs["lora"].steps < full["lora"].steps
+    assert comparison.ceiling_steps_per_hour() == pytest.approx(
+        (runs["ft"].steps + runs["lora"].steps) * 3600.0 / 85.0
+    )
