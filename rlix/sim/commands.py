@@ -143,7 +143,7 @@ def run_main(args: argparse.Namespace) -> int:
         f"{scenario.name}: policy {summary['policy']}, {summary['num_gpus']} GPUs, "
         f"makespan {summary['makespan_s']:.0f} s, {overall.get('steps')} steps, "
         f"{overall.get('steps_per_hour', 0):.2f} steps/h, GPU busy {overall.get('busy_share', 0):.1%} "
-        f"(idle {overall.get('idle_share', 0):.1%})"
+        f"(idle {overall.get('idle_share', 0):.1%}{_all_active_idle(overall)})"
     )
     import pandas as pd
 
@@ -153,6 +153,7 @@ def run_main(args: argparse.Namespace) -> int:
             "kind": s.get("kind"),
             "k": s.get("max_staleness"),
             "steps": s.get("steps"),
+            "steps_per_h": s.get("steps_per_hour"),
             "mean_step_s": s.get("mean_step_time_s"),
             "p95_step_s": s.get("p95_step_time_s"),
             "busy": s.get("busy_share"),
@@ -162,7 +163,8 @@ def run_main(args: argparse.Namespace) -> int:
     ]
     print(
         format_table(
-            pd.DataFrame(rows), {"mean_step_s": "{:.1f}", "p95_step_s": "{:.1f}", "busy": "{:.1%}"}
+            pd.DataFrame(rows),
+            {"steps_per_h": "{:.2f}", "mean_step_s": "{:.1f}", "p95_step_s": "{:.1f}", "busy": "{:.1%}"},
         )
     )
     if not summary.get("finished", True):
@@ -171,6 +173,14 @@ def run_main(args: argparse.Namespace) -> int:
         print(f"did not finish: {', '.join(summary['unfinished'])} ({why})")
     print(f"run folder: {result.run_dir}")
     return 0
+
+
+def _all_active_idle(overall: dict[str, Any]) -> str:
+    window = overall.get("all_active")
+    if not window or window.get("idle_share") is None:
+        return ""
+    return (f"; {window['idle_share']:.1%} while every pipeline was in the run,"
+            f" {window['t_start']:.0f}-{window['t_end']:.0f} s")
 
 
 def compare_main(args: argparse.Namespace) -> int:
