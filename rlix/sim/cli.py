@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from rlix.sim.options import UsageError
+from rlix.traces.options import UsageError
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlix.policy import POLICIES
-from rlix.sim.options import UsageError
+from rlix.traces.options import UsageError
 
 RUN_HELP = """\
 Replay a scenario on the simulated cluster under one policy and write the run folder:

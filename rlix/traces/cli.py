@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
-from rlix.sim.options import non_negative_int, positive_int
+from rlix.traces.bundled import BUNDLED, bundled_names, load_bundled
+from rlix.traces.errors import TraceError
 from rlix.traces.fit import fit_trace
 from rlix.traces.generate import KINDS, generate
 from rlix.traces.io import FORMATS, read_trace, write_trace
+from rlix.traces.options import non_negative_int, positive_int
 from rlix.traces.stats import LengthStats, TraceStats, trace_stats
 
 _RAW = argparse.RawDescriptionHelpFormatter
@@ -76,9 +79,14 @@ def _add_inspect(actions: argparse._SubParsersAction) -> None:  # type: ignore[t
         description="Print rows, mean, p50/p90/p99/max of response_tokens, the share of tokens "
         "in the longest 10% of samples, the cap-hit share, and the same per pipeline.",
         epilog="examples:\n  rlix-sim trace inspect trace.parquet --json\n"
+        "  rlix-sim trace inspect agentic_small\n"
         "  rlix-sim trace inspect azure_conv_2023.csv --column response_tokens=num_decode_tokens",
     )
-    parser.add_argument("file", metavar="FILE", help="trace file: .csv, .jsonl, .json, .parquet")
+    parser.add_argument(
+        "file", metavar="FILE",
+        help="trace file (.csv, .jsonl, .json, .parquet) or a bundled trace's name "
+        f"({', '.join(bundled_names())})",
+    )
     _column_option(parser, "response_tokens=GeneratedTokens")
     parser.add_argument("--format", choices=FORMATS, help="read as this format, not by suffix")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -141,7 +149,16 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    stats = trace_stats(read_trace(args.file, args.column, args.format))
+    path = Path(args.file)
+    # A bare name that is no file (no folder, no suffix) is a bundled trace's name.
+    if not path.exists() and path.name == args.file and not path.suffix:
+        if args.file not in BUNDLED:
+            raise TraceError(f"no such file, nor a bundled trace ({', '.join(bundled_names())})",
+                             file=args.file)
+        table = load_bundled(args.file)
+    else:
+        table = read_trace(args.file, args.column, args.format)
+    stats = trace_stats(table)
     if args.json:
         print(json.dumps(stats.as_dict()))
     else:

@@ -37,6 +37,20 @@ def test_inspect_text_with_pipelines(tmp_path: Path, run_cli) -> None:  # type: 
     assert "\n  a " in out and "\n  b " in out
 
 
+def test_inspect_takes_a_bundled_traces_name(run_cli) -> None:  # type: ignore[no-untyped-def]
+    """A name that is no file but a bundled trace is read from the package; the figures are the
+    trace's own (the same as reading its Parquet file)."""
+    from rlix.traces import load_bundled
+    from rlix.traces.stats import trace_stats
+
+    code, out, _ = run_cli("trace", "inspect", "agentic_small", "--json")
+    assert code == 0
+    assert json.loads(out) == json.loads(json.dumps(trace_stats(load_bundled("agentic_small")).as_dict()))
+    code, _, err = run_cli("trace", "inspect", "agentic_smal")
+    assert code == 2
+    assert "agentic_smal: no such file, nor a bundled trace (agentic_small, math_16k, math_small)" in err
+
+
 def test_generate_is_deterministic_and_readable(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     paths = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
     for path in paths:

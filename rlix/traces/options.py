@@ -2,15 +2,15 @@
 
 A type function rejects a bad value while the command line is parsed, so it is reported as
 ``rlix-sim trace generate: error: argument --rows: must be a positive integer, not '0'`` with status 2
-before any work starts. UsageError is for what parsing cannot know (e.g. more steps than a trace
-holds); `rlix.sim.cli.main` prints it as one line with status 2. It lives here rather than in
-rlix.sim.cli so that `python -m rlix.sim.cli` and the sub-command modules share one class.
+before any work starts. UsageError is for what parsing cannot know (e.g. an option out of range
+for the data); `rlix.sim.cli.main` prints it as one line with status 2. It lives in rlix.traces,
+the lowest layer with a command (`rlix-sim trace`), so that the trace commands need not import
+the simulator, and `python -m rlix.sim.cli` and the sub-command modules share one class.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 
 
 class UsageError(ValueError):
@@ -33,34 +33,8 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """A finite number above 0 (a rate, a time limit)."""
-    value = _finite(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """A finite number of at least 0 (a cost in seconds)."""
-    value = _finite(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
-    return value
-
-
 def _integer(text: str) -> int:
     try:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
-
-
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
-    return value
