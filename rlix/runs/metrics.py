@@ -61,13 +61,14 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
     else:
         tables = source if specs is None else dataclasses.replace(source, specs=dict(specs))
     pipeline_ids = tables.pipeline_ids
-    gpu_time = gpu_time_by_pipeline(tables, pipeline_ids)
+    cover = gpu_cover(tables, pipeline_ids)
+    gpu_time = gpu_time_by_pipeline(cover, len(pipeline_ids))
     pool_s = tables.num_gpus * tables.makespan_s
     trajectories = _trajectory_counts(tables.rollouts)
     overall = _scope(tables, tables.steps, trajectories.sum(axis=0), tables.waits, gpu_time.sum(axis=0),
                      pool_s, pool_s, tables.makespan_s)
     overall["shrinks"] = _count_shrinks(tables.shrinks.values())
-    overall["all_active"] = all_active_shares(tables, pipeline_ids)
+    overall["all_active"] = all_active_shares(tables, pipeline_ids, cover)
     steps, waits = _split(tables.steps), _split(tables.waits)
     per_pipeline = trajectories.reindex(pipeline_ids, fill_value=0)
     pipelines: dict[str, Any] = {}
@@ -105,16 +106,15 @@ def active_span(tables: RunTables, pipeline_id: str) -> tuple[float, float]:
     return t_start, max(t_start, min(t_end, tables.makespan_s))
 
 
-def all_active_shares(tables: RunTables, pipeline_ids: list[str]) -> dict[str, float] | None:
+def all_active_shares(tables: RunTables, pipeline_ids: list[str], cover: GpuCover) -> dict[str, float] | None:
     """Busy, loading and idle shares of the pool while every pipeline is active (see the module
-    docstring), or None when no such window exists."""
+    docstring), or None when no such window exists. `cover` is the run's `gpu_cover`."""
     if not pipeline_ids or tables.num_gpus <= 0:
         return None
     spans = [active_span(tables, pid) for pid in pipeline_ids]
     t_start, t_end = max(s for s, _ in spans), min(e for _, e in spans)
     if t_end <= t_start:
         return None
-    cover = gpu_cover(tables, pipeline_ids)
     segments = cover.segments
     clipped = np.clip(segments.t1, t_start, t_end) - np.clip(segments.t0, t_start, t_end)
     window_s = tables.num_gpus * (t_end - t_start)
@@ -124,16 +124,16 @@ def all_active_shares(tables: RunTables, pipeline_ids: list[str]) -> dict[str, f
             "idle_share": 1.0 - busy - loading}
 
 
-def gpu_time_by_pipeline(tables: RunTables, pipeline_ids: list[str]) -> np.ndarray:
-    """GPU-seconds per pipeline (rows, in `pipeline_ids` order): held, busy, loading (columns).
+def gpu_time_by_pipeline(cover: GpuCover, num_pipelines: int) -> np.ndarray:
+    """GPU-seconds per pipeline (rows, in the order of the pipeline ids `cover` was built
+    with): held, busy, loading (columns).
 
     Busy and loading count only where the pipeline held the GPU; loading excludes busy time.
     """
-    cover = gpu_cover(tables, pipeline_ids)
-    out = np.zeros((len(pipeline_ids), 3))
+    out = np.zeros((num_pipelines, 3))
     for column, mask in ((HELD, cover.held), (BUSY, cover.busy), (LOADING, cover.loading)):
         out[:, column] = np.bincount(cover.owner[mask], weights=cover.segments.duration[mask],
-                                     minlength=len(pipeline_ids))
+                                     minlength=num_pipelines)
     return out
 
 
