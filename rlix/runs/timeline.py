@@ -13,6 +13,7 @@ Times are microseconds ("ts", "dur"), as the format requires; the run's seconds 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,15 @@ GPU_PID, STEPS_PID = 1, 2
 US_PER_S = 1e6
 
 
+#: Rows of a table formatted at a time: a simulated day of a large cluster has millions of
+#: holdings and activity spans, and its timeline is written as it is formatted, a slice at a
+#: time, never held whole.
+SLICE_ROWS = 1 << 18
+
+
 def trace_events(tables: RunTables) -> list[dict[str, Any]]:
     """Every trace event of the run as dicts, metadata first (what `timeline.json` holds)."""
-    return [json.loads(line) for line in _event_lines(tables)]
+    return [json.loads(line) for chunk in _event_chunks(tables) for line in chunk]
 
 
 def write_timeline(tables: RunTables, path: str | Path) -> Path:
@@ -35,12 +42,17 @@ def write_timeline(tables: RunTables, path: str | Path) -> Path:
     with path.open("w", encoding="utf-8") as handle:
         # One event per line: a long run's file stays greppable and diffable.
         handle.write('{"displayTimeUnit": "ms", "traceEvents": [\n')
-        handle.write(",\n".join(_event_lines(tables)))
+        first = True
+        for chunk in _event_chunks(tables):
+            if chunk:
+                handle.write(("" if first else ",\n") + ",\n".join(chunk))
+                first = False
         handle.write("\n]}\n")
     return path
 
 
-def _event_lines(tables: RunTables) -> list[str]:
+def _event_chunks(tables: RunTables) -> Iterator[list[str]]:
+    """The timeline's event lines, in order, a slice of a table at a time."""
     meta: list[dict[str, Any]] = [
         _meta(GPU_PID, None, "process_name", "GPUs"),
         _meta(STEPS_PID, None, "process_name", "Steps"),
@@ -48,11 +60,11 @@ def _event_lines(tables: RunTables) -> list[str]:
     for gpu in range(tables.num_gpus):
         meta.append(_meta(GPU_PID, gpu, "thread_name", f"GPU {gpu}"))
         meta.append(_meta(GPU_PID, gpu, "thread_sort_index", gpu, key="sort_index"))
-    lines = [_dumps(e) for e in meta]
-    lines += _holdings(tables.allocations)
-    lines += _activity(tables.activity)
-    lines += [_dumps(e) for e in _steps(tables.steps)]
-    return lines
+    yield [_dumps(e) for e in meta]
+    for table, lines in ((tables.allocations, _holdings), (tables.activity, _activity)):
+        for lo in range(0, len(table), SLICE_ROWS):
+            yield lines(table.iloc[lo : lo + SLICE_ROWS])
+    yield [_dumps(e) for e in _steps(tables.steps)]
 
 
 def _dumps(event: dict[str, Any]) -> str:

@@ -112,7 +112,7 @@ def write_frame(frame: pd.DataFrame, path: str | Path, format: str | None = None
         if fmt == "csv":
             frame.to_csv(path, index=False)
         elif fmt == "parquet":
-            frame.to_parquet(path, index=False, engine="pyarrow")
+            _write_parquet(frame, path)
         else:
             text = frame.to_json(orient="records", lines=True, force_ascii=False)
             if fmt == "json":  # one JSON array rather than one object per line
@@ -121,6 +121,27 @@ def write_frame(frame: pd.DataFrame, path: str | Path, format: str | None = None
     except OSError as error:
         raise TraceError(f"cannot write: {_first_line(error)}", file=path) from error
     return path
+
+
+#: Rows converted to Arrow at a time when writing a large table to Parquet: a simulated day of
+#: a large cluster has ~10^8 rollout rows, and converting them at once would need another copy
+#: of the whole table in memory (~9 GB). Smaller tables are written in one go.
+PARQUET_SLICE_ROWS = 1 << 22
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    if len(frame) <= PARQUET_SLICE_ROWS:
+        frame.to_parquet(path, index=False, engine="pyarrow")
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first = pa.Table.from_pandas(frame.iloc[:PARQUET_SLICE_ROWS], preserve_index=False)
+    with pq.ParquetWriter(path, first.schema) as writer:
+        writer.write_table(first)
+        for lo in range(PARQUET_SLICE_ROWS, len(frame), PARQUET_SLICE_ROWS):
+            part = frame.iloc[lo : lo + PARQUET_SLICE_ROWS]
+            writer.write_table(pa.Table.from_pandas(part, schema=first.schema, preserve_index=False))
 
 
 def _read_head(path: Path) -> bytes:

@@ -142,3 +142,19 @@ def test_compare_plot(run_dir: Path, tmp_path: Path) -> None:
     assert data.startswith(b"\x89PNG") and len(data) > 5000
     with pytest.raises(ValueError, match="1 labels for 2 runs"):
         compare_runs([run_dir, run_dir], tmp_path / "x.png", labels=["one"])
+
+
+@pytest.mark.parametrize("slice_rows", [1, 2, 5])
+def test_timeline_written_a_slice_at_a_time_is_the_same_file(
+    tmp_path: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch, slice_rows: int
+) -> None:
+    """Large runs' timelines are formatted and written a slice of rows at a time; slices of any
+    size (cutting a pipeline's rows apart) give the very same bytes."""
+    import rlix.runs.timeline as timeline
+    from rlix.runs.frames import tables_from_recorder
+
+    tables = tables_from_recorder(recorder)
+    whole = timeline.write_timeline(tables, tmp_path / "whole.json").read_bytes()
+    monkeypatch.setattr(timeline, "SLICE_ROWS", slice_rows)
+    assert timeline.write_timeline(tables, tmp_path / "sliced.json").read_bytes() == whole
+    json.loads(whole)
