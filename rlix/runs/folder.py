@@ -59,7 +59,7 @@ def write_run(
     a large run's rollouts table is gigabytes.
     """
     out_dir = Path(out_dir)
-    _check_target(out_dir, overwrite)
+    check_target(out_dir, overwrite)
     if format not in FORMATS:
         raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
     if plots and importlib.util.find_spec("matplotlib") is None:
@@ -83,7 +83,9 @@ def write_run(
     return out_dir
 
 
-def _check_target(out_dir: Path, overwrite: bool) -> None:
+def check_target(out_dir: Path, overwrite: bool) -> None:
+    """RunError unless `out_dir` can take a run folder (absent, empty, or `overwrite`): a driver
+    checks before a long run, not only when it writes at the end."""
     if not out_dir.exists():
         return
     if not out_dir.is_dir():

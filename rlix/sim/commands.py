@@ -119,24 +119,31 @@ def _scenario(args: argparse.Namespace) -> Any:
 
 
 def run_main(args: argparse.Namespace) -> int:
-    from rlix.sim.api import simulate
+    from rlix.runs.errors import RunError
+    from rlix.runs.folder import check_target
+    from rlix.sim.api import collect, new_simulation
     from rlix.sim.compare import format_table
 
     scenario = _scenario(args)
     out = Path(args.out) if args.out else Path("runs") / scenario.name / scenario.policy.name
+    overwrite = args.out is None or args.overwrite
+    try:  # before the run, which can take long, not after it
+        check_target(out, overwrite)
+    except RunError as error:
+        raise UsageError(f"{error} (--overwrite replaces it)") from error
+    sim = new_simulation(scenario)
     update, close = _progress(
         not args.quiet, f"{scenario.name} [{scenario.policy.name}]", scenario.max_time_s
     )
     try:
-        result = simulate(
-            scenario,
-            out=out,
-            overwrite=args.out is None or args.overwrite,
-            table_format=args.format,
-            progress=update,
-        )
+        sim.run(sim.scenario.max_time_s, update)
     finally:
         close()
+    if not args.quiet:
+        # Tables, summary, timeline and plots: seconds for most runs, minutes for a day of a
+        # large cluster, with no simulated clock to show.
+        print(f"writing the run folder {out} ...", file=sys.stderr, flush=True)
+    result = collect(sim, out=out, overwrite=overwrite, table_format=args.format)
     summary = result.summary
     overall = summary["overall"]
     print(

@@ -25,3 +25,22 @@ def test_demo_runs_and_prints_the_comparison(tmp_path: Path, capsys: pytest.Capt
     assert set(figures) == {"rlix", "static"}
     assert all(f["steps_per_hour"] > 0 for f in figures.values())
     assert (tmp_path / "rlix" / "summary.json").exists()
+
+
+def test_run_refuses_a_non_empty_out_folder_before_simulating(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run can take half an hour: a folder it could not write is refused before it starts
+    (nothing simulated, nothing written), and the error names --overwrite."""
+    import rlix.sim.api as api
+
+    (tmp_path / "mine.txt").write_text("keep")
+
+    def no_simulation(*args: object, **kwargs: object) -> None:
+        raise AssertionError("simulated although the folder was refused")
+
+    monkeypatch.setattr(api, "new_simulation", no_simulation)
+    assert main(["run", "tiny", "--quiet", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "run folder exists and is not empty" in err and "--overwrite replaces it" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
