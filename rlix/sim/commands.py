@@ -122,7 +122,7 @@ def run_main(args: argparse.Namespace) -> int:
     from rlix.runs.errors import RunError
     from rlix.runs.folder import check_target
     from rlix.sim.api import collect, new_simulation
-    from rlix.sim.compare import format_table
+    from rlix.sim.report import print_run
 
     scenario = _scenario(args)
     out = Path(args.out) if args.out else Path("runs") / scenario.name / scenario.policy.name
@@ -144,54 +144,14 @@ def run_main(args: argparse.Namespace) -> int:
         # large cluster, with no simulated clock to show.
         print(f"writing the run folder {out} ...", file=sys.stderr, flush=True)
     result = collect(sim, out=out, overwrite=overwrite, table_format=args.format)
-    summary = result.summary
-    overall = summary["overall"]
-    print(
-        f"{scenario.name}: policy {summary['policy']}, {summary['num_gpus']} GPUs, "
-        f"makespan {summary['makespan_s']:.0f} s, {overall.get('steps')} steps, "
-        f"{overall.get('steps_per_hour', 0):.2f} steps/h, GPU busy {overall.get('busy_share', 0):.1%} "
-        f"(idle {overall.get('idle_share', 0):.1%}{_all_active_idle(overall)})"
-    )
-    import pandas as pd
-
-    rows = [
-        {
-            "pipeline": pid,
-            "kind": s.get("kind"),
-            "k": s.get("max_staleness"),
-            "steps": s.get("steps"),
-            "steps_per_h": s.get("steps_per_hour"),
-            "mean_step_s": s.get("mean_step_time_s"),
-            "p95_step_s": s.get("p95_step_time_s"),
-            "busy": s.get("busy_share"),
-            "preemptions": s.get("preemptions"),
-        }
-        for pid, s in summary["pipelines"].items()
-    ]
-    print(
-        format_table(
-            pd.DataFrame(rows),
-            {"steps_per_h": "{:.2f}", "mean_step_s": "{:.1f}", "p95_step_s": "{:.1f}", "busy": "{:.1%}"},
-        )
-    )
-    if not summary.get("finished", True):
-        why = (f"stuck: nothing but ticks after t={summary['stalled_at_s']:.0f} s"
-               if summary.get("stalled_at_s") is not None else "the scenario's max_time_s was reached")
-        print(f"did not finish: {', '.join(summary['unfinished'])} ({why})")
+    print_run(scenario.name, result.summary)
     print(f"run folder: {result.run_dir}")
     return 0
 
 
-def _all_active_idle(overall: dict[str, Any]) -> str:
-    window = overall.get("all_active")
-    if not window or window.get("idle_share") is None:
-        return ""
-    return (f"; {window['idle_share']:.1%} while every pipeline was in the run,"
-            f" {window['t_start']:.0f}-{window['t_end']:.0f} s")
-
-
 def compare_main(args: argparse.Namespace) -> int:
-    from rlix.sim.compare import OVERALL_COLUMNS, compare, format_table, plot_comparison
+    from rlix.sim.compare import compare, plot_comparison
+    from rlix.sim.report import print_comparison
 
     scenario = _scenario(args)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -223,42 +183,7 @@ def compare_main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(comparison.as_json(), sort_keys=True))
         return 0
-    formats = {key: fmt for key, _label, fmt in OVERALL_COLUMNS}
-    formats["max_slowdown"] = "{:.2f}x"
-    frame = comparison.overall_frame().rename(
-        columns={k: label for k, label, _f in OVERALL_COLUMNS}
-    )
-    formats.update({label: fmt for _k, label, fmt in OVERALL_COLUMNS})
-    print(
-        f"{scenario.name}: {scenario.num_gpus} GPUs, {len(scenario.pipelines)} pipelines, seed {scenario.seed}\n"
-    )
-    print(format_table(frame, formats))
-    ceiling = comparison.ceiling_steps_per_hour()
-    if ceiling is not None:
-        shares = ", ".join(
-            f"{policy} {summary['overall']['steps_per_hour'] / ceiling:.0%}"
-            for policy, summary in comparison.summaries.items()
-            if summary["overall"].get("steps_per_hour") is not None
-        )
-        print(
-            f"\nceiling: {ceiling:.2f} steps/h (every pipeline at its unshared rate, alone with all"
-            f" the GPUs its mappings allow, from its arrival); reached: {shares}"
-        )
-    print()
-    print(
-        format_table(
-            comparison.pipeline_frame(),
-            {
-                "steps_per_h": "{:.2f}",
-                "unshared_steps_per_h": "{:.2f}",
-                "mean_step_s": "{:.1f}",
-                "p95_step_s": "{:.1f}",
-                "alone_step_s": "{:.1f}",
-                "slowdown": "{:.2f}x",
-                "mean_wait_s": "{:.1f}",
-            },
-        )
-    )
+    print_comparison(scenario, comparison)
     path = plot_comparison(comparison, out / "compare.png")
     print(f"\nplot: {path}\nrun folders: {out}/<policy>/")
     return 0

@@ -1,0 +1,117 @@
+"""What `rlix-sim run` and `rlix-sim compare` print: plain aligned text tables of a run's and a
+comparison's figures (the figures themselves are `summary.json`'s, see rlix.runs.metrics)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from rlix.sim.compare import OVERALL_COLUMNS, Comparison
+
+
+def print_run(name: str, summary: dict[str, Any]) -> None:
+    """The one-line figures of a run and a table of its pipelines."""
+    overall = summary["overall"]
+    print(
+        f"{name}: policy {summary['policy']}, {summary['num_gpus']} GPUs, "
+        f"makespan {summary['makespan_s']:.0f} s, {overall.get('steps')} steps, "
+        f"{overall.get('steps_per_hour', 0):.2f} steps/h, GPU busy {overall.get('busy_share', 0):.1%} "
+        f"(idle {overall.get('idle_share', 0):.1%}{_all_active_idle(overall)})"
+    )
+    rows = [
+        {
+            "pipeline": pid,
+            "kind": s.get("kind"),
+            "k": s.get("max_staleness"),
+            "steps": s.get("steps"),
+            "steps_per_h": s.get("steps_per_hour"),
+            "mean_step_s": s.get("mean_step_time_s"),
+            "p95_step_s": s.get("p95_step_time_s"),
+            "busy": s.get("busy_share"),
+            "preemptions": s.get("preemptions"),
+        }
+        for pid, s in summary["pipelines"].items()
+    ]
+    print(
+        format_table(
+            pd.DataFrame(rows),
+            {"steps_per_h": "{:.2f}", "mean_step_s": "{:.1f}", "p95_step_s": "{:.1f}", "busy": "{:.1%}"},
+        )
+    )
+    if not summary.get("finished", True):
+        why = (f"stuck: nothing but ticks after t={summary['stalled_at_s']:.0f} s"
+               if summary.get("stalled_at_s") is not None else "the scenario's max_time_s was reached")
+        print(f"did not finish: {', '.join(summary['unfinished'])} ({why})")
+
+
+def _all_active_idle(overall: dict[str, Any]) -> str:
+    window = overall.get("all_active")
+    if not window or window.get("idle_share") is None:
+        return ""
+    return (f"; {window['idle_share']:.1%} while every pipeline was in the run,"
+            f" {window['t_start']:.0f}-{window['t_end']:.0f} s")
+
+
+def print_comparison(scenario: Any, comparison: Comparison) -> None:
+    """The policies' table, the ceiling and the pipelines' table."""
+    formats = {key: fmt for key, _label, fmt in OVERALL_COLUMNS}
+    formats["max_slowdown"] = "{:.2f}x"
+    frame = comparison.overall_frame().rename(
+        columns={k: label for k, label, _f in OVERALL_COLUMNS}
+    )
+    formats.update({label: fmt for _k, label, fmt in OVERALL_COLUMNS})
+    print(
+        f"{scenario.name}: {scenario.num_gpus} GPUs, {len(scenario.pipelines)} pipelines, seed {scenario.seed}\n"
+    )
+    print(format_table(frame, formats))
+    ceiling = comparison.ceiling_steps_per_hour()
+    if ceiling is not None:
+        shares = ", ".join(
+            f"{policy} {summary['overall']['steps_per_hour'] / ceiling:.0%}"
+            for policy, summary in comparison.summaries.items()
+            if summary["overall"].get("steps_per_hour") is not None
+        )
+        print(
+            f"\nceiling: {ceiling:.2f} steps/h (every pipeline at its unshared rate, alone with all"
+            f" the GPUs its mappings allow, from its arrival); reached: {shares}"
+        )
+    print()
+    print(
+        format_table(
+            comparison.pipeline_frame(),
+            {
+                "steps_per_h": "{:.2f}",
+                "unshared_steps_per_h": "{:.2f}",
+                "mean_step_s": "{:.1f}",
+                "p95_step_s": "{:.1f}",
+                "alone_step_s": "{:.1f}",
+                "slowdown": "{:.2f}x",
+                "mean_wait_s": "{:.1f}",
+            },
+        )
+    )
+
+
+def format_table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
+    """A plain aligned text table."""
+    cells = [[str(c) for c in frame.columns]]
+    for _, row in frame.iterrows():
+        cells.append([_fmt(row[c], formats.get(c)) for c in frame.columns])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    lines = [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in cells
+    ]
+    return "\n".join(lines)
+
+
+def _fmt(value: Any, fmt: str | None) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    try:
+        return fmt.format(value) if fmt else str(value)
+    except (ValueError, TypeError):
+        return str(value)
