@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from rlix.policy.errors import InvariantViolation
@@ -53,32 +55,60 @@ def check_allocations(rows: Iterable[Row], specs: Mapping[str, PipelineSpec]) ->
             )
 
 
-def check_rollouts(rows: Iterable[Row], specs: Mapping[str, PipelineSpec]) -> None:
-    history: dict[tuple[str, str, object], list[Row]] = defaultdict(list)
-    for row in rows:
-        pipeline_id = str(row["pipeline_id"])
-        adapter = str(row.get("adapter") or BASE_ADAPTER)
-        status = row["status"]
-        if status not in ("completed", "requeued", "aborted", "in_flight"):
-            raise InvariantViolation(8, f"trajectory {row['trajectory_id']} has status {status!r}")
-        if status == "completed":
-            spec = specs[pipeline_id]
-            bound = int(row["step_consumed"]) - spec.staleness_of(adapter)
-            if int(row["weight_version"]) < bound:
-                raise InvariantViolation(
-                    7, f"{pipeline_id}/{adapter} trajectory {row['trajectory_id']} of version "
-                       f"{row['weight_version']} consumed by step {row['step_consumed']}"
-                )
-        history[(pipeline_id, adapter, row["trajectory_id"])].append(row)
-    for (pipeline_id, adapter, trajectory_id), attempts in history.items():
-        attempts = sorted(attempts, key=lambda r: float(r["t_start"]))
-        if attempts[-1]["status"] == "requeued":
+def check_rollouts(
+    rows: Iterable[Row], specs: Mapping[str, PipelineSpec], *, grouped_by_trajectory: bool = False
+) -> None:
+    """Invariants 7 and 8 over the attempt rows. With `grouped_by_trajectory` the caller
+    promises that every trajectory's attempts come one after another (e.g. rows sorted by
+    pipeline, adapter and trajectory): the rows are then checked as a stream, one trajectory in
+    memory at a time, which a simulated day of 10^8 attempts needs. Otherwise they may come in
+    any order and are all kept until the end."""
+    keyed = ((_check_attempt(row, specs), row) for row in rows)
+    groups: Iterable[tuple[Key, Iterable[tuple[Key, Row]]]]
+    if grouped_by_trajectory:
+        groups = groupby(keyed, key=itemgetter(0))
+    else:
+        history: dict[Key, list[tuple[Key, Row]]] = defaultdict(list)
+        for key, row in keyed:
+            history[key].append((key, row))
+        groups = history.items()
+    for key, group in groups:
+        _check_trajectory(key, [row for _, row in group])
+
+
+#: A trajectory: (pipeline id, adapter, trajectory id).
+Key = tuple[str, str, object]
+
+
+def _check_attempt(row: Row, specs: Mapping[str, PipelineSpec]) -> Key:
+    """Invariant 7 and a known status for one attempt; returns its trajectory's key."""
+    pipeline_id = str(row["pipeline_id"])
+    adapter = str(row.get("adapter") or BASE_ADAPTER)
+    status = row["status"]
+    if status not in ("completed", "requeued", "aborted", "in_flight"):
+        raise InvariantViolation(8, f"trajectory {row['trajectory_id']} has status {status!r}")
+    if status == "completed":
+        spec = specs[pipeline_id]
+        bound = int(row["step_consumed"]) - spec.staleness_of(adapter)
+        if int(row["weight_version"]) < bound:
             raise InvariantViolation(
-                8, f"{pipeline_id}/{adapter} trajectory {trajectory_id} was re-queued and never finished"
+                7, f"{pipeline_id}/{adapter} trajectory {row['trajectory_id']} of version "
+                   f"{row['weight_version']} consumed by step {row['step_consumed']}"
             )
-        finished = [r for r in attempts if r["status"] == "completed"]
-        if len(finished) > 1:
-            raise InvariantViolation(8, f"{pipeline_id}/{adapter} trajectory {trajectory_id} completed twice")
+    return (pipeline_id, adapter, row["trajectory_id"])
+
+
+def _check_trajectory(key: Key, attempts: list[Row]) -> None:
+    """Invariant 8 for all the attempts of one trajectory."""
+    pipeline_id, adapter, trajectory_id = key
+    attempts = sorted(attempts, key=lambda r: float(r["t_start"]))
+    if attempts[-1]["status"] == "requeued":
+        raise InvariantViolation(
+            8, f"{pipeline_id}/{adapter} trajectory {trajectory_id} was re-queued and never finished"
+        )
+    finished = [r for r in attempts if r["status"] == "completed"]
+    if len(finished) > 1:
+        raise InvariantViolation(8, f"{pipeline_id}/{adapter} trajectory {trajectory_id} completed twice")
 
 
 def check_run(

@@ -5,13 +5,14 @@ and compares the decisions it returns with the recorded ones, field by field. Id
 decisions prove a simulator run deterministic, and an executor run faithful to its core. The
 first divergence is reported with its line, event, and the recorded and replayed decisions.
 
-`check` runs `rlix.policy.run_checks.check_run` on the folder's tables, with the pipeline specs
+`check` runs the checks of `rlix.policy.run_checks` on the folder's tables, with the pipeline specs
 registered in its event log.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pandas as pd
 
 from rlix.policy.core import Scheduler
 from rlix.policy.errors import PolicyError
-from rlix.policy.run_checks import check_run
+from rlix.policy.run_checks import check_allocations, check_rollouts
 from rlix.runs import codec
 from rlix.runs.errors import RunError
 from rlix.runs.eventlog import events_path, iter_records, read_header
@@ -111,11 +112,29 @@ def _compact(decisions: list[dict[str, Any]]) -> str:
 
 def check(run_dir: str | Path) -> tuple[int, int]:
     """Check the invariants a record can show (rlix.policy.run_checks) on the tables of
-    `run_dir`; return the allocation and rollout rows checked. Raises InvariantViolation."""
+    `run_dir`; return the allocation and rollout rows checked. Raises InvariantViolation.
+
+    The rollouts table can hold 10^8 attempts (a simulated day of a large cluster): it is
+    checked one pipeline at a time, sorted by trajectory and turned into rows a slice at a
+    time, so only one slice of rows and one trajectory's attempts are Python objects at once."""
     run = load(run_dir)
-    allocations, rollouts = _rows(run.allocations), _rows(run.rollouts)
-    check_run(run.specs, allocations, rollouts)
+    allocations = _rows(run.allocations)
+    check_allocations(allocations, run.specs)
+    rollouts = run.rollouts
+    check_rollouts(_rows_by_trajectory(rollouts), run.specs, grouped_by_trajectory=True)
     return len(allocations), len(rollouts)
+
+
+#: Rollout rows turned into Python mappings at a time by `check`.
+CHECK_SLICE_ROWS = 1 << 20
+
+
+def _rows_by_trajectory(rollouts: pd.DataFrame) -> Iterator[dict[str, Any]]:
+    """The rows of each pipeline in turn, each trajectory's attempts one after another."""
+    for _pid, part in rollouts.groupby("pipeline_id", sort=True, observed=True):
+        part = part.sort_values(["adapter", "trajectory_id", "t_start"], kind="stable")
+        for lo in range(0, len(part), CHECK_SLICE_ROWS):
+            yield from _rows(part.iloc[lo : lo + CHECK_SLICE_ROWS])
 
 
 def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:

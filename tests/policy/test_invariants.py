@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlix.policy import (
     ClusterRequested,
@@ -129,3 +131,30 @@ def test_rollout_tables() -> None:
         check_rollouts([traj(1, "completed", 3, 1, 0)], SPECS)  # k = 1: needs version >= 2
     with pytest.raises(InvariantViolation, match="invariant 8"):
         check_rollouts([traj(1, "completed", 3, 2, 0), traj(1, "requeued", 3, 2, 1)], SPECS)
+
+
+def _outcome(rows: list[dict], grouped: bool) -> str:
+    try:
+        check_rollouts(rows, SPECS, grouped_by_trajectory=grouped)
+    except InvariantViolation as error:
+        return str(error)
+    return "ok"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(
+    st.tuples(st.integers(0, 3), st.sampled_from(["completed", "requeued", "aborted", "in_flight"]),
+              st.integers(0, 3), st.integers(0, 3), st.integers(0, 20)),
+    max_size=12,
+))
+def test_rollout_check_streamed_by_trajectory_gives_the_same_verdict(attempts: list) -> None:
+    """Checked as a stream (rows grouped by trajectory, one trajectory in memory at a time, for
+    10^8-row tables) or all at once in any order: the same pass or fail, and the violation the
+    stream reports is what one of the failing trajectories gives checked on its own (the two
+    ways may meet the violations in another order)."""
+    rows = [traj(tid, status, step, version, float(t0)) for tid, status, step, version, t0 in attempts]
+    streamed = _outcome(sorted(rows, key=lambda r: r["trajectory_id"]), grouped=True)
+    assert (streamed == "ok") == (_outcome(rows, grouped=False) == "ok")
+    alone = {_outcome([r for r in rows if r["trajectory_id"] == tid], grouped=False)
+             for tid in {r["trajectory_id"] for r in rows}}
+    assert streamed == "ok" or streamed in alone

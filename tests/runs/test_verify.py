@@ -128,3 +128,25 @@ def test_check_sees_a_stale_trajectory(run_dir: Path, tmp_path: Path) -> None:
     table.to_parquet(folder / "rollouts.parquet")
     with pytest.raises(InvariantViolation, match="invariant 7"):
         check(folder)
+
+
+@pytest.mark.parametrize("slice_rows", [1, 2])
+def test_check_streams_rollouts_a_slice_at_a_time(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slice_rows: int
+) -> None:
+    """`check` turns the rollouts into rows a slice at a time (10^8-row tables), sorted by
+    trajectory, whatever order the table is in: a trajectory whose attempts fall in different
+    slices is judged as a whole, and one left re-queued is still caught."""
+    import rlix.runs.verify as verify
+
+    monkeypatch.setattr(verify, "CHECK_SLICE_ROWS", slice_rows)
+    folder = _copy(run_dir, tmp_path)
+    table = pd.read_parquet(folder / "rollouts.parquet")
+    table.iloc[::-1].to_parquet(folder / "rollouts.parquet")  # attempts in reverse order
+    assert check(folder)[1] == len(table)
+    # p0's trajectory 1: re-queued, then completed; make its last attempt a re-queue too.
+    last = table.index[(table["pipeline_id"] == "p0") & (table["trajectory_id"] == 1)].max()
+    table.loc[last, "status"] = "requeued"
+    table.to_parquet(folder / "rollouts.parquet")
+    with pytest.raises(InvariantViolation, match="invariant 8.*trajectory 1 was re-queued"):
+        check(folder)
