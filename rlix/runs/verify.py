@@ -25,7 +25,8 @@ from rlix.policy.run_checks import check_allocations, check_rollouts
 from rlix.runs import codec
 from rlix.runs.errors import RunError
 from rlix.runs.eventlog import events_path, iter_records, read_header
-from rlix.runs.reader import load
+from rlix.runs.reader import Run, load
+from rlix.traces.tables import table_path
 
 
 @dataclass(frozen=True)
@@ -115,26 +116,48 @@ def check(run_dir: str | Path) -> tuple[int, int]:
     `run_dir`; return the allocation and rollout rows checked. Raises InvariantViolation.
 
     The rollouts table can hold 10^8 attempts (a simulated day of a large cluster): it is
-    checked one pipeline at a time, sorted by trajectory and turned into rows a slice at a
-    time, so only one slice of rows and one trajectory's attempts are Python objects at once."""
+    checked one pipeline at a time (from Parquet, only that pipeline's rows and the columns the
+    checks read), sorted by trajectory and turned into rows a slice at a time, so only one
+    slice of rows and one trajectory's attempts are Python objects at once."""
     run = load(run_dir)
     allocations = _rows(run.allocations)
     check_allocations(allocations, run.specs)
-    rollouts = run.rollouts
-    check_rollouts(_rows_by_trajectory(rollouts), run.specs, grouped_by_trajectory=True)
-    return len(allocations), len(rollouts)
+    counted = [0]
+    check_rollouts(_rows_by_trajectory(run, counted), run.specs, grouped_by_trajectory=True)
+    return len(allocations), counted[0]
 
 
 #: Rollout rows turned into Python mappings at a time by `check`.
 CHECK_SLICE_ROWS = 1 << 20
+#: The rollout columns the checks read.
+_CHECKED_COLUMNS = ["pipeline_id", "adapter", "trajectory_id", "step_consumed", "weight_version",
+                    "status", "t_start"]
 
 
-def _rows_by_trajectory(rollouts: pd.DataFrame) -> Iterator[dict[str, Any]]:
-    """The rows of each pipeline in turn, each trajectory's attempts one after another."""
-    for _pid, part in rollouts.groupby("pipeline_id", sort=True, observed=True):
+def _rows_by_trajectory(run: Run, counted: list[int]) -> Iterator[dict[str, Any]]:
+    """The rows of each pipeline in turn, each trajectory's attempts one after another;
+    `counted[0]` counts them."""
+    for part in _rollouts_by_pipeline(run):
         part = part.sort_values(["adapter", "trajectory_id", "t_start"], kind="stable")
+        counted[0] += len(part)
         for lo in range(0, len(part), CHECK_SLICE_ROWS):
             yield from _rows(part.iloc[lo : lo + CHECK_SLICE_ROWS])
+
+
+def _rollouts_by_pipeline(run: Run) -> Iterator[pd.DataFrame]:
+    path = table_path(run.path, "rollouts", "parquet")
+    if not path.exists():  # CSV tables: read whole (nobody writes 10^8 rows as CSV)
+        yield from (part for _pid, part in run.rollouts.groupby("pipeline_id", sort=True, observed=True))
+        return
+    try:
+        import pyarrow.parquet as pq
+
+        names = pq.read_table(path, columns=["pipeline_id"]).column(0).unique().to_pylist()
+        for pipeline_id in sorted(str(n) for n in names if n is not None):
+            yield pd.read_parquet(path, columns=_CHECKED_COLUMNS,
+                                  filters=[("pipeline_id", "==", pipeline_id)])
+    except (OSError, ValueError, KeyError) as error:  # pyarrow's errors derive from these
+        raise RunError(f"cannot read the rollouts for checking: {error}", file=path) from error
 
 
 def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
