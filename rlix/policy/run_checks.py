@@ -24,6 +24,8 @@ from rlix.policy.errors import InvariantViolation
 from rlix.policy.specs import BASE_ADAPTER, PipelineSpec
 
 Row = Mapping[str, Any]
+#: A trajectory: (pipeline id, adapter, trajectory id).
+Key = tuple[str, str, object]
 #: Allocation intervals may touch (one ends when the next starts) within this tolerance.
 TIME_EPS_S = 1e-9
 
@@ -64,20 +66,16 @@ def check_rollouts(
     memory at a time, which a simulated day of 10^8 attempts needs. Otherwise they may come in
     any order and are all kept until the end."""
     keyed = ((_check_attempt(row, specs), row) for row in rows)
-    groups: Iterable[tuple[Key, Iterable[tuple[Key, Row]]]]
+    groups: Iterable[tuple[Key, list[Row]]]
     if grouped_by_trajectory:
-        groups = groupby(keyed, key=itemgetter(0))
+        groups = ((key, [row for _, row in group]) for key, group in groupby(keyed, key=itemgetter(0)))
     else:
-        history: dict[Key, list[tuple[Key, Row]]] = defaultdict(list)
+        history: dict[Key, list[Row]] = defaultdict(list)
         for key, row in keyed:
-            history[key].append((key, row))
+            history[key].append(row)
         groups = history.items()
-    for key, group in groups:
-        _check_trajectory(key, [row for _, row in group])
-
-
-#: A trajectory: (pipeline id, adapter, trajectory id).
-Key = tuple[str, str, object]
+    for key, attempts in groups:
+        _check_trajectory(key, attempts)
 
 
 def _check_attempt(row: Row, specs: Mapping[str, PipelineSpec]) -> Key:

@@ -48,7 +48,10 @@ class Unshared:
 
     steps: int
     duration_s: float  # from its arrival to its end (its last step, or the scenario's cut)
-    steps_per_hour: float | None
+
+    @property
+    def steps_per_hour(self) -> float | None:
+        return self.steps * 3600.0 / self.duration_s if self.duration_s > 0 else None
 
 
 @dataclass
@@ -79,12 +82,7 @@ class Comparison:
         rows = []
         for policy, summary in self.summaries.items():
             overall = summary["overall"]
-            window = overall.get("all_active") or {}
-            row = {
-                "policy": policy,
-                **{key: overall.get(key) for key, _label, _fmt in OVERALL_COLUMNS},
-                "idle_share_all_active": window.get("idle_share"),
-            }
+            row = {"policy": policy, **{key: overall_figure(overall, key) for key, _label, _fmt in OVERALL_COLUMNS}}
             slowdowns = [self.slowdown(policy, pid) for pid in summary["pipelines"]]
             row["max_slowdown"] = max(slowdowns) if slowdowns else float("nan")
             row["finished"] = "yes" if summary.get("finished", True) else "NO"
@@ -115,14 +113,20 @@ class Comparison:
 
     def as_json(self) -> dict[str, dict[str, Any]]:
         keys = {"steps_per_hour": "steps_per_hour", "busy_share": "busy_share", "idle_share": "idle_share",
-                "mean_step_s": "mean_step_time_s", "preemptions": "preemptions"}
+                "idle_share_all_active": "idle_share_all_active", "mean_step_s": "mean_step_time_s",
+                "preemptions": "preemptions"}
         return {
-            policy: {
-                **{name: s["overall"].get(key) for name, key in keys.items()},
-                "idle_share_all_active": (s["overall"].get("all_active") or {}).get("idle_share"),
-            }
+            policy: {name: overall_figure(s["overall"], key) for name, key in keys.items()}
             for policy, s in self.summaries.items()
         }
+
+
+def overall_figure(overall: dict[str, Any], key: str) -> Any:
+    """An overall figure of a summary; `idle_share_all_active` is its all_active window's idle
+    share (None without such a window)."""
+    if key == "idle_share_all_active":
+        return (overall.get("all_active") or {}).get("idle_share")
+    return overall.get(key)
 
 
 def _mean_wait(waits: dict[str, Any]) -> float:
@@ -175,23 +179,20 @@ def _run_alone(
     from rlix.sim.api import resolve_scenario
 
     base = resolve_scenario(scenario, None, trace, columns, seed)
+
+    def run(alone: Scenario, label: str) -> dict[str, Any]:
+        report = None if progress is None else (lambda t: progress(label, t))
+        summary: dict[str, Any] = simulate(alone, plots=False, progress=report).summary
+        return summary
+
     for pipeline in base.pipelines:
         pid = pipeline.id
         comparison.arrival_s[pid] = pipeline.arrival_s
-        for label, alone_scenario in (("alone", alone_on_home(base, pid)),
-                                      ("unshared", alone_on_pool(base, pid))):
-            result = simulate(
-                alone_scenario,
-                plots=False,
-                progress=None if progress is None else (lambda t, p=f"{pid} {label}": progress(p, t)),
-            )
-            stats = result.summary["pipelines"].get(pid, {})
-            if label == "alone":
-                comparison.alone_step_s[pid] = stats.get("mean_step_time_s") or float("nan")
-            elif stats:
-                comparison.unshared[pid] = Unshared(
-                    int(stats["steps"]), float(result.summary["makespan_s"]), stats.get("steps_per_hour")
-                )
+        home = run(alone_on_home(base, pid), f"{pid} alone")
+        comparison.alone_step_s[pid] = home["pipelines"].get(pid, {}).get("mean_step_time_s") or float("nan")
+        pool = run(alone_on_pool(base, pid), f"{pid} unshared")
+        if pid in pool["pipelines"]:
+            comparison.unshared[pid] = Unshared(int(pool["pipelines"][pid]["steps"]), float(pool["makespan_s"]))
 
 
 def plot_comparison(comparison: Comparison, path: Path) -> Path:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from rlix.sim.compare import OVERALL_COLUMNS, Comparison
+from rlix.sim.compare import OVERALL_COLUMNS, Comparison, overall_figure
 
 
 def print_run(name: str, summary: dict[str, Any]) -> None:
@@ -47,7 +47,7 @@ def print_run(name: str, summary: dict[str, Any]) -> None:
 
 def _all_active_idle(overall: dict[str, Any]) -> str:
     window = overall.get("all_active")
-    if not window or window.get("idle_share") is None:
+    if overall_figure(overall, "idle_share_all_active") is None:
         return ""
     return (f"; {window['idle_share']:.1%} while every pipeline was in the run,"
             f" {window['t_start']:.0f}-{window['t_end']:.0f} s")
