@@ -9,10 +9,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from rlix.sim import engine_compact
+from rlix.sim import _engine
 from rlix.sim.costs import CostModel
 from rlix.sim.engine import ATTEMPT_FIELDS, RolloutGroup, attempts_to_columns
-from rlix.sim.engine_state import Engine
 from rlix.traces import load_bundled
 from tests.sim.reference_engine import ReferenceGroup
 
@@ -121,24 +120,21 @@ def test_matches_token_by_token_reference(seed: int) -> None:
     assert any(a[6] == "completed" for a in fast)
 
 
-def test_cutting_done_trajectories_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cutting_done_trajectories_changes_nothing() -> None:
     """With the per-trajectory lists cut at every submit that can, the same attempts."""
     cuts: list[int] = []
-    compact = RolloutGroup._compact
-
-    def counted(group: RolloutGroup, start: int) -> None:
-        cuts.append(start)
-        compact(group, start)
-
-    monkeypatch.setattr(engine_compact, "MIN_COMPACT", 1)
-    monkeypatch.setattr(RolloutGroup, "_compact", counted)
-    for seed in range(30):
-        ops = step_by_step_scenario(seed)
-        router = ROUTERS[seed % len(ROUTERS)]
-        _, slow = play(ops, ReferenceGroup, router)
-        _, fast = play(ops, RolloutGroup, router)
-        assert_same_attempts(fast, slow)
-    assert len(cuts) > 100 and max(cuts) > 20
+    old = _engine.set_min_compact(1)
+    try:
+        for seed in range(30):
+            ops = step_by_step_scenario(seed)
+            router = ROUTERS[seed % len(ROUTERS)]
+            _, slow = play(ops, ReferenceGroup, router)
+            group, fast = play(ops, RolloutGroup, router)
+            assert_same_attempts(fast, slow)
+            cuts.append(group.num_compactions)  # type: ignore[attr-defined]
+    finally:
+        _engine.set_min_compact(old)
+    assert sum(cuts) > 100 and max(cuts) > 3
 
 
 def step_by_step_scenario(seed: int) -> list[tuple]:  # type: ignore[type-arg]
@@ -302,17 +298,21 @@ def test_copy_is_independent_and_adoptable() -> None:
 
 
 def test_engine_copy_copies_every_field() -> None:
-    engine = Engine(3, 1.5)
-    for i, name in enumerate(Engine.__slots__):
-        if name not in ("heap", "info", "dead"):
-            setattr(engine, name, f"value {i}")
-    engine.heap.append(7)
-    engine.info[7] = (0, 1.5, 7)
-    engine.dead[9] = 1
-    twin = engine.copy()
-    assert all(getattr(twin, name) == getattr(engine, name) for name in Engine.__slots__)
-    assert twin.heap is not engine.heap and twin.info is not engine.info
-    assert twin.dead is not engine.dead
+    """A copied group's engines equal the original's in every field, heap and running slot,
+    and stay so while the original moves on (nothing shared)."""
+    group, _ = agentic_group(3, 800)
+    for rank in range(4):
+        group.add_engine(rank, 0.0)
+    drain_all(group, 30.0)
+    group.remove_engine(1, 30.0)  # stale heap keys and a re-queued front too
+    drain_all(group, 31.0)
+    twin = group.copy()
+    before = {rank: group.engine(rank).state() for rank in group.engines}
+    assert all(state[4] > 0 and state[14] for state in before.values())
+    assert {rank: twin.engine(rank).state() for rank in twin.engines} == before
+    drain_all(group, 200.0)
+    assert {rank: twin.engine(rank).state() for rank in twin.engines} == before
+    assert {rank: group.engine(rank).state() for rank in group.engines} != before
 
 
 def test_busy_intervals_cover_attempts_and_skip_idle_engines() -> None:

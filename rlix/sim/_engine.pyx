@@ -1,0 +1,286 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""The compiled rollout engines: one `RolloutGroup` per pipeline (the model is in engine.py).
+
+Compiled because it is the simulator's hot path: a simulated day of a 1,024-GPU cluster runs
+~10^8 trajectories through it, one event per iteration boundary that completes or admits a
+sequence. The state is C arrays, so an event costs a few heap operations and no Python objects,
+and a look-ahead copy (rollout.py copies the group at every stop) is a handful of memcpys.
+
+Layout:
+- per trajectory (internal index = submission order, less the done prefix compaction cuts):
+  id, prompt, response and batch slot in int64 arrays shared by copies until one submits, and
+  `slot_of`, the slot it runs in on its engine (-1: not running);
+- the queue: re-queued (index, generated prefix) pairs in a ring buffer in front of the fresh
+  submissions from `qhead` on;
+- per engine (`Engine`, _engine.pxd): the closed-form base (t0, n0, b, kv, extra_s), a heap of
+  `finish << 32 | idx` keys and the running sequences by slot, linked in admission order (the
+  preemption victim is the tail). A preempted sequence's key stays in the heap; a key is live
+  while its trajectory runs in the slot `slot_of` names under that very key, so a stale key is
+  dropped when it surfaces (no set of dead keys to keep);
+- events: a heap of (t, dp_rank, version); an entry whose version is not its engine's current
+  one is stale. Versions come from one counter per group, so an engine re-added at a rank
+  never takes an old entry of that rank for its own.
+
+Every float is computed by the same expression, in the same order, as the pure-Python engine
+this replaces (tests/sim/test_engine.py holds both to the token-by-token reference engine).
+"""
+
+from libc.math cimport INFINITY, ceil, floor, sqrt
+from libc.stdint cimport int8_t, int32_t, int64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memmove
+
+import math
+
+import numpy as np
+
+# Attempt statuses as recorded (an int: attempts convert to arrays in one go).
+REQUEUED = 0
+COMPLETED = 1
+STATUS_NAMES = ("requeued", "completed")
+DEF IDX_BITS = 32
+cdef int64_t IDX_MASK = (<int64_t>1 << IDX_BITS) - 1
+MAX_TRAJECTORIES = (1 << IDX_BITS) - 1
+
+#: Per-trajectory arrays shorter than this are never cut (the cut is a pass over what runs and
+#: is queued). Tests lower it (`set_min_compact`) to cut at every submit that can.
+cdef int64_t _min_compact = 1 << 14
+
+
+def set_min_compact(int64_t value):
+    """Set the shortest per-trajectory arrays a submit may cut; returns the old value."""
+    global _min_compact
+    old = _min_compact
+    _min_compact = value
+    return old
+
+
+cdef void* _grow(void* ptr, int64_t size) except NULL:
+    cdef void* out = realloc(ptr, size if size > 0 else 1)
+    if out == NULL:
+        raise MemoryError()
+    return out
+
+
+cdef void* _dup(void* ptr, int64_t size) except NULL:
+    cdef void* out = malloc(size if size > 0 else 1)
+    if out == NULL:
+        raise MemoryError()
+    if size > 0:
+        memcpy(out, ptr, size)
+    return out
+
+
+# -- one engine --------------------------------------------------------------------------------
+
+
+cdef class Engine:
+    """Closed-form state of one data-parallel rollout rank (fields in _engine.pxd)."""
+
+    def __cinit__(self, int64_t dp_rank, double t_ready, int64_t num_slots):
+        cdef int64_t s
+        self.dp_rank = dp_rank
+        self.t_ready = t_ready
+        self.t0 = t_ready
+        self.n0 = 0
+        self.b = 0
+        self.kv = 0
+        self.extra_s = 0.0
+        self.ev_t = INFINITY
+        self.ev_n = 0
+        self.version = -1
+        self.busy_since = -1.0
+        self.hungry = False
+        # A rank joined: at its first boundary at or after this time, this engine sheds what
+        # it runs above the even share (inf: nothing pending).
+        self.migrate_at = INFINITY
+        self.heap_cap = 16
+        self.heap_len = 0
+        self.heap = <int64_t*>_grow(NULL, 16 * sizeof(int64_t))
+        self.num_slots = num_slots
+        self.s_idx = <int64_t*>_grow(NULL, num_slots * sizeof(int64_t))
+        self.s_g0 = <int64_t*>_grow(NULL, num_slots * sizeof(int64_t))
+        self.s_tstart = <double*>_grow(NULL, num_slots * sizeof(double))
+        self.s_key = <int64_t*>_grow(NULL, num_slots * sizeof(int64_t))
+        self.s_prev = <int32_t*>_grow(NULL, num_slots * sizeof(int32_t))
+        self.s_next = <int32_t*>_grow(NULL, num_slots * sizeof(int32_t))
+        self.s_head = self.s_tail = -1
+        for s in range(num_slots):  # the free list: each slot's `next` is the next free one
+            self.s_idx[s] = -1
+            self.s_next[s] = <int32_t>(s + 1 if s + 1 < num_slots else -1)
+        self.s_free = 0 if num_slots else -1
+
+    def __dealloc__(self):
+        free(self.heap)
+        free(self.s_idx)
+        free(self.s_g0)
+        free(self.s_tstart)
+        free(self.s_key)
+        free(self.s_prev)
+        free(self.s_next)
+
+    cdef Engine copy(self):
+        cdef Engine other = Engine.__new__(Engine, self.dp_rank, self.t_ready, 0)
+        cdef int64_t n = self.num_slots
+        free(other.s_idx); free(other.s_g0); free(other.s_tstart); free(other.s_key)
+        free(other.s_prev); free(other.s_next); free(other.heap)
+        other.t0, other.n0, other.b, other.kv = self.t0, self.n0, self.b, self.kv
+        other.extra_s, other.ev_t, other.ev_n = self.extra_s, self.ev_t, self.ev_n
+        other.version, other.busy_since, other.hungry = self.version, self.busy_since, self.hungry
+        other.migrate_at = self.migrate_at
+        other.heap_cap, other.heap_len = self.heap_cap, self.heap_len
+        other.heap = <int64_t*>_dup(self.heap, self.heap_cap * sizeof(int64_t))
+        other.num_slots = n
+        other.s_idx = <int64_t*>_dup(self.s_idx, n * sizeof(int64_t))
+        other.s_g0 = <int64_t*>_dup(self.s_g0, n * sizeof(int64_t))
+        other.s_tstart = <double*>_dup(self.s_tstart, n * sizeof(double))
+        other.s_key = <int64_t*>_dup(self.s_key, n * sizeof(int64_t))
+        other.s_prev = <int32_t*>_dup(self.s_prev, n * sizeof(int32_t))
+        other.s_next = <int32_t*>_dup(self.s_next, n * sizeof(int32_t))
+        other.s_head, other.s_tail, other.s_free = self.s_head, self.s_tail, self.s_free
+        return other
+
+    def clone(self):
+        """An independent copy."""
+        return self.copy()
+
+    @property
+    def running(self):
+        """(trajectory index, generated prefix at admission, admission time, heap key) of each
+        running sequence, in admission order."""
+        out = []
+        cdef int32_t s = self.s_head
+        while s >= 0:
+            out.append((self.s_idx[s], self.s_g0[s], self.s_tstart[s], self.s_key[s]))
+            s = self.s_next[s]
+        return out
+
+    def state(self):
+        """Every scalar of the state and the heap's keys (for tests comparing copies)."""
+        return (
+            self.dp_rank, self.t_ready, self.t0, self.n0, self.b, self.kv, self.extra_s,
+            self.ev_t, self.ev_n, self.version, self.busy_since, self.hungry, self.migrate_at,
+            sorted([self.heap[i] for i in range(self.heap_len)]), self.running,
+        )
+
+    cdef void heap_push(self, int64_t key) noexcept:
+        # Sift up (heapq's order; keys are unique up to stale duplicates of equal value).
+        cdef int64_t* h
+        cdef int64_t pos, parent
+        if self.heap_len == self.heap_cap:
+            self.heap_cap *= 2
+            self.heap = <int64_t*>realloc(self.heap, self.heap_cap * sizeof(int64_t))
+        h = self.heap
+        pos = self.heap_len
+        self.heap_len += 1
+        while pos > 0:
+            parent = (pos - 1) >> 1
+            if h[parent] <= key:
+                break
+            h[pos] = h[parent]
+            pos = parent
+        h[pos] = key
+
+    cdef int64_t heap_pop(self) noexcept:
+        cdef int64_t* h = self.heap
+        cdef int64_t top = h[0]
+        cdef int64_t last, n, pos, child
+        self.heap_len -= 1
+        n = self.heap_len
+        if n == 0:
+            return top
+        last = h[n]
+        pos = 0
+        while True:
+            child = 2 * pos + 1
+            if child >= n:
+                break
+            if child + 1 < n and h[child + 1] < h[child]:
+                child += 1
+            if last <= h[child]:
+                break
+            h[pos] = h[child]
+            pos = child
+        h[pos] = last
+        return top
+
+    cdef int32_t admit(self, int64_t idx, int64_t g0, double t, int64_t key) noexcept:
+        """Put a sequence in a free slot at the tail of the admission order; returns the slot."""
+        cdef int32_t s = self.s_free
+        self.s_free = self.s_next[s]
+        self.s_idx[s] = idx
+        self.s_g0[s] = g0
+        self.s_tstart[s] = t
+        self.s_key[s] = key
+        self.s_prev[s] = self.s_tail
+        self.s_next[s] = -1
+        if self.s_tail >= 0:
+            self.s_next[self.s_tail] = s
+        else:
+            self.s_head = s
+        self.s_tail = s
+        return s
+
+    cdef void unlink(self, int32_t s) noexcept:
+        cdef int32_t p = self.s_prev[s], q = self.s_next[s]
+        if p >= 0:
+            self.s_next[p] = q
+        else:
+            self.s_head = q
+        if q >= 0:
+            self.s_prev[q] = p
+        else:
+            self.s_tail = p
+        self.s_idx[s] = -1  # a stale heap key naming this slot must not look live
+        self.s_next[s] = self.s_free
+        self.s_free = s
+
+
+# -- the closed-form clock ---------------------------------------------------------------------
+
+
+cdef inline double time_at(Engine e, int64_t m, double alpha, double beta) noexcept:
+    """End of the m-th iteration after the base (m >= 1); the event loop uses this expression."""
+    return e.t0 + e.extra_s + <double>m * alpha + beta * <double>(m * e.kv + e.b * m * (m - 1) // 2)
+
+
+cdef double _iterations_until(Engine e, double t, double alpha, double beta) noexcept:
+    """Real m with time_at(m) = t (0 if t is before the first iteration can end)."""
+    cdef double x = t - e.t0 - e.extra_s
+    cdef double quadratic, linear
+    if x <= 0.0:
+        return 0.0
+    quadratic = beta * <double>e.b / 2.0
+    linear = alpha + beta * (<double>e.kv - <double>e.b / 2.0)
+    # The root in the form without cancellation: 2x / (B + sqrt(B^2 + 4Ax)).
+    return 2.0 * x / (linear + sqrt(linear * linear + 4.0 * quadratic * x))
+
+
+cdef int64_t boundary_after(Engine e, double t, double alpha, double beta) noexcept:
+    """Smallest m >= 1 whose iteration ends at or after t."""
+    cdef int64_t m = <int64_t>ceil(_iterations_until(e, t, alpha, beta))
+    if m < 1:
+        m = 1
+    while m > 1 and time_at(e, m - 1, alpha, beta) >= t:
+        m -= 1
+    while time_at(e, m, alpha, beta) < t:
+        m += 1
+    return m
+
+
+cdef int64_t boundary_at_or_before(
+    Engine e, double t, double alpha, double beta, int64_t max_m
+) noexcept:
+    """Largest m in [0, max_m] whose iteration ended by t (0: none has)."""
+    cdef int64_t m = <int64_t>floor(_iterations_until(e, t, alpha, beta))
+    if m > max_m:
+        m = max_m
+    while m < max_m and time_at(e, m + 1, alpha, beta) <= t:
+        m += 1
+    while m > 0 and time_at(e, m, alpha, beta) > t:
+        m -= 1
+    return m
+
+
+include "_engine_loop.pxi"
+include "_engine_group.pxi"
