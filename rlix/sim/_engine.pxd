@@ -30,6 +30,7 @@ cdef class Engine:
     cdef int64_t heap_cap
     # Running sequences by slot, linked in admission order (head: oldest, tail: latest).
     cdef int64_t num_slots
+    cdef void* slots  # one block holding the six arrays below
     cdef int64_t* s_idx
     cdef int64_t* s_g0
     cdef double* s_tstart
@@ -41,6 +42,7 @@ cdef class Engine:
     cdef int32_t s_free
 
     cdef Engine copy(self)
+    cdef void _point_slots(self) noexcept
     cdef void heap_push(self, int64_t key) noexcept
     cdef int64_t heap_pop(self) noexcept
     cdef int32_t admit(self, int64_t idx, int64_t g0, double t, int64_t key) noexcept

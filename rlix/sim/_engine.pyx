@@ -39,6 +39,7 @@ REQUEUED = 0
 COMPLETED = 1
 STATUS_NAMES = ("requeued", "completed")
 DEF IDX_BITS = 32
+DEF SLOT_BYTES = 40  # per slot: idx, g0, t_start, key (8 bytes each), prev, next (4)
 cdef int64_t IDX_MASK = (<int64_t>1 << IDX_BITS) - 1
 MAX_TRAJECTORIES = (1 << IDX_BITS) - 1
 
@@ -98,12 +99,8 @@ cdef class Engine:
         self.heap_len = 0
         self.heap = <int64_t*>_grow(NULL, 16 * sizeof(int64_t))
         self.num_slots = num_slots
-        self.s_idx = <int64_t*>_grow(NULL, num_slots * sizeof(int64_t))
-        self.s_g0 = <int64_t*>_grow(NULL, num_slots * sizeof(int64_t))
-        self.s_tstart = <double*>_grow(NULL, num_slots * sizeof(double))
-        self.s_key = <int64_t*>_grow(NULL, num_slots * sizeof(int64_t))
-        self.s_prev = <int32_t*>_grow(NULL, num_slots * sizeof(int32_t))
-        self.s_next = <int32_t*>_grow(NULL, num_slots * sizeof(int32_t))
+        self.slots = _grow(NULL, num_slots * SLOT_BYTES)
+        self._point_slots()
         self.s_head = self.s_tail = -1
         for s in range(num_slots):  # the free list: each slot's `next` is the next free one
             self.s_idx[s] = -1
@@ -112,31 +109,33 @@ cdef class Engine:
 
     def __dealloc__(self):
         free(self.heap)
-        free(self.s_idx)
-        free(self.s_g0)
-        free(self.s_tstart)
-        free(self.s_key)
-        free(self.s_prev)
-        free(self.s_next)
+        free(self.slots)
+
+    cdef void _point_slots(self) noexcept:
+        # One block per engine for every per-slot array: a copy is one malloc and one memcpy.
+        cdef char* p = <char*>self.slots
+        cdef int64_t n = self.num_slots
+        self.s_idx = <int64_t*>p
+        self.s_g0 = <int64_t*>(p + 8 * n)
+        self.s_tstart = <double*>(p + 16 * n)
+        self.s_key = <int64_t*>(p + 24 * n)
+        self.s_prev = <int32_t*>(p + 32 * n)
+        self.s_next = <int32_t*>(p + 36 * n)
 
     cdef Engine copy(self):
         cdef Engine other = Engine.__new__(Engine, self.dp_rank, self.t_ready, 0)
-        cdef int64_t n = self.num_slots
-        free(other.s_idx); free(other.s_g0); free(other.s_tstart); free(other.s_key)
-        free(other.s_prev); free(other.s_next); free(other.heap)
+        free(other.slots)
+        free(other.heap)
         other.t0, other.n0, other.b, other.kv = self.t0, self.n0, self.b, self.kv
         other.extra_s, other.ev_t, other.ev_n = self.extra_s, self.ev_t, self.ev_n
         other.version, other.busy_since, other.hungry = self.version, self.busy_since, self.hungry
         other.migrate_at = self.migrate_at
         other.heap_cap, other.heap_len = self.heap_cap, self.heap_len
-        other.heap = <int64_t*>_dup(self.heap, self.heap_cap * sizeof(int64_t))
-        other.num_slots = n
-        other.s_idx = <int64_t*>_dup(self.s_idx, n * sizeof(int64_t))
-        other.s_g0 = <int64_t*>_dup(self.s_g0, n * sizeof(int64_t))
-        other.s_tstart = <double*>_dup(self.s_tstart, n * sizeof(double))
-        other.s_key = <int64_t*>_dup(self.s_key, n * sizeof(int64_t))
-        other.s_prev = <int32_t*>_dup(self.s_prev, n * sizeof(int32_t))
-        other.s_next = <int32_t*>_dup(self.s_next, n * sizeof(int32_t))
+        other.heap = <int64_t*>_dup(self.heap, self.heap_len * sizeof(int64_t))
+        other.heap_cap = self.heap_len if self.heap_len else 1
+        other.num_slots = self.num_slots
+        other.slots = _dup(self.slots, self.num_slots * SLOT_BYTES)
+        other._point_slots()
         other.s_head, other.s_tail, other.s_free = self.s_head, self.s_tail, self.s_free
         return other
 

@@ -436,14 +436,15 @@ cdef class RolloutGroup:
         other.done = list(self.done)
         other.a_cap = 0
         other.a_len = 0
-        _grow_attempts(other, max(1024, self.a_len))
-        memcpy(other.a_tid, self.a_tid, self.a_len * sizeof(int64_t))
-        memcpy(other.a_rank, self.a_rank, self.a_len * sizeof(int64_t))
-        memcpy(other.a_t0, self.a_t0, self.a_len * sizeof(double))
-        memcpy(other.a_t1, self.a_t1, self.a_len * sizeof(double))
-        memcpy(other.a_gen, self.a_gen, self.a_len * sizeof(int64_t))
-        memcpy(other.a_g0, self.a_g0, self.a_len * sizeof(int64_t))
-        memcpy(other.a_status, self.a_status, self.a_len * sizeof(int8_t))
+        if self.a_len:  # usually none: the driver drains them before it copies
+            _grow_attempts(other, self.a_len)
+            memcpy(other.a_tid, self.a_tid, self.a_len * sizeof(int64_t))
+            memcpy(other.a_rank, self.a_rank, self.a_len * sizeof(int64_t))
+            memcpy(other.a_t0, self.a_t0, self.a_len * sizeof(double))
+            memcpy(other.a_t1, self.a_t1, self.a_len * sizeof(double))
+            memcpy(other.a_gen, self.a_gen, self.a_len * sizeof(int64_t))
+            memcpy(other.a_g0, self.a_g0, self.a_len * sizeof(int64_t))
+            memcpy(other.a_status, self.a_status, self.a_len * sizeof(int8_t))
         other.a_len = self.a_len
         other.busy = list(self.busy)
         other.engines_by_rank = {}

@@ -122,7 +122,7 @@ cdef inline void record(
 ) except *:
     cdef int64_t k = g.a_len
     if k == g.a_cap:
-        _grow_attempts(g, 2 * g.a_cap)
+        _grow_attempts(g, max(1024, 2 * g.a_cap))
     g.a_tid[k] = tid
     g.a_rank[k] = rank
     g.a_t0[k] = t0
