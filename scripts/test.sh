@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Sets up a virtualenv (.venv) with rlix, the simulator, the CPU executor and the dev tools,
 # then runs lint, types and the whole test suite. Works on a fresh machine with Python 3.11
-# and pip; used by CI as is. Re-running skips the install when pyproject.toml is unchanged.
+# and pip (and a C compiler: the simulator's engines are compiled); used by CI as is. Re-running
+# skips the install when pyproject.toml and the compiled engines' sources are unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.rlix-test-install
-want="$(sha256sum pyproject.toml | cut -c1-16)"
+# The install builds the compiled engines too: their sources count.
+want="$(cat pyproject.toml setup.py rlix/sim/_engine*.p* | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # torch first and pinned: the CPU build; an unpinned torch pulls a multi-GB CUDA build.

@@ -51,7 +51,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlix.sim._engine import COMPLETED, REQUEUED, STATUS_NAMES, Engine, RolloutGroup
+try:
+    from rlix.sim._engine import COMPLETED, REQUEUED, STATUS_NAMES, Engine, RolloutGroup
+except ImportError as error:  # a source tree that was never installed
+    raise ImportError(
+        "rlix.sim's compiled rollout engines (rlix/sim/_engine.pyx) are not built: install rlix "
+        "from the repository with `pip install -e '.[sim]'` (a C compiler is needed)"
+    ) from error
 
 ATTEMPT_FIELDS = (
     "traj_id",
