@@ -242,34 +242,32 @@ class PipelineRollout:
         group = self.group
         a = group.drain_attempt_columns()
         if a is not None:
-            # Rows of re-queued attempts first, then completed ones (a stable order).
             completed = a["completed"]
-            order = np.argsort(completed, kind="stable")
-            completed = completed[order]
-            ids = a["traj_id"][order]
-            preempted = self._num_preempted.data
-            before = preempted[ids]
-            again = ids[~completed]
-            if len(again):
-                np.add.at(preempted, again, 1)
-            # A re-queued row counts the preemptions before it, a completed one all of them.
-            self._append_rows(
-                ids,
-                a["dp_rank"][order],
-                a["t_start"][order],
-                a["t_end"][order],
-                a["recomputed_tokens"][order],
-                np.where(completed, _COMPLETED, _REQUEUED).astype(np.int8),
-                np.where(completed, preempted[ids], before),
-            )
-            done = ids[completed]
+            if completed.all():  # the common stop: nothing re-queued, no reordering
+                done = a["traj_id"]
+                self._append_rows(
+                    done,
+                    a["dp_rank"],
+                    a["t_start"],
+                    a["t_end"],
+                    a["recomputed_tokens"],
+                    np.full(len(done), _COMPLETED, dtype=np.int8),
+                    self._num_preempted.data[done],
+                )
+            else:
+                done = self._absorb_with_requeued(a)
             if len(done):
                 self.num_completed += len(done)
                 self._completed.data[done] = True
-                per_adapter = np.bincount(self._adapter.data[done], minlength=len(self._adapters))
-                for code, count in enumerate(per_adapter.tolist()):
-                    if count:
-                        self.remaining[self._adapters[code]] -= count
+                if len(self._adapters) == 1:
+                    self.remaining[self._adapters[0]] -= len(done)
+                else:
+                    per_adapter = np.bincount(
+                        self._adapter.data[done], minlength=len(self._adapters)
+                    )
+                    for code, count in enumerate(per_adapter.tolist()):
+                        if count:
+                            self.remaining[self._adapters[code]] -= count
         for dp_rank, t0, t1 in group.drain_busy():
             self.sim.recorder.add_activity(
                 self.pipeline_id,
@@ -289,6 +287,28 @@ class PipelineRollout:
         for batch_id in finished:
             adapter, step = self._batch_keys[batch_id]
             self.host.batch_done(adapter, step, {"num_trajectories": self._batch_size[batch_id]})
+
+    def _absorb_with_requeued(self, a: dict[str, np.ndarray]) -> np.ndarray:
+        """Rows of attempts some of which were re-queued: those first, then the completed ones
+        (a stable order); returns the ids of the completed."""
+        completed = a["completed"]
+        order = np.argsort(completed, kind="stable")
+        completed = completed[order]
+        ids = a["traj_id"][order]
+        preempted = self._num_preempted.data
+        before = preempted[ids]
+        np.add.at(preempted, ids[~completed], 1)
+        # A re-queued row counts the preemptions before it, a completed one all of them.
+        self._append_rows(
+            ids,
+            a["dp_rank"][order],
+            a["t_start"][order],
+            a["t_end"][order],
+            a["recomputed_tokens"][order],
+            np.where(completed, _COMPLETED, _REQUEUED).astype(np.int8),
+            np.where(completed, preempted[ids], before),
+        )
+        return ids[completed]
 
     def _append_rows(
         self,
