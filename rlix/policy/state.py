@@ -186,6 +186,12 @@ class ClusterState:
         #: rlix.policy.rollout. Registration numbers are never reused, so a pipeline removed
         #: and registered again under its id (with another mapping) misses the cache.
         self.union_cache: tuple[frozenset[int], frozenset[int]] | None = None
+        #: Bumped whenever a cluster hold (not a rollout rank) takes or frees GPUs, or a GPU is
+        #: lost or restored: what rlix.policy.rollout.rollout_budget caches its exclusions by.
+        self.exclusions_version = 0
+        #: (the union it was computed for, exclusions_version, GPUs of the union held by
+        #: cluster holds or lost); see rlix.policy.rollout.rollout_budget.
+        self.excluded_cache: tuple[frozenset[int], int, frozenset[int]] | None = None
         #: The free slots, one bit per slot in an int, bits ordered by the bundles' GPU ids:
         #: intersecting it with a pipeline's `slot_bits` and taking the lowest bit finds that
         #: pipeline's free bundle with the lowest GPUs in a few C-level int operations.
@@ -266,6 +272,8 @@ class ClusterState:
             self.free_bits ^= self.slot_mask[slot]
             self.num_free -= len(gpus)
             return
+        if type(holder) is not Rank:
+            self.exclusions_version += 1
         for gpu in gpus:
             if owner[gpu] is not None or gpu in self.offline:
                 raise AssertionError(f"GPU {gpu} is not free")
@@ -284,6 +292,8 @@ class ClusterState:
             self.free_bits |= self.slot_mask[slot]
             self.num_free += len(gpus)
             return
+        if type(holder) is not Rank:
+            self.exclusions_version += 1
         for gpu in gpus:
             assert owner[gpu] is holder, f"GPU {gpu} is not held by {holder}"
             owner[gpu] = None
@@ -291,6 +301,7 @@ class ClusterState:
                 self._mark_free(gpu)
 
     def set_offline(self, gpu: int, offline: bool) -> None:
+        self.exclusions_version += 1
         if offline and gpu not in self.offline:
             self.offline.add(gpu)
             if self.owner[gpu] is None:
