@@ -25,8 +25,9 @@ Every float is computed by the same expression, in the same order, as the pure-P
 this replaces (tests/sim/test_engine.py holds both to the token-by-token reference engine).
 """
 
+cimport cython
 from libc.math cimport INFINITY, ceil, floor, sqrt
-from libc.stdint cimport int8_t, int32_t, int64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memmove
 
@@ -75,11 +76,16 @@ cdef void* _dup(void* ptr, int64_t size) except NULL:
 # -- one engine --------------------------------------------------------------------------------
 
 
+@cython.freelist(256)
 cdef class Engine:
     """Closed-form state of one data-parallel rollout rank (fields in _engine.pxd)."""
 
     def __cinit__(self, int64_t dp_rank, double t_ready, int64_t num_slots):
         cdef int64_t s
+        if num_slots < 0:  # blank, for `copy` to fill
+            self.heap = NULL
+            self.slots = NULL
+            return
         self.dp_rank = dp_rank
         self.t_ready = t_ready
         self.t0 = t_ready
@@ -123,9 +129,8 @@ cdef class Engine:
         self.s_next = <int32_t*>(p + 36 * n)
 
     cdef Engine copy(self):
-        cdef Engine other = Engine.__new__(Engine, self.dp_rank, self.t_ready, 0)
-        free(other.slots)
-        free(other.heap)
+        cdef Engine other = Engine.__new__(Engine, self.dp_rank, self.t_ready, -1)
+        other.dp_rank, other.t_ready = self.dp_rank, self.t_ready
         other.t0, other.n0, other.b, other.kv = self.t0, self.n0, self.b, self.kv
         other.extra_s, other.ev_t, other.ev_n = self.extra_s, self.ev_t, self.ev_n
         other.version, other.busy_since, other.hungry = self.version, self.busy_since, self.hungry

@@ -7,6 +7,14 @@ cdef int64_t* _int64_data(object array):
     return &view[0]
 
 
+cdef object _int64_column(int64_t* data, int64_t n):
+    """A new int64 array holding data[:n]."""
+    out = np.empty(n, np.int64)
+    cdef int64_t[::1] view = out
+    memcpy(&view[0], data, n * sizeof(int64_t))
+    return out
+
+
 cdef int64_t first_in_use(RolloutGroup g) except -1:
     """The lowest internal index still held: queued, running, or named by a stale heap key
     (shifting those must not borrow)."""
@@ -388,14 +396,20 @@ cdef class RolloutGroup:
         if not n:
             return None
         columns = {
-            "traj_id": np.asarray(<int64_t[:n]>self.a_tid).copy(),
-            "dp_rank": np.asarray(<int64_t[:n]>self.a_rank).copy(),
-            "t_start": np.asarray(<double[:n]>self.a_t0).copy(),
-            "t_end": np.asarray(<double[:n]>self.a_t1).copy(),
-            "generated_tokens": np.asarray(<int64_t[:n]>self.a_gen).copy(),
-            "recomputed_tokens": np.asarray(<int64_t[:n]>self.a_g0).copy(),
-            "completed": np.asarray(<int8_t[:n]>self.a_status).astype(bool),
+            "traj_id": _int64_column(self.a_tid, n),
+            "dp_rank": _int64_column(self.a_rank, n),
+            "t_start": np.empty(n, np.float64),
+            "t_end": np.empty(n, np.float64),
+            "generated_tokens": _int64_column(self.a_gen, n),
+            "recomputed_tokens": _int64_column(self.a_g0, n),
+            "completed": np.empty(n, np.bool_),
         }
+        cdef double[::1] t_start = columns["t_start"], t_end = columns["t_end"]
+        memcpy(&t_start[0], self.a_t0, n * sizeof(double))
+        memcpy(&t_end[0], self.a_t1, n * sizeof(double))
+        # Statuses are 0 (re-queued) and 1 (completed): the bytes of a bool array.
+        cdef uint8_t[::1] completed = columns["completed"].view(np.uint8)
+        memcpy(&completed[0], self.a_status, n)
         self.a_len = 0
         return columns
 
@@ -415,6 +429,7 @@ cdef class RolloutGroup:
         """An independent copy; per-trajectory arrays are shared until either side submits."""
         cdef RolloutGroup other = RolloutGroup.__new__(RolloutGroup)
         cdef Engine e
+        cdef int64_t first
         other.costs, other.balance, other.migrate_on_expand = self.costs, self.balance, self.migrate_on_expand
         other.tp, other.max_batch = self.tp, self.max_batch
         other.kv_capacity_tokens, other.admit_limit_tokens = self.kv_capacity_tokens, self.admit_limit_tokens
@@ -424,9 +439,16 @@ cdef class RolloutGroup:
         other.n_sub = self.n_sub
         self.shared_lists = other.shared_lists = True
         other.slot_of = <int32_t*>_dup(self.slot_of, self.traj_cap * sizeof(int32_t))
-        other.f_cap, other.f_head, other.f_len = self.f_cap, self.f_head, self.f_len
-        other.f_idx = <int64_t*>_dup(self.f_idx, self.f_cap * sizeof(int64_t))
-        other.f_g0 = <int64_t*>_dup(self.f_g0, self.f_cap * sizeof(int64_t))
+        # The queue front unwrapped, its live part only (its capacity is its longest ever).
+        other.f_cap = max(64, self.f_len)
+        other.f_head, other.f_len = 0, self.f_len
+        other.f_idx = <int64_t*>_grow(NULL, other.f_cap * sizeof(int64_t))
+        other.f_g0 = <int64_t*>_grow(NULL, other.f_cap * sizeof(int64_t))
+        first = self.f_cap - self.f_head if self.f_head + self.f_len > self.f_cap else self.f_len
+        memcpy(other.f_idx, self.f_idx + self.f_head, first * sizeof(int64_t))
+        memcpy(other.f_g0, self.f_g0 + self.f_head, first * sizeof(int64_t))
+        memcpy(other.f_idx + first, self.f_idx, (self.f_len - first) * sizeof(int64_t))
+        memcpy(other.f_g0 + first, self.f_g0, (self.f_len - first) * sizeof(int64_t))
         other.qhead = self.qhead
         other.batch_ids = list(self.batch_ids)
         other.batch_left = <int64_t*>_dup(
