@@ -27,7 +27,7 @@ this replaces (tests/sim/test_engine.py holds both to the token-by-token referen
 
 cimport cython
 from libc.math cimport INFINITY, ceil, floor, sqrt
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memmove
 
@@ -38,7 +38,20 @@ import numpy as np
 # Attempt statuses as recorded (an int: attempts convert to arrays in one go).
 REQUEUED = 0
 COMPLETED = 1
+DEF STATUS_REQUEUED = 0
 STATUS_NAMES = ("requeued", "completed")
+#: Columns of a pipeline's attempt rows (`AttemptRows`) and their dtypes (32-bit: a simulated
+#: day of a large cluster has ~10^8 rows).
+ROW_DTYPES = {
+    "trajectory_id": np.int32,
+    "dp_rank": np.int32,
+    "t_start": np.float64,
+    "t_end": np.float64,
+    "recomputed_tokens": np.int32,
+    "preemptions": np.int32,
+    "weight_version": np.int32,
+    "status": np.int8,
+}
 DEF IDX_BITS = 32
 DEF SLOT_BYTES = 40  # per slot: idx, g0, t_start, key (8 bytes each), prev, next (4)
 cdef int64_t IDX_MASK = (<int64_t>1 << IDX_BITS) - 1
@@ -288,3 +301,4 @@ cdef int64_t boundary_at_or_before(
 
 include "_engine_loop.pxi"
 include "_engine_group.pxi"
+include "_engine_rows.pxi"

@@ -8,8 +8,9 @@ until then; if nothing interrupted it, the copy becomes the state, so the work i
 When something does interrupt (`sync`), the copy is thrown away and the real state is advanced
 exactly to now before the change is applied, so results never depend on how far it looked ahead.
 
-Records stay columnar: per-trajectory facts in growing numpy buffers, attempts as numpy chunks
-joined once when the run's table is built (`take_rows`), so no Python work per trajectory.
+Records stay columnar: per-trajectory facts in growing numpy buffers, attempt rows in the
+compiled `AttemptRows` (filled from the group's attempts in C at each stop) until the run's
+table is built (`take_rows`), so no Python work per trajectory or per attempt.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from rlix.sim._engine import AttemptRows
 from rlix.sim.batches import Batch
 from rlix.traces.schema import ROLLOUT_STATUSES
 
@@ -58,18 +60,6 @@ class _Buffer:
         return self.data[: self.size]
 
 
-#: Columns of a pipeline's attempt rows, each kept in a growing array until `take_rows`, and
-#: their dtypes (32-bit: a simulated day of a large cluster has ~10^8 rows).
-_ROW_COLUMNS = {
-    "trajectory_id": np.int32,
-    "dp_rank": np.int32,
-    "t_start": np.float64,
-    "t_end": np.float64,
-    "recomputed_tokens": np.int32,
-    "preemptions": np.int32,
-    "weight_version": np.int32,
-    "status": np.int8,
-}
 _COMPLETED = ROLLOUT_STATUSES.index("completed")
 _REQUEUED = ROLLOUT_STATUSES.index("requeued")
 
@@ -114,7 +104,7 @@ class PipelineRollout:
         # array, not a chunk per absorb, so that the end of a 10^8-row run can hand whole
         # arrays back to the OS as it joins them into the table (freed small chunks stay in
         # the process's heap, and the table came on top of them).
-        self._rows = {name: _Buffer(dtype) for name, dtype in _ROW_COLUMNS.items()}
+        self._rows = AttemptRows()
         self.env.process(self._run())
 
     # --- changes from outside -------------------------------------------------------------
@@ -240,34 +230,19 @@ class PipelineRollout:
         """Take what the group did (attempts, busy spans, finished batches) into the record,
         and tell the host about progress and finished batches."""
         group = self.group
-        a = group.drain_attempt_columns()
-        if a is not None:
-            completed = a["completed"]
-            if completed.all():  # the common stop: nothing re-queued, no reordering
-                done = a["traj_id"]
-                self._append_rows(
-                    done,
-                    a["dp_rank"],
-                    a["t_start"],
-                    a["t_end"],
-                    a["recomputed_tokens"],
-                    np.full(len(done), _COMPLETED, dtype=np.int8),
-                    self._num_preempted.data[done],
-                )
-            else:
-                done = self._absorb_with_requeued(a)
-            if len(done):
-                self.num_completed += len(done)
-                self._completed.data[done] = True
-                if len(self._adapters) == 1:
-                    self.remaining[self._adapters[0]] -= len(done)
-                else:
-                    per_adapter = np.bincount(
-                        self._adapter.data[done], minlength=len(self._adapters)
-                    )
-                    for code, count in enumerate(per_adapter.tolist()):
-                        if count:
-                            self.remaining[self._adapters[code]] -= count
+        done = self._rows.absorb(
+            group,
+            self._num_preempted.data,
+            self._completed.data.view(np.uint8),
+            self._adapter.data,
+            [self.sim.publish_times.get((self.pipeline_id, a)) for a in self._adapters],
+            _COMPLETED,
+            _REQUEUED,
+        )
+        for code, count in enumerate(done):
+            if count:
+                self.num_completed += count
+                self.remaining[self._adapters[code]] -= count
         for dp_rank, t0, t1 in group.drain_busy():
             self.sim.recorder.add_activity(
                 self.pipeline_id,
@@ -288,28 +263,6 @@ class PipelineRollout:
             adapter, step = self._batch_keys[batch_id]
             self.host.batch_done(adapter, step, {"num_trajectories": self._batch_size[batch_id]})
 
-    def _absorb_with_requeued(self, a: dict[str, np.ndarray]) -> np.ndarray:
-        """Rows of attempts some of which were re-queued: those first, then the completed ones
-        (a stable order); returns the ids of the completed."""
-        completed = a["completed"]
-        order = np.argsort(completed, kind="stable")
-        completed = completed[order]
-        ids = a["traj_id"][order]
-        preempted = self._num_preempted.data
-        before = preempted[ids]
-        np.add.at(preempted, ids[~completed], 1)
-        # A re-queued row counts the preemptions before it, a completed one all of them.
-        self._append_rows(
-            ids,
-            a["dp_rank"][order],
-            a["t_start"][order],
-            a["t_end"][order],
-            a["recomputed_tokens"][order],
-            np.where(completed, _COMPLETED, _REQUEUED).astype(np.int8),
-            np.where(completed, preempted[ids], before),
-        )
-        return ids[completed]
-
     def _append_rows(
         self,
         ids: np.ndarray,
@@ -324,18 +277,17 @@ class PipelineRollout:
         version at t_start) is fixed now, the rest when the table is built."""
         if not len(ids):
             return
-        rows = self._rows
-        rows["trajectory_id"].extend(ids)
-        rows["dp_rank"].extend(dp_rank)
-        rows["t_start"].extend(t_start)
-        rows["t_end"].extend(t_end)
-        rows["recomputed_tokens"].extend(recomputed)
-        rows["preemptions"].extend(preemptions)
-        rows["status"].extend(status)
-        rows["weight_version"].extend(
-            self.sim.weight_versions(
+        self._rows.append(
+            trajectory_id=ids,
+            dp_rank=dp_rank,
+            t_start=t_start,
+            t_end=t_end,
+            recomputed_tokens=recomputed,
+            preemptions=preemptions,
+            status=status,
+            weight_version=self.sim.weight_versions(
                 self.pipeline_id, self._adapters, self._adapter.data[ids], np.asarray(t_start)
-            )
+            ),
         )
 
     def take_rows(self) -> dict[str, Any] | None:
@@ -344,11 +296,11 @@ class PipelineRollout:
         stopped: its per-trajectory state goes with them (the rows are its last use)."""
         if self.alive:
             raise RuntimeError(f"take_rows: pipeline {self.pipeline_id!r} has not stopped")
-        if not self._rows["status"].size:
+        if not self._rows.size:
             return None
         # Views of the growing arrays: they go when the caller has joined them.
-        rows: dict[str, Any] = {name: buffer.view for name, buffer in self._rows.items()}
-        self._rows = {name: _Buffer(dtype) for name, dtype in _ROW_COLUMNS.items()}
+        rows: dict[str, Any] = self._rows.columns()
+        self._rows = AttemptRows()
         ids = rows["trajectory_id"]
         rows.update(
             pipeline_id=pd.Categorical.from_codes(np.zeros(len(ids), np.int8), [self.pipeline_id]),
