@@ -11,15 +11,15 @@ the counts behind it.
 
     .venv/bin/python bench/engine_speed.py [--trajectories 200000] [--profile]
 
-Measured on the shared 2-core development VM (load 9-13; a plain loop turn 36-65 ns, where a
-quiet current core takes 30-40), 221,184 rollouts, 7B at TP1, max_batch 256, per CPU-second of
-the bench's thread:
+Measured on the 2-core development VM (a plain loop turn 32-33 ns), 2026-11-24, 221,184
+rollouts, 7B at TP1, max_batch 256, per CPU-second of the bench's thread, the compiled engines
+(rlix/sim/_engine.pyx; the pure-Python engines they replaced did 233k on the default line):
 
-    (default: agentic_small, 8-16 engines)                    ~110k rollouts/s (1.24 attempts
+    (default: agentic_small, 8-16 engines)                    ~4.1M rollouts/s (1.25 attempts
                                                               per rollout: KV-saturated ranks)
-    --trace math_small                                        ~209k
-    --min-engines 32 --max-engines 32                         ~173k (loop turn 65 ns)
-    --trace math_small --min-engines 32 --max-engines 32      ~161k (loop turn 50 ns)
+    --trace math_small                                        ~7.1M
+    --min-engines 32 --max-engines 32                         ~4.9M
+    --trace math_small --min-engines 32 --max-engines 32      ~6.5M
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ from collections import Counter
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from rlix.sim.batches import BatchSampler
+from rlix.sim.batches import BatchSampler, _order_within_segments
 
 # Groups of 1 to 9 rows (sizes below and above 4 samples per prompt); a row's response length
 # is its own id, so a sample says which row it came from.
@@ -65,3 +66,15 @@ def test_same_seed_same_batch_other_step_other_batch() -> None:
     first = a.sample("p", "base", 1, 5, 4).response_tokens
     assert (first == b.sample("p", "base", 1, 5, 4).response_tokens).all()
     assert not (first == a.sample("p", "base", 2, 5, 4).response_tokens).all()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_order_within_segments_is_lexsort(seed: int) -> None:
+    """The one-key sort of the group sampler against np.lexsort itself, ties included."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 40, int(rng.integers(1, 1100)))
+    segment = np.repeat(np.arange(len(sizes)), sizes)
+    keys = rng.random(len(segment))
+    keys[rng.integers(0, len(keys), len(keys) // 10)] = keys[0]  # equal keys: stable order
+    keys[: min(3, len(keys))] = [0.0, 1.0 - 2.0**-53, 0.5][: min(3, len(keys))]
+    assert _order_within_segments(segment, keys).tolist() == np.lexsort((keys, segment)).tolist()
