@@ -135,7 +135,13 @@ def _plainly_valid(series: pd.Series, kind: ColumnKind) -> bool:
 
 def _check_rollouts(frame: pd.DataFrame, file: str | Path) -> None:
     status = frame["status"]
-    bad = ~status.isin(ROLLOUT_STATUSES).fillna(False).astype(bool)
+    if isinstance(status.dtype, pd.CategoricalDtype):
+        # By category (a simulator's 10^8-row table): a code is bad when its category is not
+        # a status, or -1 (missing), which indexes the appended False.
+        known = np.array([c in ROLLOUT_STATUSES for c in status.cat.categories] + [False])
+        bad = pd.Series(~known[status.cat.codes.to_numpy()], index=frame.index)
+    else:
+        bad = ~status.isin(ROLLOUT_STATUSES).fillna(False).astype(bool)
     if bad.any():
         position = int(bad.to_numpy().argmax())
         raise TraceError(

@@ -104,6 +104,20 @@ def test_rollouts_trace_errors_use_file_lines(tmp_path: Path) -> None:
     assert (caught.value.line, caught.value.column) == (7, "status")
 
 
+@pytest.mark.parametrize("bad", ["done", None])
+def test_bad_status_in_a_categorical_column(tmp_path: Path, bad: str | None) -> None:
+    """A simulator's table keeps statuses as a Categorical: checked by category, same error."""
+    frame = rollouts()
+    frame["status"] = frame["status"].astype("category")
+    write_table(frame, tmp_path, "rollouts")  # good statuses pass
+    values = frame["status"].astype(object)
+    values[2] = bad
+    frame["status"] = pd.Categorical(values)
+    with pytest.raises(TraceError, match="is not one of") as caught:
+        write_table(frame, tmp_path, "rollouts")
+    assert caught.value.row == 3
+
+
 def test_missing_required_column(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="lacks required column"):
         write_table(allocations().drop(columns="gpu"), tmp_path, "allocations")
