@@ -26,6 +26,7 @@ this replaces (tests/sim/test_engine.py holds both to the token-by-token referen
 """
 
 cimport cython
+from cython cimport view
 from libc.math cimport INFINITY, ceil, floor, sqrt
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc, realloc

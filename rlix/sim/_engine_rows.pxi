@@ -4,7 +4,7 @@
 
 
 cdef class AttemptRows:
-    """The attempt rows of one pipeline so far, a numpy array per column (`columns`).
+    """The attempt rows of one pipeline so far, a C array per column (`take_columns`).
 
     `absorb` takes a group's finished attempts as rows: re-queued attempts first, then
     completed ones, each in the order the group finished them. A re-queued row counts the
@@ -14,48 +14,81 @@ cdef class AttemptRows:
 
     cdef public int64_t size
     cdef int64_t cap
-    cdef object arrays  # dict: column name -> array of capacity `cap`
-    cdef int32_t[::1] tid
-    cdef int32_t[::1] rank
-    cdef double[::1] t0
-    cdef double[::1] t1
-    cdef int32_t[::1] recomputed
-    cdef int32_t[::1] preemptions
-    cdef int32_t[::1] version
-    cdef int8_t[::1] status
+    # One C array per column, grown by realloc: past glibc's mmap threshold that is mremap,
+    # so growing a 10^8-row column neither copies nor re-touches it (numpy growth did both:
+    # a fifth of a day's run).
+    cdef int32_t* tid
+    cdef int32_t* rank
+    cdef double* t0
+    cdef double* t1
+    cdef int32_t* recomputed
+    cdef int32_t* preemptions
+    cdef int32_t* version
+    cdef int8_t* status
+
+    def __cinit__(self):
+        self.tid = self.rank = self.recomputed = self.preemptions = self.version = NULL
+        self.t0 = self.t1 = NULL
+        self.status = NULL
+        self.size = self.cap = 0
 
     def __init__(self):
-        self.size = 0
-        self.cap = 0
         self._reserve(1024)
+
+    def __dealloc__(self):
+        free(self.tid)
+        free(self.rank)
+        free(self.t0)
+        free(self.t1)
+        free(self.recomputed)
+        free(self.preemptions)
+        free(self.version)
+        free(self.status)
 
     cdef void _reserve(self, int64_t n) except *:
         """Room for n more rows (growth by a quarter: a day's run has ~10^8 rows)."""
         if self.size + n <= self.cap:
             return
-        cap = max(self.cap * 5 // 4, self.size + n)
-        grown = {}
-        for name, dtype in ROW_DTYPES.items():
-            array = np.zeros(cap, dtype=dtype)
-            if self.cap:
-                array[: self.size] = self.arrays[name][: self.size]
-            grown[name] = array
-        self.arrays, self.cap = grown, cap
-        self.tid, self.rank = grown["trajectory_id"], grown["dp_rank"]
-        self.t0, self.t1 = grown["t_start"], grown["t_end"]
-        self.recomputed, self.preemptions = grown["recomputed_tokens"], grown["preemptions"]
-        self.version, self.status = grown["weight_version"], grown["status"]
+        cdef int64_t cap = max(self.cap * 5 // 4, self.size + n)
+        self.tid = <int32_t*>_grow(self.tid, cap * sizeof(int32_t))
+        self.rank = <int32_t*>_grow(self.rank, cap * sizeof(int32_t))
+        self.t0 = <double*>_grow(self.t0, cap * sizeof(double))
+        self.t1 = <double*>_grow(self.t1, cap * sizeof(double))
+        self.recomputed = <int32_t*>_grow(self.recomputed, cap * sizeof(int32_t))
+        self.preemptions = <int32_t*>_grow(self.preemptions, cap * sizeof(int32_t))
+        self.version = <int32_t*>_grow(self.version, cap * sizeof(int32_t))
+        self.status = <int8_t*>_grow(self.status, cap * sizeof(int8_t))
+        self.cap = cap
 
-    def columns(self):
-        """Every column's rows so far (views)."""
-        return {name: array[: self.size] for name, array in self.arrays.items()}
+    def _pointers(self):
+        """(column name, its C array, its numpy dtype), in `ROW_DTYPES` order."""
+        return [
+            ("trajectory_id", <size_t>self.tid), ("dp_rank", <size_t>self.rank),
+            ("t_start", <size_t>self.t0), ("t_end", <size_t>self.t1),
+            ("recomputed_tokens", <size_t>self.recomputed),
+            ("preemptions", <size_t>self.preemptions),
+            ("weight_version", <size_t>self.version), ("status", <size_t>self.status),
+        ]
+
+    def take_columns(self):
+        """Every column's rows as numpy arrays that own the memory (no copy); the rows are
+        the caller's from then on and this holds none."""
+        out = {}
+        for name, address in self._pointers():
+            out[name] = _owned_array(<void*><size_t>address, self.size, ROW_DTYPES[name])
+        self.tid = self.rank = self.recomputed = self.preemptions = self.version = NULL
+        self.t0 = self.t1 = NULL
+        self.status = NULL
+        self.size = self.cap = 0
+        return out
 
     def append(self, **columns):
         """Rows given as arrays, one per column of `ROW_DTYPES`."""
         n = len(columns["trajectory_id"])
         self._reserve(n)
-        for name, values in columns.items():
-            self.arrays[name][self.size : self.size + n] = values
+        for name, address in self._pointers():
+            view = _array_view(<void*><size_t>address, self.cap, ROW_DTYPES[name])
+            view[self.size : self.size + n] = columns[name]
         self.size += n
 
     def absorb(
@@ -142,3 +175,25 @@ cdef class AttemptRows:
         self.preemptions[k] = preemptions
         self.version[k] = <int32_t>lo
         self.status[k] = status
+
+
+cdef object _array_view(void* data, int64_t n, object dtype):
+    """A numpy array over data[:n] (no copy; valid while the memory is)."""
+    itemsize = np.dtype(dtype).itemsize
+    cdef unsigned char[::1] raw = <unsigned char[:n * itemsize]><unsigned char*>data
+    return np.asarray(raw).view(dtype)
+
+
+cdef object _owned_array(void* data, int64_t n, object dtype):
+    """A numpy array of data[:n] that frees `data` (malloc'd) when it goes: no copy."""
+    itemsize = np.dtype(dtype).itemsize
+    if n == 0:
+        free(data)
+        return np.zeros(0, dtype=dtype)
+    data = _grow(data, n * itemsize)  # give the unused tail back
+    cdef view.array owner = view.array(
+        shape=(n * itemsize,), itemsize=1, format="B", mode="c", allocate_buffer=False
+    )
+    owner.data = <char*>data
+    owner.callback_free_data = free
+    return np.asarray(owner).view(dtype)

@@ -298,8 +298,8 @@ class PipelineRollout:
             raise RuntimeError(f"take_rows: pipeline {self.pipeline_id!r} has not stopped")
         if not self._rows.size:
             return None
-        # Views of the growing arrays: they go when the caller has joined them.
-        rows: dict[str, Any] = self._rows.columns()
+        # The arrays themselves (they own their memory): they go when the caller has joined them.
+        rows: dict[str, Any] = self._rows.take_columns()
         self._rows = AttemptRows()
         ids = rows["trajectory_id"]
         rows.update(

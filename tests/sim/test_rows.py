@@ -4,6 +4,7 @@ after, weight versions per adapter, completed flags and per-adapter counts."""
 
 from __future__ import annotations
 
+import gc
 import math
 
 import numpy as np
@@ -103,9 +104,27 @@ def test_absorb_matches_the_numpy_rows(seed: int) -> None:
         if twins[0].num_remaining == 0 or t > 10_000:
             break
     assert sum(total) == n and num_requeued > 10  # every trajectory, and churn happened
-    columns = rows.columns()
+    columns = rows.take_columns()
+    del rows  # the arrays own their memory: they outlive the AttemptRows they came from
+    gc.collect()
     for name, dtype in ROW_DTYPES.items():
         assert columns[name].dtype == dtype
         assert columns[name].tolist() == np.concatenate(expected[name]).astype(dtype).tolist(), name
     assert preempted.tolist() == ref_preempted.tolist() and completed.all() and ref_completed.all()
     assert not math.isnan(columns["t_start"].sum())
+
+
+def test_append_and_take_columns() -> None:
+    rows = AttemptRows()
+    n = 3000  # past the first capacity: the columns grow
+    values = {
+        name: (np.arange(n) * (i + 1)).astype(dtype)
+        for i, (name, dtype) in enumerate(ROW_DTYPES.items())
+    }
+    rows.append(**{name: v[:1000] for name, v in values.items()})
+    rows.append(**{name: v[1000:] for name, v in values.items()})
+    assert rows.size == n
+    columns = rows.take_columns()
+    assert rows.size == 0 and rows.take_columns()["status"].shape == (0,)
+    for name, v in values.items():
+        assert columns[name].dtype == v.dtype and columns[name].tolist() == v.tolist()
