@@ -42,6 +42,7 @@ cdef class Engine:
     cdef int32_t s_free
 
     cdef Engine copy(self)
+    cdef void copy_into(self, Engine other) except *
     cdef void _point_slots(self) noexcept
     cdef void heap_push(self, int64_t key) noexcept
     cdef int64_t heap_pop(self) noexcept

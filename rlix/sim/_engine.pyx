@@ -144,19 +144,28 @@ cdef class Engine:
 
     cdef Engine copy(self):
         cdef Engine other = Engine.__new__(Engine, self.dp_rank, self.t_ready, -1)
+        self.copy_into(other)
+        return other
+
+    cdef void copy_into(self, Engine other) except *:
+        """Make `other` (blank, or an engine nothing uses any more) an independent copy of this
+        one, reusing its memory where it fits."""
         other.dp_rank, other.t_ready = self.dp_rank, self.t_ready
         other.t0, other.n0, other.b, other.kv = self.t0, self.n0, self.b, self.kv
         other.extra_s, other.ev_t, other.ev_n = self.extra_s, self.ev_t, self.ev_n
         other.version, other.busy_since, other.hungry = self.version, self.busy_since, self.hungry
         other.migrate_at = self.migrate_at
-        other.heap_cap, other.heap_len = self.heap_cap, self.heap_len
-        other.heap = <int64_t*>_dup(self.heap, self.heap_len * sizeof(int64_t))
-        other.heap_cap = self.heap_len if self.heap_len else 1
-        other.num_slots = self.num_slots
-        other.slots = _dup(self.slots, self.num_slots * SLOT_BYTES)
+        if other.heap == NULL or other.heap_cap < self.heap_len:
+            other.heap_cap = self.heap_len if self.heap_len else 1
+            other.heap = <int64_t*>_grow(other.heap, other.heap_cap * sizeof(int64_t))
+        other.heap_len = self.heap_len
+        memcpy(other.heap, self.heap, self.heap_len * sizeof(int64_t))
+        if other.slots == NULL or other.num_slots != self.num_slots:
+            other.slots = _grow(other.slots, self.num_slots * SLOT_BYTES)
+            other.num_slots = self.num_slots
+        memcpy(other.slots, self.slots, self.num_slots * SLOT_BYTES)
         other._point_slots()
         other.s_head, other.s_tail, other.s_free = self.s_head, self.s_tail, self.s_free
-        return other
 
     def clone(self):
         """An independent copy."""

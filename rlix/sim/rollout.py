@@ -5,6 +5,8 @@ simulator needs a SimPy event only when something outside them must happen: a pr
 to the core, a finished batch, or a change from outside (an expansion, a shrink, a new batch).
 Between those, the process advances a *copy* of the group to the next such stop and sleeps
 until then; if nothing interrupted it, the copy becomes the state, so the work is done once.
+The group the copy replaced (or a copy thrown away) is kept as the spare whose memory the next
+copy is made in.
 When something does interrupt (`sync`), the copy is thrown away and the real state is advanced
 exactly to now before the change is applied, so results never depend on how far it looked ahead.
 
@@ -83,6 +85,8 @@ class PipelineRollout:
         self.progress_every = progress_every
         self.alive = True
         self._epoch = 0
+        # A group nothing uses any more, whose memory the next look-ahead copy reuses.
+        self._spare: RolloutGroup | None = None
         self._wake = self.env.event()
         # Per trajectory (ids are 0, 1, 2, ... in submission order); adapters as codes.
         self._adapters: list[str] = []
@@ -212,17 +216,21 @@ class PipelineRollout:
             if not group.num_engines or group.num_remaining == 0:
                 yield self._wake
                 continue
-            ahead = group.copy()
+            ahead = group.copy(self._spare)
+            self._spare = None
             total = sum(self.remaining.values())
             to_report = max(1, total - (self._reported_total - self._report_every))
             t_stop, reason = ahead.advance(env.now + MAX_LOOKAHEAD_S, to_report)
             epoch = self._epoch
             if reason == "idle":  # engines have nothing to do: nothing to adopt
+                self._spare = ahead
                 yield self._wake
                 continue
             yield env.timeout(max(0.0, t_stop - env.now)) | self._wake
             if epoch != self._epoch or env.now < t_stop:
+                self._spare = ahead
                 continue  # something changed first: sync() has set the state to that moment
+            self._spare = group  # the state the look-ahead replaced: memory for the next copy
             self.group = ahead
             self._absorb()
 

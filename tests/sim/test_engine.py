@@ -485,3 +485,39 @@ def test_bad_input_is_a_clear_error() -> None:
         group.advance(1.0)
     with pytest.raises(ValueError, match="t_ready 1.0 is before"):
         group.add_engine(1, 1.0)
+
+
+def test_copy_into_a_spare_is_a_fresh_copy() -> None:
+    """A copy made in a spare group's memory (other ranks, other sizes, its own queue) is the
+    same as a fresh copy, then and after both are advanced; the source is untouched."""
+    group, _ = agentic_group(3, 800)
+    for rank in range(4):
+        group.add_engine(rank, 0.0)
+    drain_all(group, 20.0)
+    spare = group.copy()
+    spare.remove_engine(2, 20.0)
+    spare.add_engine(7, 20.0)
+    spare.submit(
+        np.arange(10**6, 10**6 + 500), np.full(500, 9), np.full(500, 40), np.zeros(500, int)
+    )
+    drain_all(spare, 90.0)
+    group.remove_engine(1, 20.0)  # a re-queued front
+    drain_all(group, 45.0)
+    before = {rank: group.engine(rank).state() for rank in group.engines}
+    fresh = group.copy()
+    reused = group.copy(spare)
+    assert reused is spare and reused.engines == fresh.engines == group.engines
+    assert {r: reused.engine(r).state() for r in reused.engines} == before
+    assert (reused.now, reused.num_queued, reused.num_remaining) == (
+        fresh.now,
+        fresh.num_queued,
+        fresh.num_remaining,
+    )
+    for g in (fresh, reused):
+        g.add_engine(9, 60.0)
+        drain_all(g, math.inf)
+    assert fresh.drain_attempts() == reused.drain_attempts()
+    assert fresh.drain_busy() == reused.drain_busy()
+    assert {rank: group.engine(rank).state() for rank in group.engines} == before
+    with pytest.raises(ValueError, match="same configuration"):
+        group.copy(group)
