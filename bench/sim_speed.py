@@ -6,11 +6,12 @@ core, SimPy, the rollout engines, the recorder, the tables and the summary; no r
 rollout is a completed trajectory. One run, watched as it goes: at 1/4 and 1/2 of its simulated
 time (`--checkpoints`) the rollouts completed so far and the time spent so far are taken, so
 the cost's growth with rollouts shows without running the day three times (a checkpoint's
-figures leave out the tables and summary built at the end: a few % of a run). Prints one JSON
-line per checkpoint and, last, the whole run's figures with `scaling`, every checkpoint's:
+figures leave out the tables and summary built at the end, which the last line gives as
+`tables_wall_s`). Prints one JSON line per checkpoint and, last, the whole run's figures with
+`scaling`, every checkpoint's:
 
-    .venv/bin/python bench/sim_speed.py --json                   # the day (30-60 min on one core, ~20 GB)
-    .venv/bin/python bench/sim_speed.py --json --fraction 0.05   # the first 1/20 of it
+    .venv/bin/python bench/sim_speed.py --json                   # the day (~8 min on one core, ~18 GB)
+    .venv/bin/python bench/sim_speed.py --json --fraction 0.05   # the first 1/20 of it (~11 s)
 
 Wall time includes other processes' turns on a shared machine; `cpu_s` (time.process_time of
 this process) is the figure to trust there. `max_rss_mb` is the peak resident memory so far.
@@ -89,8 +90,11 @@ def run(
             report(figures(sim, pending.pop(0) * fraction, wall0, cpu0))
 
     sim.run(max_time_s, progress)
+    tables_wall0 = time.perf_counter()
     result = collect(sim, plots=False)
     whole = figures(sim, fraction, wall0, cpu0)
+    # The end of the run: the tables and the summary built from the records.
+    whole["tables_wall_s"] = round(time.perf_counter() - tables_wall0, 2)
     rollouts = result.tables["rollouts"]
     whole["simulated_s"] = round(float(result.summary["makespan_s"]), 1)
     whole["attempts"] = len(rollouts)
