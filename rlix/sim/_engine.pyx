@@ -309,6 +309,9 @@ cdef int64_t boundary_at_or_before(
     return m
 
 
+include "_engine_queues.pxi"
 include "_engine_loop.pxi"
+include "_engine_compact.pxi"
+include "_engine_copy.pxi"
 include "_engine_group.pxi"
 include "_engine_rows.pxi"

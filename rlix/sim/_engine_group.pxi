@@ -15,49 +15,6 @@ cdef object _int64_column(int64_t* data, int64_t n):
     return out
 
 
-cdef int64_t first_in_use(RolloutGroup g) except -1:
-    """The lowest internal index still held: queued, running, or named by a stale heap key
-    (shifting those must not borrow)."""
-    cdef int64_t start = g.qhead, k, i
-    cdef Engine e
-    for k in range(g.f_len):
-        i = g.f_idx[(g.f_head + k) % g.f_cap]
-        if i < start:
-            start = i
-    for e in g.engines_by_rank.values():
-        for k in range(e.heap_len):
-            i = e.heap[k] & IDX_MASK
-            if i < start:
-                start = i
-    return start
-
-
-cdef void compact(RolloutGroup g, int64_t start) except *:
-    """Cut every index below `start` (all done with): arrays from `start` on, every index held
-    elsewhere down by `start`. Keys are `finish << 32 | idx` with idx >= start, so `key - start`
-    only changes the low bits: heap order, and every comparison the event loop makes, hold."""
-    cdef int64_t k, n = g.n_sub - start
-    cdef Engine e
-    # New arrays (copies): a group sharing the old ones keeps them as they were.
-    g._set_lists([np.concatenate([a[start : g.n_sub], np.empty(max(1024, n) - n, np.int64)])
-                   for a in (g.tid_a, g.prompt_a, g.resp_a, g.batch_a)])
-    g.shared_lists = False
-    memmove(g.slot_of, g.slot_of + start, n * sizeof(int32_t))
-    g.slot_of = <int32_t*>_grow(g.slot_of, g.traj_cap * sizeof(int32_t))
-    g.n_sub = n
-    g.qhead -= start
-    for k in range(g.f_len):
-        g.f_idx[(g.f_head + k) % g.f_cap] -= start
-    for e in g.engines_by_rank.values():
-        for k in range(e.heap_len):
-            e.heap[k] -= start
-        for k in range(e.num_slots):
-            if e.s_idx[k] >= 0:
-                e.s_idx[k] -= start
-                e.s_key[k] -= start
-    g.num_compactions += 1
-
-
 cdef class RolloutGroup:
     """The rollout engines of one pipeline sharing one queue (see rlix/sim/engine.py)."""
 
@@ -432,80 +389,12 @@ cdef class RolloutGroup:
         memory and engine objects: no allocation for what fits (the driver copies at every
         stop)."""
         cdef RolloutGroup other
-        cdef Engine e, twin
-        cdef int64_t first, n
         if into is None:
             other = RolloutGroup.__new__(RolloutGroup)
         else:
             other = into
             if other is self or other.max_batch != self.max_batch or other.alpha == NULL:
                 raise ValueError("copy: `into` must be another group of the same configuration")
-        other.costs, other.balance, other.migrate_on_expand = self.costs, self.balance, self.migrate_on_expand
-        other.tp, other.max_batch = self.tp, self.max_batch
-        other.kv_capacity_tokens, other.admit_limit_tokens = self.kv_capacity_tokens, self.admit_limit_tokens
-        other.now, other.beta, other.prefill_per_token_s = self.now, self.beta, self.prefill_per_token_s
-        n = self.max_batch + 1
-        other.alpha = <double*>_grow(other.alpha, n * sizeof(double))
-        memcpy(other.alpha, self.alpha, n * sizeof(double))
-        other._set_lists([self.tid_a, self.prompt_a, self.resp_a, self.batch_a])
-        other.n_sub = self.n_sub
-        self.shared_lists = other.shared_lists = True
-        other.slot_of = <int32_t*>_grow(other.slot_of, self.traj_cap * sizeof(int32_t))
-        memcpy(other.slot_of, self.slot_of, self.traj_cap * sizeof(int32_t))
-        # The queue front unwrapped, its live part only (its capacity is its longest ever).
-        other.f_cap = max(64, self.f_len)
-        other.f_head, other.f_len = 0, self.f_len
-        other.f_idx = <int64_t*>_grow(other.f_idx, other.f_cap * sizeof(int64_t))
-        other.f_g0 = <int64_t*>_grow(other.f_g0, other.f_cap * sizeof(int64_t))
-        first = self.f_cap - self.f_head if self.f_head + self.f_len > self.f_cap else self.f_len
-        memcpy(other.f_idx, self.f_idx + self.f_head, first * sizeof(int64_t))
-        memcpy(other.f_g0, self.f_g0 + self.f_head, first * sizeof(int64_t))
-        memcpy(other.f_idx + first, self.f_idx, (self.f_len - first) * sizeof(int64_t))
-        memcpy(other.f_g0 + first, self.f_g0, (self.f_len - first) * sizeof(int64_t))
-        other.qhead = self.qhead
-        other.batch_ids = list(self.batch_ids)
-        n = max(16, len(self.batch_ids))
-        other.batch_left = <int64_t*>_grow(other.batch_left, n * sizeof(int64_t))
-        memcpy(other.batch_left, self.batch_left, n * sizeof(int64_t))
-        other.batch_slot = dict(self.batch_slot)
-        other.done = list(self.done)
-        if into is None:
-            other.a_cap = 0
-        other.a_len = 0
-        if self.a_len:  # usually none: the driver drains them before it copies
-            if other.a_cap < self.a_len:
-                _grow_attempts(other, self.a_len)
-            memcpy(other.a_tid, self.a_tid, self.a_len * sizeof(int64_t))
-            memcpy(other.a_rank, self.a_rank, self.a_len * sizeof(int64_t))
-            memcpy(other.a_t0, self.a_t0, self.a_len * sizeof(double))
-            memcpy(other.a_t1, self.a_t1, self.a_len * sizeof(double))
-            memcpy(other.a_gen, self.a_gen, self.a_len * sizeof(int64_t))
-            memcpy(other.a_g0, self.a_g0, self.a_len * sizeof(int64_t))
-            memcpy(other.a_status, self.a_status, self.a_len * sizeof(int8_t))
-        other.a_len = self.a_len
-        other.busy = list(self.busy)
-        spares = other.engines_by_rank if into is not None else {}
-        other.engines_by_rank = {}
-        other.engine_at = [None] * len(self.engine_at)
-        other.hungry = {}
-        for rank, e in self.engines_by_rank.items():
-            twin = spares.get(rank)
-            if twin is None:
-                twin = e.copy()
-            else:
-                e.copy_into(twin)
-            other.engines_by_rank[rank] = twin
-            other.engine_at[rank] = twin
-            if rank in self.hungry:
-                other.hungry[rank] = twin
-        other.ev_cap, other.ev_len = self.ev_cap, self.ev_len
-        other.ev = <Event*>_grow(other.ev, self.ev_cap * sizeof(Event))
-        memcpy(other.ev, self.ev, self.ev_len * sizeof(Event))
-        if into is None:
-            other.wk_cap = self.wk_cap
-            other.wk = <Event*>_grow(NULL, self.wk_cap * sizeof(Event))
-        other.wk_len = 0
-        other.num_open = self.num_open
-        other.version_seq = self.version_seq
-        other.num_compactions = self.num_compactions
+        copy_state(self, other, into is None)
+        copy_engines(self, other, into is None)
         return other
