@@ -129,6 +129,11 @@ cdef class RolloutGroup:
         return sum((<Engine>e).b for e in self.engines_by_rank.values())
 
     @property
+    def num_indexed(self):
+        """Trajectories the per-trajectory arrays hold (submitted, less the done prefix cut)."""
+        return self.n_sub
+
+    @property
     def num_remaining(self):
         """Trajectories queued or running (kept as a count: the driver asks at every stop)."""
         return self.num_open
