@@ -29,10 +29,8 @@ cimport cython
 from cython cimport view
 from libc.math cimport INFINITY, ceil, floor, sqrt
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memmove
-
-import math
 
 import numpy as np
 
@@ -75,15 +73,6 @@ cdef void* _grow(void* ptr, int64_t size) except NULL:
     cdef void* out = realloc(ptr, size if size > 0 else 1)
     if out == NULL:
         raise MemoryError()
-    return out
-
-
-cdef void* _dup(void* ptr, int64_t size) except NULL:
-    cdef void* out = malloc(size if size > 0 else 1)
-    if out == NULL:
-        raise MemoryError()
-    if size > 0:
-        memcpy(out, ptr, size)
     return out
 
 
@@ -132,7 +121,7 @@ cdef class Engine:
         free(self.slots)
 
     cdef void _point_slots(self) noexcept:
-        # One block per engine for every per-slot array: a copy is one malloc and one memcpy.
+        # One block per engine for every per-slot array: a copy is one memcpy.
         cdef char* p = <char*>self.slots
         cdef int64_t n = self.num_slots
         self.s_idx = <int64_t*>p
@@ -166,10 +155,6 @@ cdef class Engine:
         memcpy(other.slots, self.slots, self.num_slots * SLOT_BYTES)
         other._point_slots()
         other.s_head, other.s_tail, other.s_free = self.s_head, self.s_tail, self.s_free
-
-    def clone(self):
-        """An independent copy."""
-        return self.copy()
 
     @property
     def running(self):

@@ -3,6 +3,46 @@
 # a simulated day, a handful of numpy calls per stop cost more than the engines' own work).
 
 
+cdef class _Versions:
+    """Each adapter's publish times (by adapter code) as C arrays: the weight version an
+    attempt started with is the number its adapter had published by then (bisect right)."""
+
+    cdef list arrays  # keeps the arrays the pointers point into alive
+    cdef double** times
+    cdef int64_t* num_times
+
+    def __cinit__(self, list publish_times):
+        cdef int64_t k, n = len(publish_times)
+        cdef double[::1] view
+        self.arrays = []
+        self.times = <double**>_grow(NULL, n * sizeof(double*))
+        self.num_times = <int64_t*>_grow(NULL, n * sizeof(int64_t))
+        for k in range(n):
+            self.num_times[k] = 0
+            array = publish_times[k]
+            if array is not None and len(array):
+                array = np.ascontiguousarray(array, dtype=np.float64)
+                self.arrays.append(array)
+                view = array
+                self.times[k] = &view[0]
+                self.num_times[k] = len(array)
+
+    def __dealloc__(self):
+        free(self.times)
+        free(self.num_times)
+
+    cdef inline int32_t of(self, int64_t code, double t_start) noexcept:
+        cdef int64_t lo = 0, hi = self.num_times[code], mid
+        cdef double* times = self.times[code]
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if t_start < times[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return <int32_t>lo
+
+
 cdef class AttemptRows:
     """The attempt rows of one pipeline so far, a C array per column (`take_columns`).
 
@@ -82,13 +122,18 @@ cdef class AttemptRows:
         self.size = self.cap = 0
         return out
 
-    def append(self, **columns):
-        """Rows given as arrays, one per column of `ROW_DTYPES`."""
-        n = len(columns["trajectory_id"])
+    def append(self, int16_t[::1] adapter_codes, list publish_times, **columns):
+        """Rows given as arrays, one per column of `ROW_DTYPES` but `weight_version`, which is
+        found as `absorb` finds it (`adapter_codes` by trajectory, `publish_times` by code)."""
+        cdef int64_t n = len(columns["trajectory_id"]), k
+        cdef _Versions versions = _Versions(publish_times)
         self._reserve(n)
         for name, address in self._pointers():
-            view = _array_view(<void*><size_t>address, self.cap, ROW_DTYPES[name])
-            view[self.size : self.size + n] = columns[name]
+            if name != "weight_version":
+                view = _array_view(<void*><size_t>address, self.cap, ROW_DTYPES[name])
+                view[self.size : self.size + n] = columns[name]
+        for k in range(self.size, self.size + n):
+            self.version[k] = versions.of(adapter_codes[self.tid[k]], self.t0[k])
         self.size += n
 
     def absorb(
@@ -104,76 +149,51 @@ cdef class AttemptRows:
         """Drain `g`'s finished attempts into rows; per-trajectory preemption counts and
         completed flags are updated. Returns each adapter's number of completed trajectories
         (a list by adapter code)."""
-        cdef int64_t n = g.a_len, i, k, tid
-        cdef int64_t num_adapters = len(publish_times)
-        cdef list done = [0] * num_adapters
-        cdef int64_t* done_counts
-        cdef double** times
-        cdef int64_t* num_times
-        cdef double[::1] view
+        cdef int64_t n = g.a_len, i, k, tid, num_adapters = len(publish_times)
+        cdef _Versions versions
         cdef int16_t* codes
+        cdef int64_t* counts
         if not n:
-            return done
+            return [0] * num_adapters
+        versions = _Versions(publish_times)
         codes = &adapter_codes[0]
+        counts = <int64_t*>_grow(NULL, num_adapters * sizeof(int64_t))
+        for k in range(num_adapters):
+            counts[k] = 0
         self._reserve(n)
-        times = <double**>_grow(NULL, num_adapters * sizeof(double*))
-        num_times = <int64_t*>_grow(NULL, num_adapters * sizeof(int64_t))
-        done_counts = <int64_t*>_grow(NULL, num_adapters * sizeof(int64_t))
-        try:
-            for k in range(num_adapters):
-                done_counts[k] = 0
-                num_times[k] = 0
-                if publish_times[k] is not None and len(publish_times[k]):
-                    view = publish_times[k]
-                    times[k] = &view[0]
-                    num_times[k] = len(publish_times[k])
-            k = self.size
-            for i in range(n):  # re-queued rows first, counting the preemptions before
-                if g.a_status[i] == STATUS_REQUEUED:
-                    self._row(g, i, k, num_preempted[g.a_tid[i]], requeued_code,
-                              times, num_times, codes)
-                    k += 1
-            for i in range(n):
-                if g.a_status[i] == STATUS_REQUEUED:
-                    num_preempted[g.a_tid[i]] += 1
-            for i in range(n):
-                if g.a_status[i] != STATUS_REQUEUED:
-                    tid = g.a_tid[i]
-                    self._row(g, i, k, num_preempted[tid], completed_code,
-                              times, num_times, codes)
-                    completed[tid] = 1
-                    done_counts[codes[tid]] += 1
-                    k += 1
-            self.size = k
-            g.a_len = 0
-            for k in range(num_adapters):
-                done[k] = done_counts[k]
-        finally:
-            free(times)
-            free(num_times)
-            free(done_counts)
+        k = self.size
+        for i in range(n):  # re-queued rows first, counting the preemptions before
+            if g.a_status[i] == STATUS_REQUEUED:
+                self._row(g, i, k, num_preempted[g.a_tid[i]], requeued_code, versions, codes)
+                k += 1
+        for i in range(n):
+            if g.a_status[i] == STATUS_REQUEUED:
+                num_preempted[g.a_tid[i]] += 1
+        for i in range(n):
+            if g.a_status[i] != STATUS_REQUEUED:
+                tid = g.a_tid[i]
+                self._row(g, i, k, num_preempted[tid], completed_code, versions, codes)
+                completed[tid] = 1
+                counts[codes[tid]] += 1
+                k += 1
+        self.size = k
+        g.a_len = 0
+        done = [counts[k] for k in range(num_adapters)]
+        free(counts)
         return done
 
     cdef inline void _row(
         self, RolloutGroup g, int64_t i, int64_t k, int32_t preemptions, int8_t status,
-        double** times, int64_t* num_times, int16_t* codes,
+        _Versions versions, int16_t* codes,
     ) noexcept:
-        cdef int64_t tid = g.a_tid[i], code = codes[g.a_tid[i]]
-        cdef double t_start = g.a_t0[i]
-        cdef int64_t lo = 0, hi = num_times[code], mid
-        while lo < hi:  # versions published at or before t_start (bisect right)
-            mid = (lo + hi) >> 1
-            if t_start < times[code][mid]:
-                hi = mid
-            else:
-                lo = mid + 1
+        cdef int64_t tid = g.a_tid[i]
         self.tid[k] = <int32_t>tid
         self.rank[k] = <int32_t>g.a_rank[i]
-        self.t0[k] = t_start
+        self.t0[k] = g.a_t0[i]
         self.t1[k] = g.a_t1[i]
         self.recomputed[k] = <int32_t>g.a_g0[i]
         self.preemptions[k] = preemptions
-        self.version[k] = <int32_t>lo
+        self.version[k] = versions.of(codes[tid], g.a_t0[i])
         self.status[k] = status
 
 

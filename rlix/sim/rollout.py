@@ -243,7 +243,7 @@ class PipelineRollout:
             self._num_preempted.data,
             self._completed.data.view(np.uint8),
             self._adapter.data,
-            [self.sim.publish_times.get((self.pipeline_id, a)) for a in self._adapters],
+            self._publish_times(),
             _COMPLETED,
             _REQUEUED,
         )
@@ -286,6 +286,8 @@ class PipelineRollout:
         if not len(ids):
             return
         self._rows.append(
+            self._adapter.data,
+            self._publish_times(),
             trajectory_id=ids,
             dp_rank=dp_rank,
             t_start=t_start,
@@ -293,10 +295,11 @@ class PipelineRollout:
             recomputed_tokens=recomputed,
             preemptions=preemptions,
             status=status,
-            weight_version=self.sim.weight_versions(
-                self.pipeline_id, self._adapters, self._adapter.data[ids], np.asarray(t_start)
-            ),
         )
+
+    def _publish_times(self) -> list[np.ndarray | None]:
+        """Each adapter's weight publish times so far, by adapter code."""
+        return [self.sim.publish_times.get((self.pipeline_id, a)) for a in self._adapters]
 
     def take_rows(self) -> dict[str, Any] | None:
         """The attempt rows of the run, one array per rollout column of the recorder (numpy,

@@ -247,23 +247,6 @@ class Simulation:
         if process is not None and process.is_alive:
             process.interrupt("revoke")
 
-    def weight_versions(
-        self, pipeline_id: str, adapters: list[str], codes: np.ndarray, t_start: np.ndarray
-    ) -> np.ndarray:
-        """The weight version each trajectory attempt started with (versions published by
-        then); `codes` index `adapters`."""
-        out = np.zeros(len(codes), dtype=np.int32)
-        for code, adapter in enumerate(adapters):
-            times = self.publish_times.get((pipeline_id, adapter))
-            if times is None:
-                continue
-            if len(adapters) == 1:  # every row is this adapter's (full-finetune)
-                out[:] = np.searchsorted(times, t_start, side="right")
-            else:
-                mask = codes == code
-                out[mask] = np.searchsorted(times, t_start[mask], side="right")
-        return out
-
     # --- faults and time ------------------------------------------------------------------
 
     def schedule_tick(self, delay_s: float) -> None:

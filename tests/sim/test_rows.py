@@ -115,16 +115,36 @@ def test_absorb_matches_the_numpy_rows(seed: int) -> None:
 
 
 def test_append_and_take_columns() -> None:
+    """Rows appended as arrays get their weight versions by the same rule as absorbed ones."""
     rows = AttemptRows()
     n = 3000  # past the first capacity: the columns grow
+    rng = np.random.default_rng(5)
+    codes = rng.integers(0, 2, n).astype(np.int16)
+    times: list[np.ndarray | None] = [np.array([10.0, 20.0, 20.0, 35.5]), None]
     values = {
         name: (np.arange(n) * (i + 1)).astype(dtype)
         for i, (name, dtype) in enumerate(ROW_DTYPES.items())
+        if name != "weight_version"
     }
-    rows.append(**{name: v[:1000] for name, v in values.items()})
-    rows.append(**{name: v[1000:] for name, v in values.items()})
+    values["trajectory_id"] = rng.permutation(n).astype(np.int32)
+    values["t_start"] = rng.uniform(0, 40, n).round(1)
+    values["t_start"][:4] = [10.0, 20.0, 9.9, 35.5]  # on and just below a publish time
+    rows.append(codes, times, **{name: v[:1000] for name, v in values.items()})
+    rows.append(codes, times, **{name: v[1000:] for name, v in values.items()})
     assert rows.size == n
     columns = rows.take_columns()
     assert rows.size == 0 and rows.take_columns()["status"].shape == (0,)
     for name, v in values.items():
         assert columns[name].dtype == v.dtype and columns[name].tolist() == v.tolist()
+    expected = np.where(
+        codes[values["trajectory_id"]] == 0,
+        np.searchsorted(times[0], values["t_start"], side="right"),  # type: ignore[arg-type]
+        0,
+    )
+    assert columns["weight_version"].tolist() == expected.tolist()
+    assert columns["weight_version"][:4].tolist() == [
+        1 if codes[values["trajectory_id"][0]] == 0 else 0,
+        3 if codes[values["trajectory_id"][1]] == 0 else 0,
+        0,
+        4 if codes[values["trajectory_id"][3]] == 0 else 0,
+    ]
