@@ -69,11 +69,42 @@ def set_min_compact(int64_t value):
     return old
 
 
+# -- C memory and numpy ------------------------------------------------------------------------
+
+
 cdef void* _grow(void* ptr, int64_t size) except NULL:
     cdef void* out = realloc(ptr, size if size > 0 else 1)
     if out == NULL:
         raise MemoryError()
     return out
+
+
+cdef int64_t* _int64_data(object array):
+    """The data of a contiguous int64 numpy array."""
+    cdef int64_t[::1] view = array
+    return &view[0]
+
+
+cdef object _array_view(void* data, int64_t n, object dtype):
+    """A numpy array over data[:n] (no copy; valid while the memory is)."""
+    itemsize = np.dtype(dtype).itemsize
+    cdef unsigned char[::1] raw = <unsigned char[:n * itemsize]><unsigned char*>data
+    return np.asarray(raw).view(dtype)
+
+
+cdef object _owned_array(void* data, int64_t n, object dtype):
+    """A numpy array of data[:n] that frees `data` (malloc'd) when it goes: no copy."""
+    itemsize = np.dtype(dtype).itemsize
+    if n == 0:
+        free(data)
+        return np.zeros(0, dtype=dtype)
+    data = _grow(data, n * itemsize)  # give the unused tail back
+    cdef view.array owner = view.array(
+        shape=(n * itemsize,), itemsize=1, format="B", mode="c", allocate_buffer=False
+    )
+    owner.data = <char*>data
+    owner.callback_free_data = free
+    return np.asarray(owner).view(dtype)
 
 
 # -- one engine --------------------------------------------------------------------------------

@@ -35,8 +35,6 @@ cdef void copy_state(RolloutGroup self, RolloutGroup other, bint fresh) except *
     memcpy(other.batch_left, self.batch_left, n * sizeof(int64_t))
     other.batch_slot = dict(self.batch_slot)
     other.done = list(self.done)
-    if fresh:
-        other.a_cap = 0
     other.a_len = 0
     if self.a_len:  # usually none: the driver drains them before it copies
         if other.a_cap < self.a_len:

@@ -2,19 +2,6 @@
 # cutting of done trajectories (included by _engine.pyx; its event loop is _engine_loop.pxi).
 
 
-cdef int64_t* _int64_data(object array):
-    cdef int64_t[::1] view = array
-    return &view[0]
-
-
-cdef object _int64_column(int64_t* data, int64_t n):
-    """A new int64 array holding data[:n]."""
-    out = np.empty(n, np.int64)
-    cdef int64_t[::1] view = out
-    memcpy(&view[0], data, n * sizeof(int64_t))
-    return out
-
-
 cdef class RolloutGroup:
     """The rollout engines of one pipeline sharing one queue (see rlix/sim/engine.py)."""
 
@@ -358,20 +345,15 @@ cdef class RolloutGroup:
         if not n:
             return None
         columns = {
-            "traj_id": _int64_column(self.a_tid, n),
-            "dp_rank": _int64_column(self.a_rank, n),
-            "t_start": np.empty(n, np.float64),
-            "t_end": np.empty(n, np.float64),
-            "generated_tokens": _int64_column(self.a_gen, n),
-            "recomputed_tokens": _int64_column(self.a_g0, n),
-            "completed": np.empty(n, np.bool_),
+            "traj_id": _array_view(self.a_tid, n, np.int64).copy(),
+            "dp_rank": _array_view(self.a_rank, n, np.int64).copy(),
+            "t_start": _array_view(self.a_t0, n, np.float64).copy(),
+            "t_end": _array_view(self.a_t1, n, np.float64).copy(),
+            "generated_tokens": _array_view(self.a_gen, n, np.int64).copy(),
+            "recomputed_tokens": _array_view(self.a_g0, n, np.int64).copy(),
+            # Statuses are 0 (re-queued) and 1 (completed): the bytes of a bool array.
+            "completed": _array_view(self.a_status, n, np.bool_).copy(),
         }
-        cdef double[::1] t_start = columns["t_start"], t_end = columns["t_end"]
-        memcpy(&t_start[0], self.a_t0, n * sizeof(double))
-        memcpy(&t_end[0], self.a_t1, n * sizeof(double))
-        # Statuses are 0 (re-queued) and 1 (completed): the bytes of a bool array.
-        cdef uint8_t[::1] completed = columns["completed"].view(np.uint8)
-        memcpy(&completed[0], self.a_status, n)
         self.a_len = 0
         return columns
 

@@ -195,25 +195,3 @@ cdef class AttemptRows:
         self.preemptions[k] = preemptions
         self.version[k] = versions.of(codes[tid], g.a_t0[i])
         self.status[k] = status
-
-
-cdef object _array_view(void* data, int64_t n, object dtype):
-    """A numpy array over data[:n] (no copy; valid while the memory is)."""
-    itemsize = np.dtype(dtype).itemsize
-    cdef unsigned char[::1] raw = <unsigned char[:n * itemsize]><unsigned char*>data
-    return np.asarray(raw).view(dtype)
-
-
-cdef object _owned_array(void* data, int64_t n, object dtype):
-    """A numpy array of data[:n] that frees `data` (malloc'd) when it goes: no copy."""
-    itemsize = np.dtype(dtype).itemsize
-    if n == 0:
-        free(data)
-        return np.zeros(0, dtype=dtype)
-    data = _grow(data, n * itemsize)  # give the unused tail back
-    cdef view.array owner = view.array(
-        shape=(n * itemsize,), itemsize=1, format="B", mode="c", allocate_buffer=False
-    )
-    owner.data = <char*>data
-    owner.callback_free_data = free
-    return np.asarray(owner).view(dtype)

@@ -52,7 +52,7 @@ from __future__ import annotations
 import numpy as np
 
 try:
-    from rlix.sim._engine import COMPLETED, REQUEUED, STATUS_NAMES, Engine, RolloutGroup
+    from rlix.sim._engine import RolloutGroup
 except ImportError as error:  # a source tree that was never installed
     raise ImportError(
         "rlix.sim's compiled rollout engines (rlix/sim/_engine.pyx) are not built: install rlix "
@@ -83,14 +83,4 @@ def attempts_to_columns(attempts: list[Attempt]) -> dict[str, np.ndarray]:
     return out
 
 
-__all__ = [
-    "ATTEMPT_FIELDS",
-    "Attempt",
-    "COMPLETED",
-    "Engine",
-    "REQUEUED",
-    "RolloutGroup",
-    "STATUS_NAMES",
-    "STOP_REASONS",
-    "attempts_to_columns",
-]
+__all__ = ["ATTEMPT_FIELDS", "Attempt", "RolloutGroup", "STOP_REASONS", "attempts_to_columns"]
