@@ -5,7 +5,7 @@ Grant, Expand and Shrink move GPUs and are two-phase: the core counts them as do
 The driver carries the decisions of one round out in the order given; a decision whose
 `requires` names a decision that failed must itself be reported failed, without being carried
 out, and a decision may be reported applied only once every decision it requires was (the core
-rejects an earlier report with an `EventError`). Revoke, AllowRollout and Hold are
+rejects an earlier report with an `EventError`). Revoke, AllowRollout, Place and Hold are
 notifications: nothing to roll back, no report needed (a report for them is accepted and
 ignored).
 
@@ -80,6 +80,16 @@ class AllowRollout(Decision):
 
 
 @dataclass(slots=True)
+class Place(Decision):
+    """A home given as a size was placed on `home`; `mappings` are the device mappings of the
+    pipeline's clusters that follow the home or the pool (the pipeline's spec from now on is
+    `rlix.policy.homes.resolve` of it, or `PipelineSpec` with these mappings)."""
+
+    home: tuple[int, ...]
+    mappings: dict[str, tuple[int, ...]]
+
+
+@dataclass(slots=True)
 class Hold(Decision):
     """A request waits; `reason` says why (for logs and dashboards)."""
 
@@ -100,6 +110,8 @@ def describe(d: Decision) -> str:
         return f"hold {d.pipeline_id}/{d.cluster}: {d.reason}"
     if isinstance(d, AllowRollout):
         return f"allow {d.pipeline_id}/{d.adapter} <= {d.max_step}"
+    if isinstance(d, Place):
+        return f"place {d.pipeline_id} on {list(d.home)}"
     if isinstance(d, Revoke):
         return f"revoke {d.pipeline_id}/{d.cluster} {list(d.gpus)}"
     return repr(d)

@@ -27,6 +27,7 @@ from rlix.policy.decisions import (
     Expand,
     Grant,
     Hold,
+    Place,
     Revoke,
     Shrink,
 )
@@ -194,6 +195,9 @@ class Ledger:
 
     def allow_rollout(self, pipeline_id: str, adapter: str, max_step: int) -> None:
         self.out.append(AllowRollout(self._new_id(), pipeline_id, adapter, max_step))
+
+    def place(self, pipeline_id: str, home: tuple[int, ...], mappings: dict[str, tuple[int, ...]]) -> None:
+        self.out.append(Place(self._new_id(), pipeline_id, home, mappings))
 
     def revoke(self, holder: ClusterHold | Rank) -> None:
         """A GPU under `holder` was lost: drop the holding at once (it is a fact, not a plan)."""

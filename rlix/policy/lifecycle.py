@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlix.policy import events as ev
 from rlix.policy.errors import EventError
+from rlix.policy.homes import resolve
 from rlix.policy.specs import (
     MAX_WORK,
     ROLLOUT_CLUSTER,
@@ -37,19 +38,38 @@ def on_registered(sched: Scheduler, event: ev.PipelineRegistered) -> None:
     if spec.pipeline_id in sched.pipelines:
         raise EventError("pipeline_id", spec.pipeline_id, "already registered")
     pipeline = PipelineState(spec=spec, registered_seq=sched.new_seq())
-    rollout = spec.rollout
-    for dp_rank in range(rollout.num_ranks):
-        bundle = rollout.bundle(dp_rank)
-        rank = Rank(spec.pipeline_id, dp_rank, bundle, sched.cluster.slot_for(bundle))
-        pipeline.ranks.append(rank)
-        pipeline.rank_by_slot[rank.slot] = rank
     for adapter in spec.adapter_names:
         pipeline.versions[adapter] = 0
     sched.pipelines[spec.pipeline_id] = pipeline
+    _add_ranks(sched, pipeline)
+
+
+def _add_ranks(sched: Scheduler, pipeline: PipelineState) -> None:
+    """The pipeline's rollout ranks, one per bundle of its mapping (none while its home is a
+    size not placed yet), and the slot index updated for them."""
+    rollout = pipeline.spec.rollout
+    for dp_rank in range(rollout.num_ranks):
+        bundle = rollout.bundle(dp_rank)
+        rank = Rank(pipeline.pipeline_id, dp_rank, bundle, sched.cluster.slot_for(bundle))
+        pipeline.ranks.append(rank)
+        pipeline.rank_by_slot[rank.slot] = rank
     cluster = sched.cluster
     renumbered = cluster.index_slots()
     for other in sched.pipelines.values() if renumbered else [pipeline]:
         other.slot_bits = cluster.bits_of(other.rank_by_slot)
+    cluster.union_cache = None
+
+
+def place(sched: Scheduler, pipeline: PipelineState, home: tuple[int, ...], confine: bool) -> None:
+    """Place the pipeline's sized home on `home` (see rlix.policy.homes): its spec from now on
+    maps every cluster that follows the home or the pool, its ranks exist, and the driver
+    hears of it (`Place`)."""
+    assert not pipeline.spec.placed and not pipeline.ranks
+    spec = resolve(pipeline.spec, home, sched.topology, confine)
+    pipeline.spec = spec
+    _add_ranks(sched, pipeline)
+    mappings = {name: c.mapping for name, c in spec.clusters.items() if c.scope}
+    sched.ledger.place(pipeline.pipeline_id, spec.home, mappings)
 
 
 def on_admitted(sched: Scheduler, event: ev.PipelineAdmitted) -> None:

@@ -4,10 +4,15 @@
   sticky proportional split with donor choice, and work-conserving fill.
 - `gap-ratio`: a model of RLix's reference behaviour (futile preemption, no reservation, the
   un-normalised gap-ratio split with its one-bundle floor), for comparison.
-- `static`: no sharing. Each pipeline owns a dedicated partition (the union of its clusters'
-  mappings); a pipeline whose partition overlaps one admitted earlier waits until that one is
-  removed. Inside its partition its rollout uses every free bundle.
+- `static`: no sharing, a Slurm-style FIFO queue of gang jobs. Each pipeline owns its home (a
+  sized home placed first fit when it starts) until its last step; a pipeline whose home is
+  taken waits (rlix.policy.queueing). Inside its home its rollout uses every free bundle.
+- `static-backfill`: `static` with EASY backfill, Slurm's default (runtime estimates from the
+  specs).
 - `sequential`: one pipeline at a time on the whole pool, in admission order.
+
+Sized homes are placed by the policy (rlix.policy.queueing): at admission by rlix and gap-ratio,
+when the job starts by the queueing policies.
 
 A policy also declares which of the ten invariants it guarantees, so that the checker holds
 each policy to its own promises (the RLix model, by design, breaks 4, 5 and 6).
@@ -19,6 +24,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rlix.policy.errors import SpecError
 from rlix.policy.gap_ratio import CycleTrigger, plan_gap_ratio
+from rlix.policy.homes import choose_home, placement_unit
+from rlix.policy.lifecycle import place
+from rlix.policy.queueing import JobQueue, admitted_in_order, place_admitted
 from rlix.policy.rollout import fill_free, plan_rlix
 
 if TYPE_CHECKING:
@@ -34,10 +42,13 @@ class Policy:
     name: ClassVar[str] = ""
     reserve_blocked: ClassVar[bool] = True
     futile_preemption: ClassVar[bool] = False
+    #: Keeps each pipeline on its home (its pool-wide clusters cut to the home): no sharing.
+    confines_to_home: ClassVar[bool] = False
     guarantees: ClassVar[frozenset[int]] = ALL_INVARIANTS
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
-        return frozenset(p.pipeline_id for p in sched.pipelines.values() if p.admitted)
+        place_admitted(sched)
+        return frozenset(p.pipeline_id for p in sched.pipelines.values() if p.admitted and p.spec.placed)
 
     def round_ready(self, sched: Scheduler, event: Event) -> bool:
         """Whether a decision round runs after `event` (else the event is only applied)."""
@@ -84,32 +95,40 @@ class _ExclusivePolicy(Policy):
 
 class StaticPolicy(_ExclusivePolicy):
     name = "static"
+    confines_to_home = True
+    backfill: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self.queue = JobQueue(confine=True, backfill=self.backfill)
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
-        admitted = sorted((p for p in sched.pipelines.values() if p.admitted), key=lambda p: p.admitted_seq)
-        taken: set[int] = set()
-        running: list[str] = []
-        for pipeline in admitted:
-            footprint = pipeline.spec.footprint
-            if taken.isdisjoint(footprint):
-                running.append(pipeline.pipeline_id)
-            taken |= footprint  # a waiting pipeline also blocks later overlapping ones (FIFO)
-        return frozenset(running)
+        return self.queue.runnable(sched)
+
+
+class StaticBackfillPolicy(StaticPolicy):
+    name = "static-backfill"
+    backfill = True
 
 
 class SequentialPolicy(_ExclusivePolicy):
     name = "sequential"
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
-        admitted = [p for p in sched.pipelines.values() if p.admitted]
+        admitted = admitted_in_order(sched)
         if not admitted:
             return frozenset()
-        first = min(admitted, key=lambda p: p.admitted_seq)
+        first = admitted[0]
+        if not first.spec.placed:
+            usable = set(range(sched.topology.num_gpus)) - sched.cluster.offline
+            home = choose_home(first.spec.home_size, placement_unit(first.spec), usable, sched.topology)
+            if home is None:
+                return frozenset()
+            place(sched, first, home, confine=False)
         return frozenset({first.pipeline_id})
 
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (RlixPolicy, GapRatioPolicy, StaticPolicy, SequentialPolicy)
+    cls.name: cls for cls in (RlixPolicy, GapRatioPolicy, StaticPolicy, StaticBackfillPolicy, SequentialPolicy)
 }
 
 

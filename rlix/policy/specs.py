@@ -35,6 +35,12 @@ class PipelineKind(StrEnum):
 
 
 ROLLOUT_CLUSTER = "actor_infer"
+#: A cluster whose mapping follows the pipeline's home ("home": the home's GPUs; "pool": the
+#: home's GPUs first, then every other GPU of the pool). A pipeline with a sized home has such
+#: clusters unmapped until the core places the home (rlix.policy.homes).
+HOME_SCOPE = "home"
+POOL_SCOPE = "pool"
+SCOPES = (HOME_SCOPE, POOL_SCOPE)
 #: The largest amount of rollout work (an estimate or a progress report) the core accepts, in
 #: the driver's units (trajectories, tokens, ...). Far above any real step (a day of a large
 #: cluster is ~1e11 tokens), and low enough that shares (work x TP x weight) summed over
@@ -87,11 +93,13 @@ class Topology:
 class ClusterSpec:
     """A cluster's tensor-parallel size and device mapping.
 
-    Rollout rank r owns the fixed bundle `mapping[r*tp:(r+1)*tp]`.
+    Rollout rank r owns the fixed bundle `mapping[r*tp:(r+1)*tp]`. `scope` ("home" or "pool")
+    says the mapping follows the pipeline's home; it is empty until a sized home is placed.
     """
 
     tp: int
     mapping: tuple[int, ...]
+    scope: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mapping", _as_tuple(self.mapping))
@@ -109,6 +117,10 @@ class ClusterSpec:
             raise SpecError(f"{where}.tp", tp, "must be a positive integer")
         if not isinstance(self.mapping, tuple):
             raise SpecError(f"{where}.mapping", self.mapping, "must be a list or tuple of GPU ids")
+        if self.scope and self.scope not in SCOPES:
+            raise SpecError(f"{where}.scope", self.scope, f"must be one of {SCOPES} or empty")
+        if not self.mapping and self.scope:
+            return  # follows a home not placed yet
         if not self.mapping:
             raise SpecError(f"{where}.mapping", self.mapping, "must name at least one GPU")
         seen: set[int] = set()
@@ -138,11 +150,15 @@ class ClusterSpec:
 
 @dataclass(frozen=True, slots=True)
 class PipelineSpec:
-    """One RL pipeline: its clusters, adapters, staleness bounds and job weight.
+    """One RL pipeline: its clusters, adapters, staleness bounds, job weight and home.
 
     `max_staleness` is one bound for every adapter, or a bound per adapter name. A trajectory
     consumed by train step s must come from weights of version >= s - k (k = 0: on-policy).
     `weight` scales the pipeline's share of rollout GPUs (1.0 = by remaining work alone).
+    `home` is the GPUs the pipeline would own without sharing (may overlap other homes);
+    `home_size` > 0 with an empty `home` asks the core to place a home of that many GPUs
+    (clusters with a `scope` are mapped then). `runtime_estimate_s` is the job's expected
+    time alone, for policies that plan ahead (EASY backfill); None: unknown.
     """
 
     pipeline_id: str
@@ -151,9 +167,13 @@ class PipelineSpec:
     adapters: tuple[str, ...] = ()
     max_staleness: int | dict[str, int] = 0
     weight: float = 1.0
+    home: tuple[int, ...] = ()
+    home_size: int = 0
+    runtime_estimate_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "adapters", _as_tuple(self.adapters))
+        object.__setattr__(self, "home", _as_tuple(self.home))
         if isinstance(self.kind, str) and not isinstance(self.kind, PipelineKind):
             if self.kind in {k.value for k in PipelineKind}:
                 object.__setattr__(self, "kind", PipelineKind(self.kind))
@@ -176,6 +196,11 @@ class PipelineSpec:
         """Every GPU any of the pipeline's clusters may use."""
         return frozenset(g for c in self.clusters.values() for g in c.mapping)
 
+    @property
+    def placed(self) -> bool:
+        """Whether every cluster is mapped (false only for a sized home not placed yet)."""
+        return all(c.mapping for c in self.clusters.values())
+
     def validate(self, topology: Topology) -> None:
         pid = self.pipeline_id
         if not isinstance(pid, str) or not pid:
@@ -195,6 +220,26 @@ class PipelineSpec:
         self._validate_adapters()
         if not (is_number(self.weight) and self.weight > 0):
             raise SpecError(f"{pid}.weight", self.weight, "must be a positive finite number")
+        self._validate_home(topology)
+        estimate = self.runtime_estimate_s
+        if estimate is not None and not (is_number(estimate) and estimate > 0):
+            raise SpecError(f"{pid}.runtime_estimate_s", estimate, "must be None or a positive finite number")
+
+    def _validate_home(self, topology: Topology) -> None:
+        pid, home, size = self.pipeline_id, self.home, self.home_size
+        if not isinstance(home, tuple):
+            raise SpecError(f"{pid}.home", home, "must be a list or tuple of GPU ids")
+        if len(set(home)) != len(home) or not all(is_int(g) and 0 <= g < topology.num_gpus for g in home):
+            raise SpecError(f"{pid}.home", home, f"must be distinct GPU ids in [0, {topology.num_gpus})")
+        if not is_int(size) or not 0 <= size <= topology.num_gpus:
+            raise SpecError(f"{pid}.home_size", size, f"must be an integer in [0, {topology.num_gpus}]")
+        if home and size and len(home) != size:
+            raise SpecError(f"{pid}.home", home, f"has {len(home)} GPUs, home_size says {size}")
+        scoped = [name for name, c in self.clusters.items() if c.scope]
+        if scoped and not (home or size):
+            raise SpecError(f"{pid}.clusters", scoped, "follow the home, but the pipeline has none")
+        if not self.placed and (home or not size):
+            raise SpecError(f"{pid}.clusters", scoped, "are unmapped, but the home is not a size to place")
 
     def _validate_adapters(self) -> None:
         pid = self.pipeline_id

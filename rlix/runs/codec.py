@@ -14,6 +14,7 @@ from typing import Any
 
 from rlix.policy import decisions as dec
 from rlix.policy import events as ev
+from rlix.policy.homes import with_mappings
 from rlix.policy.specs import ClusterSpec, PipelineKind, PipelineSpec, PolicyConfig, Topology
 
 EVENT_TYPES: dict[str, type[ev.Event]] = {
@@ -37,29 +38,57 @@ def _fields(cls: type) -> tuple[str, ...]:
 def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
     return value
 
 
 def spec_to_dict(spec: PipelineSpec) -> dict[str, Any]:
-    return {
+    """A spec as JSON-ready data; the home fields only when set (older logs have none)."""
+    out: dict[str, Any] = {
         "pipeline_id": spec.pipeline_id,
         "kind": spec.kind.value,
-        "clusters": {name: {"tp": c.tp, "mapping": list(c.mapping)} for name, c in spec.clusters.items()},
+        "clusters": {name: _cluster_to_dict(c) for name, c in spec.clusters.items()},
         "adapters": list(spec.adapters),
         "max_staleness": spec.max_staleness,
         "weight": spec.weight,
     }
+    if spec.home:
+        out["home"] = list(spec.home)
+    if spec.home_size:
+        out["home_size"] = spec.home_size
+    if spec.runtime_estimate_s is not None:
+        out["runtime_estimate_s"] = spec.runtime_estimate_s
+    return out
+
+
+def _cluster_to_dict(cluster: ClusterSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"tp": cluster.tp, "mapping": list(cluster.mapping)}
+    if cluster.scope:
+        out["scope"] = cluster.scope
+    return out
 
 
 def spec_from_dict(data: dict[str, Any]) -> PipelineSpec:
     return PipelineSpec(
         pipeline_id=data["pipeline_id"],
         kind=PipelineKind(data["kind"]),
-        clusters={name: ClusterSpec(c["tp"], tuple(c["mapping"])) for name, c in data["clusters"].items()},
+        clusters={
+            name: ClusterSpec(c["tp"], tuple(c["mapping"]), c.get("scope", ""))
+            for name, c in data["clusters"].items()
+        },
         adapters=tuple(data["adapters"]),
         max_staleness=data["max_staleness"],
         weight=data["weight"],
+        home=tuple(data.get("home", ())),
+        home_size=data.get("home_size", 0),
+        runtime_estimate_s=data.get("runtime_estimate_s"),
     )
+
+
+def placed_spec(spec: PipelineSpec, place: dict[str, Any]) -> PipelineSpec:
+    """`spec` after the recorded `Place` decision `place`."""
+    return with_mappings(spec, place["home"], place["mappings"])
 
 
 def encode(record: ev.Event | dec.Decision) -> dict[str, Any]:

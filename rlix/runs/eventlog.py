@@ -84,7 +84,8 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 class EventFacts:
-    """What the tables do not say but the event log does: each pipeline's spec, when it was
+    """What the tables do not say but the event log does: each pipeline's spec (as placed, for
+    a home given as a size), when it was
     admitted and removed, and how many of its rollout ranks were shrunk, by reason (preempt,
     rebalance, release)."""
 
@@ -110,6 +111,9 @@ class EventFacts:
         for decision in record.get("decisions", ()):
             if decision.get("type") == "Shrink":
                 self.shrinks.setdefault(decision["pipeline_id"], Counter())[decision["reason"]] += 1
+            elif decision.get("type") == "Place":
+                pid = decision["pipeline_id"]
+                self.specs[pid] = codec.placed_spec(self.specs[pid], decision)
 
 
 def _worth_parsing(line: str) -> bool:
@@ -118,7 +122,7 @@ def _worth_parsing(line: str) -> bool:
     return any(word in line for word in _WORTH_PARSING)
 
 
-_WORTH_PARSING = ('"Shrink"', '"PipelineRegistered"', '"PipelineAdmitted"', '"PipelineRemoved"')
+_WORTH_PARSING = ('"Shrink"', '"Place"', '"PipelineRegistered"', '"PipelineAdmitted"', '"PipelineRemoved"')
 
 
 def facts_from_lines(lines: Iterable[str]) -> EventFacts:

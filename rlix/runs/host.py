@@ -28,7 +28,8 @@ from typing import Any, Generic, Protocol, TypeVar
 from rlix.pipelines import ops
 from rlix.pipelines.config import ProgramConfig
 from rlix.policy import events as ev
-from rlix.policy.decisions import Revoke
+from rlix.policy.decisions import Place, Revoke
+from rlix.policy.homes import with_mappings
 from rlix.policy.specs import BASE_ADAPTER, ROLLOUT_CLUSTER, PipelineSpec, Priority
 from rlix.runs.loop import Loop
 
@@ -210,6 +211,10 @@ class Host(Generic[F]):
         future = self._grant_wait.pop(cluster, None)
         if future is not None:
             self.futures.resolve(future, None)
+
+    def placed(self, decision: Place) -> None:
+        """The core placed the pipeline's sized home: its spec maps every cluster from now on."""
+        self.spec = with_mappings(self.spec, decision.home, decision.mappings)
 
     def revoked(self, decision: Revoke) -> None:
         if decision.dp_rank < 0:

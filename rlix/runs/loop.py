@@ -7,8 +7,9 @@ decisions, and each decision goes where it belongs:
   `applied` / `failed`. A decision whose `requires` names a shrink not yet applied waits here
   until it is; if a required shrink failed, the decision is reported failed without being
   carried out (the contract of `rlix.policy.decisions`).
-- AllowRollout goes to the pipeline's host (staleness pacing); Revoke to the actuator (abort
-  the stage or rank) and to the host; Hold is only recorded.
+- AllowRollout goes to the pipeline's host (staleness pacing), Place too (its spec now maps
+  the clusters that follow its home); Revoke to the actuator (abort the stage or rank) and to
+  the host; Hold is only recorded.
 
 Events raised while an event is being handled (an actuator that reports at once, a host that
 reacts to a grant) are queued and handled in order, never re-entrantly, so the core sees one
@@ -112,6 +113,10 @@ class Loop:
             host = self.hosts.get(decision.pipeline_id)
             if host is not None:
                 host.allow(decision.adapter, decision.max_step)
+        elif isinstance(decision, dec.Place):
+            host = self.hosts.get(decision.pipeline_id)
+            if host is not None:
+                host.placed(decision)
         elif isinstance(decision, dec.Revoke):
             self.recorder.on_revoke(decision, self.clock())
             self.actuator.revoke(decision)

@@ -1,5 +1,9 @@
 """Checks across a scenario's fields: GPU ranges and TP bundles, homes, specs, faults.
 
+Homes may overlap (a pool may hold more pipelines than fit at once). A home given as a size
+must fit the pool in whole chunks of its clusters' TP bundles (rlix.policy.homes), which is
+checked by placing it on the empty pool and validating the spec that gives.
+
 Cluster mappings and whole pipelines are checked by the policy core's own
 `ClusterSpec.validate` / `PipelineSpec.validate` (for the scenario's mappings and for the
 static confinement), their `SpecError` turned into a `FieldProblem` at the scenario's field path.
@@ -8,9 +12,11 @@ Every problem is raised as a `FieldProblem` whose path starts at the scenario's 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from rlix.policy import ROLLOUT_CLUSTER, SpecError, Topology
+from rlix.policy.homes import choose_home, max_placeable, placement_unit, resolve
 from rlix.scenarios.errors import FieldProblem, Path
 from rlix.scenarios.gpusets import format_gpu_set
 from rlix.scenarios.pipelines import PipelineConfig
@@ -24,7 +30,6 @@ def check_scenario(scenario: Scenario) -> None:
     """Raise FieldProblem (path from the root) for the first cross-field problem found."""
     topology = scenario.topology()
     index_of: dict[str, int] = {}
-    home_owner: dict[int, int] = {}
     for index, pipeline in enumerate(scenario.pipelines):
         at: Path = ("pipelines", index)
         if pipeline.id in index_of:
@@ -33,10 +38,18 @@ def check_scenario(scenario: Scenario) -> None:
             )
         index_of[pipeline.id] = index
         _check_clusters(pipeline, at, topology)
-        _check_home(pipeline, index, topology, home_owner)
-        for policy in ("rlix", STATIC):  # every other policy uses the same specs as rlix
+        if isinstance(pipeline.home, int):
+            _check_home_size(pipeline, index, topology)
+        else:
+            _check_home(pipeline, index, topology)
+        for policy in ("rlix", STATIC):  # every other policy uses the specs of one of these
             try:
-                pipeline_spec(pipeline, topology, policy).validate(topology)
+                spec = pipeline_spec(pipeline, topology, policy)
+                spec.validate(topology)
+                if not spec.placed:  # a size: as the core would place it on the empty pool
+                    usable = range(topology.num_gpus)
+                    home = choose_home(spec.home_size, placement_unit(spec), usable, topology) or ()
+                    resolve(spec, home, topology, confine=policy == STATIC).validate(topology)
             except SpecError as exc:
                 raise _at(exc, pipeline, at) from None
     _check_faults(scenario, index_of, topology)
@@ -52,19 +65,19 @@ def _at(exc: SpecError, pipeline: PipelineConfig, at: Path) -> FieldProblem:
 
 def _check_clusters(pipeline: PipelineConfig, at: Path, topology: Topology) -> None:
     for name, cluster in pipeline.clusters.present().items():
+        if cluster.scope:
+            continue  # mapped from the home: checked with the whole spec
         try:
             cluster.spec().validate(f"{pipeline.id}.clusters.{name}", topology)
         except SpecError as exc:
             raise _at(exc, pipeline, at) from None
 
 
-def _check_home(
-    pipeline: PipelineConfig, index: int, topology: Topology, home_owner: dict[int, int]
-) -> None:
-    """In range, no repeats, disjoint from earlier homes, holds the training clusters, and
-    cuts into whole rollout TP bundles (the static confinement needs that)."""
+def _check_home(pipeline: PipelineConfig, index: int, topology: Topology) -> None:
+    """In range, no repeats, holds the training clusters, and cuts into whole rollout TP
+    bundles (the static confinement needs that). Other homes may overlap it."""
     at: Path = ("pipelines", index)
-    home, where = pipeline.home, (*at, "home")
+    home, where = pipeline.home_gpus, (*at, "home")
     if not home:
         raise FieldProblem(where, [], "names no GPU (every pipeline needs a home)")
     seen: set[int] = set()
@@ -74,18 +87,8 @@ def _check_home(
         if gpu in seen:
             raise FieldProblem(where, gpu, "GPU named twice in the home")
         seen.add(gpu)
-    shared = sorted(g for g in home if g in home_owner)
-    if shared:
-        other = home_owner[shared[0]]
-        raise FieldProblem(
-            where,
-            format_gpu_set(home),
-            f"overlaps the home of pipelines[{other}] on GPUs {format_gpu_set(shared)} "
-            "(homes must be disjoint)",
-        )
-    home_owner.update(dict.fromkeys(home, index))
     for name, cluster in pipeline.clusters.present().items():
-        if name == ROLLOUT_CLUSTER:
+        if name == ROLLOUT_CLUSTER or cluster.scope:
             continue
         outside = [g for g in cluster.gpus if g not in seen]
         if outside:
@@ -99,6 +102,31 @@ def _check_home(
         home_bundles(home, pipeline.clusters.actor_infer.tp, topology)
     except FieldProblem as exc:
         raise FieldProblem((*at, *exc.path), exc.value, exc.problem) from None
+
+
+def _check_home_size(pipeline: PipelineConfig, index: int, topology: Topology) -> None:
+    """Every cluster follows the home; the size fits the pool in whole TP bundles."""
+    at: Path = ("pipelines", index)
+    size = pipeline.home_size
+    for name, cluster in pipeline.clusters.present().items():
+        if not cluster.scope:
+            raise FieldProblem(
+                (*at, "clusters", name, "gpus"),
+                format_gpu_set(cluster.gpus),
+                f"with a home given as a size ({size}), every cluster says `gpus: home` or `gpus: pool` "
+                "(the GPUs are known only once the policy places the home)",
+            )
+    tps = sorted({c.tp for c in pipeline.clusters.present().values()})
+    unit = math.lcm(*tps)
+    if size > topology.num_gpus:
+        raise FieldProblem((*at, "home"), size, f"is larger than the pool ({topology.num_gpus} GPUs)")
+    if size % unit or size > max_placeable(unit, topology):
+        raise FieldProblem(
+            (*at, "home"),
+            size,
+            f"cannot be placed in whole TP bundles of {unit} GPU(s) inside {topology.gpus_per_node}-GPU nodes "
+            f"(TP sizes {tps}; at most {max_placeable(unit, topology)} GPUs, a multiple of {unit})",
+        )
 
 
 def _check_faults(scenario: Scenario, index_of: dict[str, int], topology: Topology) -> None:

@@ -4,6 +4,9 @@
 those three. Order is kept (a rollout mapping's order decides which GPUs form rank r's TP
 bundle), so a set is a tuple, not a frozenset. Written back (`to_yaml`) a set is the shortest
 range string that parses to the same tuple.
+
+A pipeline's `home` is a GPU set or a size (a bare integer: the policy places it), and a
+cluster's `gpus` may say `home` or `pool` instead of a set (see rlix.policy.homes).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import BeforeValidator, PlainSerializer
+
+from rlix.policy.specs import SCOPES
 
 _SHAPE = "a GPU set is a list of GPU ids, one id, or a range string like '0-7' or '0-3,8-11'"
 
@@ -65,4 +70,39 @@ GpuSet = Annotated[
     tuple[int, ...],
     BeforeValidator(parse_gpu_set),
     PlainSerializer(format_gpu_set, return_type=str, when_used="json"),
+]
+
+
+def parse_home(value: object) -> int | tuple[int, ...]:
+    """A home: a bare integer is a size (the policy places it), anything else a GPU set."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise ValueError("a home size must be a positive number of GPUs")
+        return value
+    return parse_gpu_set(value)
+
+
+def parse_cluster_gpus(value: object) -> str | tuple[int, ...]:
+    """A cluster's GPUs: "home" or "pool" (they follow the pipeline's home), or a GPU set."""
+    if isinstance(value, str) and value.strip() in SCOPES:
+        return value.strip()
+    return parse_gpu_set(value)
+
+
+def _format_home(value: int | str | tuple[int, ...]) -> int | str:
+    return value if isinstance(value, int | str) else format_gpu_set(value)
+
+
+#: A pipeline's home: a size (an integer) or a GPU set.
+Home = Annotated[
+    int | tuple[int, ...],
+    BeforeValidator(parse_home),
+    PlainSerializer(_format_home, return_type=int | str, when_used="json"),
+]
+
+#: A cluster's GPUs: a GPU set, or "home" / "pool".
+ClusterGpus = Annotated[
+    str | tuple[int, ...],
+    BeforeValidator(parse_cluster_gpus),
+    PlainSerializer(_format_home, return_type=int | str, when_used="json"),
 ]

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rlix.policy import ClusterSpec
 from rlix.scenarios.errors import FieldProblem
-from rlix.scenarios.gpusets import GpuSet
+from rlix.scenarios.gpusets import ClusterGpus, Home
 from rlix.scenarios.models import MODELS, ModelShape
 from rlix.scenarios.sections import NAME_PATTERN, Section, TraceRef
 
@@ -24,10 +24,21 @@ class ClusterConfig(Section):
     tp: int = Field(1, gt=0)
     """Tensor-parallel size. For actor_infer, rollout rank r is the bundle gpus[r*tp:(r+1)*tp],
     which must lie on one node; training clusters (FSDP-style) normally use 1."""
-    gpus: GpuSet
-    """The device mapping, in order: a list of ids or a range string ("0-7", "0-3,8-11")."""
+    gpus: ClusterGpus
+    """The device mapping, in order: a list of ids or a range string ("0-7", "0-3,8-11"); or
+    `home` (the pipeline's home GPUs) or `pool` (the home's GPUs first, then every other GPU of
+    the pool in whole TP bundles per node)."""
+
+    @property
+    def scope(self) -> str:
+        """"home" or "pool" when the mapping follows the home, else ""."""
+        return self.gpus if isinstance(self.gpus, str) else ""
 
     def spec(self) -> ClusterSpec:
+        """The core's ClusterSpec (a cluster that follows the home is unmapped: see
+        rlix.scenarios.specs for how it is resolved)."""
+        if isinstance(self.gpus, str):
+            return ClusterSpec(self.tp, (), self.gpus)
         return ClusterSpec(self.tp, self.gpus)
 
 
@@ -79,9 +90,12 @@ class PipelineConfig(Section):
     """KL penalty against a reference model (needs a reference cluster)."""
     model: str
     """Model size class of `rlix.scenarios.models.MODELS` (1.5b, 7b, 32b, 70b), for costs."""
-    home: GpuSet
-    """The GPUs the pipeline would own without sharing (the static baseline). Homes of
-    different pipelines are disjoint; actor_train, critic and reference lie inside the home."""
+    home: Home
+    """The GPUs the pipeline would own without sharing (the static baseline): a GPU set, or a
+    size (`home: 8`) that the policy places when it admits or starts the pipeline (whole nodes
+    first, TP bundles inside a node). Homes may overlap: a pool may hold more pipelines than
+    fit at once. With a GPU set, actor_train, critic and reference lie inside the home; with a
+    size, every cluster says `gpus: home` or `gpus: pool`."""
     clusters: ClustersConfig
     """Device mappings and TP sizes of the pipeline's clusters."""
     prompts_per_step: int = Field(gt=0)
@@ -159,6 +173,16 @@ class PipelineConfig(Section):
     def shape(self) -> ModelShape:
         """The model size class's shape (layers, KV bytes per token, ...)."""
         return MODELS[self.model]
+
+    @property
+    def home_gpus(self) -> tuple[int, ...]:
+        """The home's GPU ids; () for a home given as a size (placed by the policy)."""
+        return () if isinstance(self.home, int) else self.home
+
+    @property
+    def home_size(self) -> int:
+        """The number of GPUs of the home."""
+        return self.home if isinstance(self.home, int) else len(self.home)
 
     @property
     def samples_per_step(self) -> int:

@@ -1,7 +1,12 @@
 """From a scenario's pipelines to the policy core's `PipelineSpec`s, per policy.
 
-Every policy but `static` uses the clusters as the scenario writes them. Under `static` (no
-sharing) a pipeline is confined to its home:
+A home given as GPUs is resolved here: clusters that say `gpus: home` or `gpus: pool` get their
+mappings (rlix.policy.homes.resolve). A home given as a size stays a size: the core places it
+and maps those clusters then (the `Place` decision).
+
+Every policy but the ones without sharing (`static`, `static-backfill`: the policies whose
+`confines_to_home` is set) uses the clusters as the scenario writes them. Under those a
+pipeline is confined to its home:
 
 - its rollout (actor_infer) ranks are the TP bundles of the home: the home's GPUs node by node
   (nodes and GPUs in ascending order), cut into bundles of the rollout TP size;
@@ -9,19 +14,28 @@ sharing) a pipeline is confined to its home:
   home. They are not widened to the whole home, because a cluster's size sets the cost of its
   stages, and a policy comparison must change where rollout may run, not how fast training is.
 
-So under static a pipeline's footprint is exactly its home, and homes are disjoint.
+So under static a pipeline's footprint is exactly its home. Homes may overlap: static then runs
+the overlapping pipelines one after another (rlix.policy.queueing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
-from rlix.policy import ROLLOUT_CLUSTER, ClusterSpec, PipelineKind, PipelineSpec, Topology
+from rlix.policy import POLICIES, ROLLOUT_CLUSTER, ClusterSpec, PipelineKind, PipelineSpec, Topology
+from rlix.policy.homes import resolve
 from rlix.scenarios.errors import FieldProblem
 from rlix.scenarios.gpusets import format_gpu_set
 from rlix.scenarios.pipelines import PipelineConfig
 
 STATIC = "static"
+
+
+def confines_to_home(policy: str) -> bool:
+    """Whether `policy` keeps each pipeline on its home (no sharing)."""
+    cls = POLICIES.get(policy)
+    return bool(cls is not None and cls.confines_to_home)
 
 
 def home_bundles(home: Sequence[int], tp: int, topology: Topology) -> tuple[int, ...]:
@@ -46,16 +60,27 @@ def home_bundles(home: Sequence[int], tp: int, topology: Topology) -> tuple[int,
 def pipeline_spec(pipeline: PipelineConfig, topology: Topology, policy: str) -> PipelineSpec:
     """The PipelineSpec of `pipeline` under `policy` (not validated here)."""
     clusters = {name: c.spec() for name, c in pipeline.clusters.present().items()}
-    if policy == STATIC:
-        rollout = pipeline.clusters.actor_infer
-        clusters[ROLLOUT_CLUSTER] = ClusterSpec(
-            rollout.tp, home_bundles(pipeline.home, rollout.tp, topology)
-        )
-    return PipelineSpec(
+    spec = PipelineSpec(
         pipeline_id=pipeline.id,
         kind=PipelineKind(pipeline.kind),
         clusters=clusters,
         adapters=tuple(a.name for a in pipeline.adapters),
         max_staleness=pipeline.staleness,
         weight=pipeline.weight,
+        home=pipeline.home_gpus,
+        home_size=pipeline.home_size if not pipeline.home_gpus else 0,
     )
+    if not pipeline.home_gpus:
+        return spec  # a size: the core places it
+    confine = confines_to_home(policy)
+    if any(c.scope for c in clusters.values()):
+        spec = resolve(spec, pipeline.home_gpus, topology, confine)
+        spec = dataclasses.replace(spec, home=pipeline.home_gpus, home_size=0)
+    if confine:
+        rollout = spec.rollout
+        clusters = dict(spec.clusters)
+        clusters[ROLLOUT_CLUSTER] = ClusterSpec(
+            rollout.tp, home_bundles(pipeline.home_gpus, rollout.tp, topology), rollout.scope
+        )
+        spec = dataclasses.replace(spec, clusters=clusters)
+    return spec

@@ -100,7 +100,7 @@ def collect(
     from rlix.runs.frames import tables_from_recorder
     from rlix.runs.metrics import summary as summarize
 
-    specs = sim.specs
+    specs = sim.placed_specs()
     run_tables = tables_from_recorder(sim.recorder, specs)
     summary = summarize(run_tables)
     summary.update(run_status(sim))

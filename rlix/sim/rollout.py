@@ -73,7 +73,6 @@ class PipelineRollout:
         pipeline_id: str,
         group: RolloutGroup,
         host: Host[Any],
-        gpus_of_rank: dict[int, tuple[int, ...]],
         progress_every: float,
     ) -> None:
         self.sim = sim
@@ -81,7 +80,6 @@ class PipelineRollout:
         self.pipeline_id = pipeline_id
         self.group = group
         self.host = host
-        self.gpus_of_rank = gpus_of_rank
         self.progress_every = progress_every
         self.alive = True
         self._epoch = 0
@@ -171,7 +169,7 @@ class PipelineRollout:
                 self.pipeline_id,
                 "actor_infer",
                 dp_rank,
-                self.gpus_of_rank[dp_rank],
+                self.host.spec.rollout.bundle(dp_rank),
                 "busy",
                 "rollout",
                 t0,
@@ -256,7 +254,7 @@ class PipelineRollout:
                 self.pipeline_id,
                 "actor_infer",
                 dp_rank,
-                self.gpus_of_rank[dp_rank],
+                self.host.spec.rollout.bundle(dp_rank),
                 "busy",
                 "rollout",
                 t0,

@@ -25,7 +25,7 @@ from rlix.pipelines.ops import Program
 from rlix.pipelines.programs import program_for
 from rlix.policy import PipelineSpec, Scheduler
 from rlix.policy import events as ev
-from rlix.policy.specs import PipelineKind
+from rlix.policy.specs import PipelineKind, PipelineSpec
 from rlix.runs.host import FORK, RETRY, WAIT, WORK, Host
 from rlix.runs.loop import Loop
 from rlix.runs.recorder import Recorder
@@ -116,6 +116,10 @@ class Simulation:
         self.stalled_at_s: float | None = None
         self.t_last_finish = 0.0
 
+    def placed_specs(self) -> dict[str, PipelineSpec]:
+        """Each pipeline's spec as the run used it (a sized home as the core placed it)."""
+        return {pid: self.hosts[pid].spec if pid in self.hosts else spec for pid, spec in self.specs.items()}
+
     def _sampler(self, ref: Any) -> BatchSampler:
         key = ref.model_dump_json()
         if key not in self._samplers:
@@ -141,10 +145,7 @@ class Simulation:
             balance=engine.balance,
             migrate_on_expand=engine.migrate_on_expand,
         )
-        gpus_of_rank = {r: rollout_spec.bundle(r) for r in range(rollout_spec.num_ranks)}
-        self.rollouts[pipeline_id] = PipelineRollout(
-            self, pipeline_id, group, host, gpus_of_rank, engine.progress_every
-        )
+        self.rollouts[pipeline_id] = PipelineRollout(self, pipeline_id, group, host, engine.progress_every)
         self.threads[pipeline_id] = []
         host.start()
         self.start_thread(host, program_for(program_config(pipeline)))
@@ -215,13 +216,13 @@ class Simulation:
             return self.rollouts[pid].submit(op.adapter, op.step, batch)
         costs = self.costs[pid]
         if isinstance(op, ops.Publish):
-            full = self.specs[pid].kind is PipelineKind.FULL_FINETUNE
+            full = host.spec.kind is PipelineKind.FULL_FINETUNE
             yield self.env.timeout(publish_seconds(costs, full))
             key = (pid, op.adapter)
             times = self.publish_times.get(key, np.empty(0))
             self.publish_times[key] = np.append(times, float(self.env.now))
             return None
-        gpus = self.specs[pid].clusters[op.cluster].mapping
+        gpus = host.spec.clusters[op.cluster].mapping  # as placed, for a sized home
         tokens = self.batch_tokens.get((pid, op.adapter, op.step), 0)
         duration = stage_seconds(costs, op.stage, tokens, len(gpus))
         t0 = float(self.env.now)

@@ -1,0 +1,134 @@
+"""Homes: the GPUs a pipeline would own without sharing, and placing a home given as a size.
+
+A pipeline's home is either explicit GPU ids (which may overlap other pipelines' homes: a lab's
+pool holds more experiments than partitions) or a size, which the core places when the policy
+lets the pipeline in. Clusters may follow the home (`scope` "home": the home's GPUs) or the pool
+(`scope` "pool": the home's GPUs first, then every other GPU of the pool, in whole TP bundles
+per node), so a rollout that may spread over the pool still starts on its own GPUs (rank 0 is
+the home's first bundle).
+
+Placement, the rule every policy uses (it differs only in which GPUs it offers and what it
+counts as load):
+
+1. A home is cut into *chunks*: aligned runs of `unit` GPUs inside one node, `unit` being the
+   least common multiple of the TP sizes of the clusters that follow the home (so every TP
+   bundle of every such cluster lies inside one node).
+2. Whole nodes first: as many whole free nodes as the size holds, least loaded first, then by
+   node id.
+3. The rest from one node if one can hold it (least loaded, then node id), its chunks least
+   loaded first, then in GPU order; else chunk by chunk over the other nodes in that order.
+
+`load` is what a policy wants to avoid: the admit-at-once policies (rlix, gap-ratio) count the
+homes already placed or given on each GPU, so homes spread over the pool before they stack;
+the queueing policies (static, static-backfill, sequential) offer only free GPUs and count no
+load, which is plain first-fit.
+
+The placement is a decision (`Place`), recorded and replayed like every other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Collection, Sequence
+
+from rlix.policy.specs import HOME_SCOPE, ClusterSpec, PipelineSpec, Topology
+
+
+def placement_unit(spec: PipelineSpec) -> int:
+    """GPUs per chunk of the spec's home: the lcm of the TP sizes of the clusters that follow it."""
+    unit = 1
+    for cluster in spec.clusters.values():
+        if cluster.scope:
+            unit = math.lcm(unit, cluster.tp)
+    return unit
+
+
+def max_placeable(unit: int, topology: Topology) -> int:
+    """The largest home of `unit`-GPU chunks that fits an empty pool."""
+    return (topology.gpus_per_node // unit) * unit * topology.num_nodes
+
+
+def pool_rest(home: Collection[int], tp: int, topology: Topology) -> tuple[int, ...]:
+    """Every GPU outside `home`, node by node in GPU order, in whole `tp` bundles per node (a
+    node's remainder that cannot form a bundle is left out)."""
+    taken = set(home)
+    rest: list[int] = []
+    per_node = topology.gpus_per_node
+    for node in range(topology.num_nodes):
+        gpus = [g for g in range(node * per_node, (node + 1) * per_node) if g not in taken]
+        rest.extend(gpus[: len(gpus) - len(gpus) % tp])
+    return tuple(rest)
+
+
+def resolve(spec: PipelineSpec, home: Sequence[int], topology: Topology, confine: bool = False) -> PipelineSpec:
+    """`spec` with its home set to `home` and every cluster with a scope mapped: "home" to the
+    home's GPUs in order, "pool" to those then `pool_rest` (just the home when `confine`: a
+    policy without sharing keeps a pipeline on its home)."""
+    ordered = tuple(sorted(home))
+    clusters: dict[str, ClusterSpec] = {}
+    for name, cluster in spec.clusters.items():
+        if not cluster.scope:
+            clusters[name] = cluster
+        elif cluster.scope == HOME_SCOPE or confine:
+            clusters[name] = ClusterSpec(cluster.tp, ordered, cluster.scope)
+        else:
+            clusters[name] = ClusterSpec(cluster.tp, ordered + pool_rest(ordered, cluster.tp, topology), cluster.scope)
+    return dataclasses.replace(spec, clusters=clusters, home=ordered, home_size=len(ordered))
+
+
+def choose_home(
+    size: int,
+    unit: int,
+    usable: Collection[int],
+    topology: Topology,
+    load: Callable[[int], float] | None = None,
+) -> tuple[int, ...] | None:
+    """`size` GPUs out of `usable` by the rule of the module docstring, or None if they do not
+    fit. `load(gpu)` weighs each GPU (default: none, i.e. first fit)."""
+    if size <= 0 or size % unit:
+        return None
+    per_node = topology.gpus_per_node
+    weigh = load if load is not None else (lambda gpu: 0.0)
+    chunks: dict[int, list[tuple[int, ...]]] = {}
+    for node in range(topology.num_nodes):
+        first = node * per_node
+        for start in range(first, first + per_node - unit + 1, unit):
+            chunk = tuple(range(start, start + unit))
+            if all(g in usable for g in chunk):
+                chunks.setdefault(node, []).append(chunk)
+    if sum(len(c) for c in chunks.values()) * unit < size:
+        return None
+
+    def chunk_load(chunk: tuple[int, ...]) -> float:
+        return sum(weigh(g) for g in chunk)
+
+    def node_load(node: int) -> float:
+        return sum(chunk_load(c) for c in chunks[node])
+
+    chosen: list[tuple[int, ...]] = []
+    chunks_per_node = per_node // unit
+    whole = sorted((n for n, c in chunks.items() if len(c) == chunks_per_node), key=lambda n: (node_load(n), n))
+    used = set(whole[: size // per_node]) if per_node % unit == 0 else set()
+    for node in sorted(used):
+        chosen.extend(chunks[node])
+    need = size // unit - len(chosen)
+    if need:
+        others = sorted((n for n in chunks if n not in used), key=lambda n: (node_load(n), n))
+        fits = [n for n in others if len(chunks[n]) >= need]
+        if fits:
+            pool = sorted(chunks[fits[0]], key=lambda c: (chunk_load(c), c))
+        else:
+            pool = [c for n in others for c in sorted(chunks[n], key=lambda c: (chunk_load(c), c))]
+        chosen.extend(pool[:need])
+    return tuple(sorted(g for chunk in chosen for g in chunk))
+
+
+def with_mappings(spec: PipelineSpec, home: Sequence[int], mappings: dict[str, Sequence[int]]) -> PipelineSpec:
+    """`spec` as a `Place` decision leaves it: `home` its home, `mappings` its clusters' new
+    mappings (the clusters not named keep theirs)."""
+    clusters = {
+        name: ClusterSpec(c.tp, tuple(mappings[name]), c.scope) if name in mappings else c
+        for name, c in spec.clusters.items()
+    }
+    return dataclasses.replace(spec, clusters=clusters, home=tuple(home), home_size=len(home))

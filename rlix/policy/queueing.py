@@ -1,0 +1,156 @@
+"""Who may run now: placing sized homes, and the job queue of the policies without sharing.
+
+The admit-at-once policies (rlix, gap-ratio) let every admitted pipeline run; a home given as a
+size is placed as soon as the pipeline is admitted, where the fewest other homes lie
+(`place_admitted`). Training clusters of pipelines whose homes overlap are then serialised by
+the priority queue of non-rollout requests (a request waits for its whole mapping; holders are
+never preempted), as RLix does.
+
+The queueing policies are what a lab runs without sharing, a Slurm-style queue of gang jobs:
+
+- `static`: FIFO by arrival. A job starts when its whole home is free (a sized home: first fit
+  on the free GPUs, whole nodes first) and then holds it to its last step. The first job that
+  cannot start is the *head*. Jobs behind it start only if they cannot delay any job ahead of
+  them: an explicit home disjoint from every GPU taken or wanted ahead of it; nothing at all
+  behind a sized head (it could be placed anywhere).
+- `static-backfill`: the same with EASY backfill (Slurm's default). The head gets a
+  reservation: the *shadow time* at which it can start if every running job ends at its start
+  plus its runtime estimate (`PipelineSpec.runtime_estimate_s`; unknown: never), and the GPUs it
+  would get then. A later job may start now if it fits the free GPUs and either ends (by its
+  estimate) by the shadow time or leaves the reserved GPUs alone; so with true estimates the
+  head never starts later than without backfill. Only the head is protected, as in EASY.
+- `sequential`: one job at a time, in arrival order, on the whole pool.
+
+A job that started is never stopped by the queue (it runs to its last step), so the queue only
+ever adds to the jobs that run. Start times are kept by the policy object (a replay builds a
+fresh one and sees the same events).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from rlix.policy.homes import choose_home, placement_unit
+from rlix.policy.lifecycle import place
+
+if TYPE_CHECKING:
+    from rlix.policy.core import Scheduler
+    from rlix.policy.state import PipelineState
+
+
+def admitted_in_order(sched: Scheduler) -> list[PipelineState]:
+    return sorted((p for p in sched.pipelines.values() if p.admitted), key=lambda p: p.admitted_seq)
+
+
+def place_admitted(sched: Scheduler) -> None:
+    """Place every admitted sized home not placed yet, in admission order, on the online GPUs
+    the fewest homes (placed or given) already cover."""
+    waiting = [p for p in admitted_in_order(sched) if not p.spec.placed]
+    if not waiting:
+        return
+    load = [0] * sched.topology.num_gpus
+    for pipeline in sched.pipelines.values():
+        for gpu in pipeline.spec.home:
+            load[gpu] += 1
+    usable = set(range(sched.topology.num_gpus)) - sched.cluster.offline
+    for pipeline in waiting:
+        spec = pipeline.spec
+        home = choose_home(spec.home_size, placement_unit(spec), usable, sched.topology, load.__getitem__)
+        if home is None:
+            continue  # more GPUs lost than the pool can spare: tried again next round
+        place(sched, pipeline, home, confine=False)
+        for gpu in home:
+            load[gpu] += 1
+
+
+class JobQueue:
+    """The queue of the policies without sharing (module docstring). `confine` keeps a placed
+    home's pool-wide clusters on the home; `backfill` is EASY backfill."""
+
+    def __init__(self, confine: bool, backfill: bool) -> None:
+        self.confine = confine
+        self.backfill = backfill
+        self.started_s: dict[str, float] = {}
+
+    def runnable(self, sched: Scheduler) -> frozenset[str]:
+        admitted = admitted_in_order(sched)
+        running = [p for p in admitted if p.pipeline_id in sched.runnable]
+        taken: set[int] = set()
+        for pipeline in running:
+            taken |= pipeline.spec.footprint
+        wanted: set[int] = set()  # GPUs that jobs waiting ahead want (explicit homes)
+        head: PipelineState | None = None
+        reserved: frozenset[int] = frozenset()
+        shadow_s = math.inf
+        for pipeline in admitted:
+            if pipeline.pipeline_id in sched.runnable:
+                continue
+            if head is None:
+                if self._try_start(sched, pipeline, taken, wanted, running):
+                    continue
+                if pipeline.spec.placed:
+                    wanted |= pipeline.spec.footprint
+                if not self.backfill and not pipeline.spec.placed:
+                    break  # a sized job waits: anything behind it could delay it
+                if self.backfill:
+                    head = pipeline
+                    shadow_s, reserved = self._reservation(sched, pipeline, running)
+                continue
+            if sched.now + _estimate(pipeline) <= shadow_s:
+                self._try_start(sched, pipeline, taken, frozenset(), running)
+            else:
+                self._try_start(sched, pipeline, taken, reserved, running)
+        return frozenset(p.pipeline_id for p in running)
+
+    def _try_start(
+        self, sched: Scheduler, pipeline: PipelineState, taken: set[int], avoid: set[int] | frozenset[int],
+        running: list[PipelineState],
+    ) -> bool:
+        """Start `pipeline` if it fits the GPUs neither taken nor in `avoid` (placing a sized home
+        first fit); the GPUs it takes join `taken`."""
+        spec = pipeline.spec
+        if spec.placed:
+            if not spec.footprint.isdisjoint(taken) or not spec.footprint.isdisjoint(avoid):
+                return False
+        else:
+            usable = set(range(sched.topology.num_gpus)) - taken - set(avoid) - sched.cluster.offline
+            home = choose_home(spec.home_size, placement_unit(spec), usable, sched.topology)
+            if home is None:
+                return False
+            place(sched, pipeline, home, self.confine)
+        taken |= pipeline.spec.footprint
+        running.append(pipeline)
+        self.started_s[pipeline.pipeline_id] = sched.now
+        return True
+
+    def _reservation(
+        self, sched: Scheduler, head: PipelineState, running: list[PipelineState]
+    ) -> tuple[float, frozenset[int]]:
+        """When the head could start if the running jobs end as estimated, and on which GPUs."""
+        num_gpus = sched.topology.num_gpus
+        busy = {g for p in running for g in p.spec.footprint}
+        ends = sorted(
+            (max(sched.now, self.started_s.get(p.pipeline_id, sched.now) + _estimate(p)), p.admitted_seq, p)
+            for p in running
+        )
+        for end_s, _seq, pipeline in [(sched.now, -1, None), *ends]:
+            if pipeline is not None:
+                busy -= pipeline.spec.footprint
+            gpus = _fits(sched, head, set(range(num_gpus)) - busy)
+            if gpus is not None:
+                return end_s, gpus
+        return math.inf, head.spec.footprint if head.spec.placed else frozenset(range(num_gpus))
+
+
+def _fits(sched: Scheduler, pipeline: PipelineState, free: set[int]) -> frozenset[int] | None:
+    spec = pipeline.spec
+    if spec.placed:
+        return spec.footprint if spec.footprint <= free else None
+    home = choose_home(spec.home_size, placement_unit(spec), free - sched.cluster.offline, sched.topology)
+    return None if home is None else frozenset(home)
+
+
+def _estimate(pipeline: PipelineState) -> float:
+    estimate = pipeline.spec.runtime_estimate_s
+    return math.inf if estimate is None else estimate
