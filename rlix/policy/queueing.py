@@ -15,8 +15,8 @@ The queueing policies are what a lab runs without sharing, a Slurm-style queue o
   behind a sized head (it could be placed anywhere).
 - `static-backfill`: the same with EASY backfill (Slurm's default). The head gets a
   reservation: the *shadow time* at which it can start if every running job ends at its start
-  plus its runtime estimate (`PipelineSpec.runtime_estimate_s`; unknown: never), and the GPUs it
-  would get then. A later job may start now if it fits the free GPUs and either ends (by its
+  plus its runtime estimate (`PipelineSpec.runtime_estimate_s`), and the GPUs it would get then;
+  if a job it waits for has no estimate, nothing may pass it. A later job may start now if it fits the free GPUs and either ends (by its
   estimate) by the shadow time or leaves the reserved GPUs alone; so with true estimates the
   head never starts later than without backfill. Only the head is protected, as in EASY.
 - `sequential`: one job at a time, in arrival order, on the whole pool.
@@ -97,7 +97,8 @@ class JobQueue:
                     head = pipeline
                     shadow_s, reserved = self._reservation(sched, pipeline, running)
                 continue
-            if sched.now + _estimate(pipeline) <= shadow_s:
+            end_s = sched.now + _estimate(pipeline)
+            if end_s < math.inf and end_s <= shadow_s:  # ends before the head could start
                 self._try_start(sched, pipeline, taken, frozenset(), running)
             else:
                 self._try_start(sched, pipeline, taken, reserved, running)
@@ -138,9 +139,11 @@ class JobQueue:
             if pipeline is not None:
                 busy -= pipeline.spec.footprint
             gpus = _fits(sched, head, set(range(num_gpus)) - busy)
-            if gpus is not None:
+            if gpus is not None and end_s < math.inf:
                 return end_s, gpus
-        return math.inf, head.spec.footprint if head.spec.placed else frozenset(range(num_gpus))
+        # Some job ahead of the head has no estimate: when and where the head starts is not
+        # known, so nothing may pass it (without estimates EASY is FIFO).
+        return math.inf, frozenset(range(num_gpus))
 
 
 def _fits(sched: Scheduler, pipeline: PipelineState, free: set[int]) -> frozenset[int] | None:

@@ -25,7 +25,7 @@ from rlix.pipelines.ops import Program
 from rlix.pipelines.programs import program_for
 from rlix.policy import PipelineSpec, Scheduler
 from rlix.policy import events as ev
-from rlix.policy.specs import PipelineKind, PipelineSpec
+from rlix.policy.specs import PipelineKind
 from rlix.runs.host import FORK, RETRY, WAIT, WORK, Host
 from rlix.runs.loop import Loop
 from rlix.runs.recorder import Recorder

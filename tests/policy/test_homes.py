@@ -1,0 +1,132 @@
+"""Placing sized homes (rlix.policy.homes), checked against what the rule promises, computed
+here by brute force over the pool's chunks rather than through the placement code."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
+from rlix.policy.homes import choose_home, max_placeable, placement_unit, pool_rest, resolve
+
+
+@st.composite
+def pools(draw: st.DrawFn) -> tuple[Topology, int, set[int], list[int], int]:
+    topology = Topology(draw(st.integers(1, 4)), draw(st.sampled_from([2, 4, 6, 8])))
+    unit = draw(st.sampled_from([u for u in (1, 2, 4) if topology.gpus_per_node % u == 0]))
+    usable = set(draw(st.sets(st.integers(0, topology.num_gpus - 1))))
+    load = draw(st.lists(st.integers(0, 3), min_size=topology.num_gpus, max_size=topology.num_gpus))
+    size = unit * draw(st.integers(1, topology.num_gpus // unit))
+    return topology, unit, usable, load, size
+
+
+def _aligned_chunks(topology: Topology, unit: int, usable: set[int]) -> list[tuple[int, ...]]:
+    chunks = []
+    for start in range(0, topology.num_gpus, unit):
+        chunk = tuple(range(start, start + unit))
+        if topology.node_of(chunk[0]) == topology.node_of(chunk[-1]) and set(chunk) <= usable:
+            chunks.append(chunk)
+    return chunks
+
+
+@settings(max_examples=300, deadline=None)
+@given(pools())
+def test_a_home_is_found_exactly_when_enough_whole_chunks_are_usable(case: tuple) -> None:
+    topology, unit, usable, load, size = case
+    home = choose_home(size, unit, usable, topology, load.__getitem__)
+    chunks = _aligned_chunks(topology, unit, usable)
+    if len(chunks) * unit < size:
+        assert home is None
+        return
+    assert home is not None
+    assert len(home) == size == len(set(home))
+    assert set(home) <= usable
+    # every part of it is whole aligned chunks inside one node
+    for start in range(0, topology.num_gpus, unit):
+        part = set(range(start, start + unit)) & set(home)
+        assert not part or len(part) == unit
+
+
+@settings(max_examples=300, deadline=None)
+@given(pools())
+def test_whole_nodes_first_and_least_loaded(case: tuple) -> None:
+    topology, unit, usable, load, size = case
+    home = choose_home(size, unit, usable, topology, load.__getitem__)
+    if home is None:
+        return
+    per_node = topology.gpus_per_node
+    nodes = range(topology.num_nodes)
+    whole_usable = [n for n in nodes if set(range(n * per_node, (n + 1) * per_node)) <= usable]
+    whole_in_home = [n for n in nodes if set(range(n * per_node, (n + 1) * per_node)) <= set(home)]
+    wanted = min(size // per_node, len(whole_usable))
+    assert len(whole_in_home) >= wanted
+    if wanted:
+        def node_load(n: int) -> int:
+            return sum(load[n * per_node : (n + 1) * per_node])
+
+        best = min(sum(node_load(n) for n in combo) for combo in itertools.combinations(whole_usable, wanted))
+        chosen = sorted(whole_in_home, key=lambda n: (node_load(n), n))[:wanted]
+        assert sum(node_load(n) for n in chosen) == best
+
+
+def test_first_fit_without_load() -> None:
+    topology = Topology(3, 4)
+    assert choose_home(8, 2, set(range(12)), topology) == tuple(range(8))
+    assert choose_home(4, 2, set(range(2, 12)), topology) == (4, 5, 6, 7)  # a whole node first
+    assert choose_home(2, 2, {0, 1, 2, 3, 5, 6, 7, 9}, topology) == (0, 1)
+    assert choose_home(6, 2, set(range(4, 10)), topology) == (4, 5, 6, 7, 8, 9)
+    assert choose_home(3, 2, set(range(12)), topology) is None  # not whole bundles
+    assert choose_home(2, 2, {1, 2}, topology) is None  # 1-2 is not an aligned bundle
+
+
+def test_least_loaded_nodes_first() -> None:
+    topology = Topology(3, 4)
+    load = [1] * 4 + [2] * 4 + [0] * 4
+    assert choose_home(8, 1, set(range(12)), topology, load.__getitem__) == (0, 1, 2, 3, 8, 9, 10, 11)
+    assert choose_home(2, 1, set(range(12)), topology, load.__getitem__) == (8, 9)
+
+
+def _spec(home_size: int, train_tp: int = 1, infer_tp: int = 2) -> PipelineSpec:
+    return PipelineSpec(
+        "p", PipelineKind.FULL_FINETUNE,
+        {"actor_train": ClusterSpec(train_tp, (), "home"), "actor_infer": ClusterSpec(infer_tp, (), "pool")},
+        home_size=home_size,
+    )
+
+
+def test_resolve_maps_home_then_pool_in_whole_bundles() -> None:
+    topology = Topology(3, 4)
+    spec = _spec(4)
+    assert not spec.placed and spec.footprint == frozenset()
+    spec.validate(topology)
+    placed = resolve(spec, (6, 7, 4, 5), topology)
+    placed.validate(topology)
+    assert placed.placed and placed.home == (4, 5, 6, 7) and placed.home_size == 4
+    assert placed.clusters["actor_train"].mapping == (4, 5, 6, 7)
+    assert placed.clusters["actor_infer"].mapping == (4, 5, 6, 7, 0, 1, 2, 3, 8, 9, 10, 11)
+    confined = resolve(spec, (4, 5, 6, 7), topology, confine=True)
+    assert confined.clusters["actor_infer"].mapping == (4, 5, 6, 7)
+
+
+def test_pool_rest_leaves_out_a_node_remainder() -> None:
+    topology = Topology(2, 6)
+    assert pool_rest((0, 1, 2, 3), 4, topology) == (6, 7, 8, 9)
+    assert placement_unit(_spec(4, train_tp=2, infer_tp=3)) == 6
+    assert max_placeable(4, topology) == 8
+
+
+def test_an_unplaced_spec_must_be_a_size() -> None:
+    import pytest
+
+    from rlix.policy import SpecError
+
+    topology = Topology(1, 4)
+    with pytest.raises(SpecError, match="home"):
+        PipelineSpec("p", PipelineKind.FULL_FINETUNE,
+                     {"actor_infer": ClusterSpec(1, (), "pool")}).validate(topology)
+    with pytest.raises(SpecError, match="home_size"):
+        _spec(8).validate(topology)
+    with pytest.raises(SpecError, match="scope"):
+        ClusterSpec(1, (), "house").validate("x", topology)

@@ -1,0 +1,205 @@
+"""The job queue of the policies without sharing (rlix.policy.queueing), on gang jobs.
+
+A gang job here arrives, asks for its whole home at once (actor_train at the init priority),
+holds it for its duration and leaves: the shape a Slurm queue sees. The driver below carries
+each grant out at once. What is checked is computed here, from the grants the core made:
+FIFO order under `static`; under `static-backfill` the EASY promise (the job at the head of the
+queue starts no later than the shadow time it had when it became the head, worked out here by
+releasing the running jobs in the order they end); every job finishes; the core's own
+invariant checker runs after every event.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlix.policy import (
+    ClusterReleased,
+    ClusterRequested,
+    ClusterSpec,
+    DecisionApplied,
+    Grant,
+    PipelineAdmitted,
+    PipelineKind,
+    PipelineRegistered,
+    PipelineRemoved,
+    PipelineSpec,
+    Scheduler,
+    Topology,
+)
+from rlix.policy.decisions import Place
+
+
+@dataclass(frozen=True)
+class GangJob:
+    pipeline_id: str
+    arrival_s: float
+    duration_s: float
+    size: int = 0  # a sized home
+    home: tuple[int, ...] = ()  # or an explicit one
+    estimate: bool = True  # whether the core is told its duration
+
+    def spec(self) -> PipelineSpec:
+        if self.home:
+            clusters = {"actor_train": ClusterSpec(1, self.home), "actor_infer": ClusterSpec(1, self.home)}
+        else:
+            clusters = {"actor_train": ClusterSpec(1, (), "home"), "actor_infer": ClusterSpec(1, (), "home")}
+        return PipelineSpec(self.pipeline_id, PipelineKind.FULL_FINETUNE, clusters, home=self.home,
+                            home_size=self.size, runtime_estimate_s=self.duration_s if self.estimate else None)
+
+
+@dataclass
+class QueueRun:
+    start_s: dict[str, float]
+    end_s: dict[str, float]
+    gpus: dict[str, tuple[int, ...]]
+    #: (time, waiting job ids in arrival order, running job ids) after each moment
+    moments: list[tuple[float, list[str], list[str]]]
+
+
+def run_queue(policy: str, topology: Topology, jobs: list[GangJob]) -> QueueRun:
+    sched = Scheduler(topology, policy, check_invariants=True)
+    by_id = {job.pipeline_id: job for job in jobs}
+    events: list[tuple[float, int, str, str]] = []  # (time, 0 end / 1 arrival, seq, job id)
+    for index, job in enumerate(jobs):
+        heapq.heappush(events, (job.arrival_s, 1, f"{index:04d}", job.pipeline_id))
+    run = QueueRun({}, {}, {}, [])
+    arrived: list[str] = []
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _, kind, _, pid = heapq.heappop(events)
+            if kind == 1:
+                arrived.append(pid)
+                decisions = sched.handle(PipelineRegistered(now, by_id[pid].spec()))
+                decisions += sched.handle(PipelineAdmitted(now, pid))
+                decisions += sched.handle(ClusterRequested(now, pid, "actor_train", priority=0))
+            else:
+                run.end_s[pid] = now
+                decisions = sched.handle(ClusterReleased(now, pid, "actor_train"))
+                decisions += sched.handle(PipelineRemoved(now, pid))
+            while decisions:
+                decision = decisions.pop(0)
+                if isinstance(decision, Place):
+                    assert not by_id[decision.pipeline_id].home
+                if isinstance(decision, Grant):
+                    run.start_s[decision.pipeline_id] = now
+                    run.gpus[decision.pipeline_id] = decision.gpus
+                    job = by_id[decision.pipeline_id]
+                    heapq.heappush(events, (now + job.duration_s, 0, "", decision.pipeline_id))
+                    decisions += sched.handle(DecisionApplied(now, decision.decision_id))
+        waiting = [pid for pid in arrived if pid not in run.start_s]
+        running = [pid for pid in arrived if pid in run.start_s and pid not in run.end_s]
+        run.moments.append((now, waiting, running))
+    assert set(run.end_s) == set(by_id), "every job finishes"
+    return run
+
+
+@st.composite
+def sized_jobs(draw: st.DrawFn, estimates: bool = True) -> tuple[Topology, list[GangJob]]:
+    topology = Topology(draw(st.integers(1, 3)), draw(st.sampled_from([2, 4, 8])))
+    num_jobs = draw(st.integers(1, 8))
+    jobs = [
+        GangJob(
+            f"j{i}",
+            float(draw(st.integers(0, 40))),
+            float(draw(st.integers(1, 60))),
+            size=draw(st.integers(1, topology.num_gpus)),
+            estimate=estimates and draw(st.booleans() | st.just(True)),
+        )
+        for i in range(num_jobs)
+    ]
+    jobs.sort(key=lambda j: j.arrival_s)  # arrival order is the order they are handed in
+    return topology, jobs
+
+
+@settings(max_examples=200, deadline=None)
+@given(sized_jobs())
+def test_static_starts_jobs_in_arrival_order(case: tuple[Topology, list[GangJob]]) -> None:
+    topology, jobs = case
+    run = run_queue("static", topology, jobs)
+    starts = [run.start_s[job.pipeline_id] for job in jobs]
+    assert starts == sorted(starts)
+    _no_gpu_shared_at_once(run)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sized_jobs())
+def test_backfill_never_delays_the_head(case: tuple[Topology, list[GangJob]]) -> None:
+    topology, jobs = case
+    by_id = {job.pipeline_id: job for job in jobs}
+    run = run_queue("static-backfill", topology, jobs)
+    _no_gpu_shared_at_once(run)
+    promised: dict[str, float] = {}
+    for now, waiting, running in run.moments:
+        if not waiting or waiting[0] in promised:
+            continue
+        head = by_id[waiting[0]]
+        if not all(by_id[pid].estimate for pid in running):
+            promised[head.pipeline_id] = float("inf")
+            continue
+        # the shadow time: release the running jobs in the order they end until the head fits
+        # (tp 1: any free GPUs will do)
+        free = topology.num_gpus - sum(by_id[pid].size for pid in running)
+        shadow = now
+        for end, size in sorted((run.start_s[pid] + by_id[pid].duration_s, by_id[pid].size) for pid in running):
+            if free >= head.size:
+                break
+            free += size
+            shadow = end
+        promised[head.pipeline_id] = shadow
+    for pid, shadow in promised.items():
+        assert run.start_s[pid] <= shadow + 1e-9, f"{pid} started at {run.start_s[pid]}, promised {shadow}"
+
+
+@settings(max_examples=100, deadline=None)
+@given(sized_jobs(estimates=False))
+def test_backfill_without_estimates_is_fifo(case: tuple[Topology, list[GangJob]]) -> None:
+    topology, jobs = case
+    assert run_queue("static-backfill", topology, jobs).start_s == run_queue("static", topology, jobs).start_s
+
+
+def test_backfill_by_hand() -> None:
+    """4 GPUs. a takes 3 for 10 s; b wants 4 (waits for a: shadow 10); c wants 1 for 5 s
+    (ends by 10: backfilled at once); d wants 1 for 20 s (would end past 10 and the head needs
+    every GPU: waits). Static runs them in order."""
+    topology = Topology(1, 4)
+    jobs = [GangJob("a", 0, 10, size=3), GangJob("b", 1, 10, size=4), GangJob("c", 2, 5, size=1),
+            GangJob("d", 3, 20, size=1)]
+    backfill = run_queue("static-backfill", topology, jobs)
+    assert backfill.start_s == {"a": 0, "b": 10, "c": 2, "d": 20}
+    static = run_queue("static", topology, jobs)
+    assert static.start_s == {"a": 0, "b": 10, "c": 20, "d": 20}
+
+
+def test_overlapping_explicit_homes_take_turns() -> None:
+    """a and b share GPUs 2-3; c is disjoint from both and passes b; d overlaps b, which waits
+    ahead of it, so d waits for b (static never lets a later job delay an earlier one)."""
+    topology = Topology(1, 8)
+    jobs = [GangJob("a", 0, 10, home=(0, 1, 2, 3)), GangJob("b", 1, 10, home=(2, 3, 4, 5)),
+            GangJob("c", 2, 10, home=(6, 7)), GangJob("d", 3, 5, home=(4, 5))]
+    run = run_queue("static", topology, jobs)
+    assert run.start_s == {"a": 0, "b": 10, "c": 2, "d": 20}
+    shared = run_queue("rlix", topology, jobs)  # admitted at once; the gangs take turns on GPUs
+    assert shared.start_s["c"] == 2 and shared.start_s["b"] == 10
+
+
+@settings(max_examples=100, deadline=None)
+@given(sized_jobs())
+def test_sharing_policies_run_every_sized_job(case: tuple[Topology, list[GangJob]]) -> None:
+    topology, jobs = case
+    for policy in ("rlix", "gap-ratio", "sequential"):
+        _no_gpu_shared_at_once(run_queue(policy, topology, jobs))
+
+
+def _no_gpu_shared_at_once(run: QueueRun) -> None:
+    spans = sorted((run.start_s[p], run.end_s[p], p) for p in run.start_s)
+    for i, (_start, end, pid) in enumerate(spans):
+        for other_start, _other_end, other in spans[i + 1 :]:
+            if other_start >= end:
+                break
+            assert set(run.gpus[pid]).isdisjoint(run.gpus[other]), f"{pid} and {other} overlap"
