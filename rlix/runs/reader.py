@@ -71,7 +71,7 @@ class Run:
 
     @property
     def specs(self) -> dict[str, PipelineSpec]:
-        """Each pipeline's spec, as registered in the event log."""
+        """Each pipeline's spec, as registered in the event log (a sized home as placed)."""
         return self.facts.specs
 
     def events(self) -> Iterator[dict[str, Any]]:

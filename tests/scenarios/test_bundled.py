@@ -16,7 +16,9 @@ from rlix.policy import POLICIES, ROLLOUT_CLUSTER
 from rlix.scenarios import Scenario, bundled_scenarios, load_scenario, parse_scenario
 from rlix.traces import bundled_names
 
-NAMES = ["agentic-4x32", "cluster-1024", "cpu-demo", "math-rlvr", "mixed-lora", "tiny"]
+NAMES = ["agentic-4x32", "blog-4on12", "cluster-1024", "cpu-demo", "cpu-queue", "math-rlvr", "mixed-lora", "tiny"]
+#: The scenarios of dedicated partitions: every pipeline's home is its own.
+DEDICATED = ["agentic-4x32", "cluster-1024", "cpu-demo", "math-rlvr", "mixed-lora", "tiny"]
 
 
 def _raw(name: str) -> dict[str, Any]:
@@ -75,43 +77,86 @@ def test_uses_only_bundled_traces(name: str) -> None:
         assert all(ref.path is None and ref.bundled in bundled_names() for ref in refs)
 
 
+def _pipelines(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """The raw pipelines with YAML merge keys applied (safe_load already merges them)."""
+    return list(raw.get("pipelines") or [])
+
+
+def _written(cluster: dict[str, Any], home: list[int], per_node: int, num_gpus: int) -> list[int]:
+    """A cluster's mapping as the YAML writes it: ids, or `home` (the home in order), or `pool`
+    (the home, then every other GPU node by node in whole TP bundles)."""
+    gpus, tp = cluster["gpus"], cluster.get("tp", 1)
+    if gpus == "home":
+        return sorted(home)
+    if gpus == "pool":
+        rest: list[int] = []
+        for node in range(num_gpus // per_node):
+            free = [g for g in range(node * per_node, (node + 1) * per_node) if g not in home]
+            rest += free[: len(free) - len(free) % tp]
+        return sorted(home) + rest
+    return _gpus(gpus)
+
+
+@pytest.mark.parametrize("name", DEDICATED)
+def test_dedicated_partitions_do_not_overlap(name: str) -> None:
+    homes: list[set[int]] = []
+    for item in _pipelines(_raw(name)):
+        home = set(_gpus(item["home"]))
+        assert not any(home & other for other in homes), f"{item['id']}: homes overlap"
+        homes.append(home)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_static_confines_each_pipeline_to_its_home(name: str) -> None:
     raw = _raw(name)
     per_node = raw["topology"]["gpus_per_node"]
-    scenario = load_scenario(name)
-    static = scenario.pipeline_specs("static")
-    homes: dict[str, set[int]] = {}
-    for item in raw["pipelines"]:
-        pid, home = item["id"], set(_gpus(item["home"]))
-        assert not any(home & other for other in homes.values()), f"{pid}: homes overlap"
-        homes[pid] = home
-        spec = static[pid]
+    num_gpus = per_node * raw["topology"]["num_nodes"]
+    static = load_scenario(name).pipeline_specs("static")
+    for item in _pipelines(raw):
+        spec = static[item["id"]]
+        if isinstance(item["home"], int):  # a size: placed by the core, every cluster follows it
+            assert not spec.placed and spec.home_size == item["home"]
+            assert all(c.scope for c in spec.clusters.values())
+            continue
+        home = _gpus(item["home"])
         used = {g for cluster in spec.clusters.values() for g in cluster.mapping}
-        assert used <= home, f"{pid} uses {sorted(used - home)} outside its home under static"
+        assert used <= set(home), f"{item['id']} uses {sorted(used - set(home))} outside its home under static"
         rollout = spec.clusters[ROLLOUT_CLUSTER]
         assert sorted(rollout.mapping) == sorted(home), "static rollout ranks cover the home"
         for rank in range(len(rollout.mapping) // rollout.tp):
             bundle = rollout.mapping[rank * rollout.tp : (rank + 1) * rollout.tp]
             assert len({g // per_node for g in bundle}) == 1
         for cluster_name, cluster in item["clusters"].items():
-            written = _gpus(cluster["gpus"])
             if cluster_name != ROLLOUT_CLUSTER:
-                assert list(spec.clusters[cluster_name].mapping) == written
+                assert list(spec.clusters[cluster_name].mapping) == _written(cluster, home, per_node, num_gpus)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_sharing_policies_use_the_mappings_as_written(name: str) -> None:
     raw = _raw(name)
+    per_node = raw["topology"]["gpus_per_node"]
+    num_gpus = per_node * raw["topology"]["num_nodes"]
     scenario = load_scenario(name)
     for policy in {name for name, cls in POLICIES.items() if not cls.confines_to_home}:
         specs = scenario.pipeline_specs(policy)
-        for item in raw["pipelines"]:
+        for item in _pipelines(raw):
             clusters = specs[item["id"]].clusters
             assert set(clusters) == set(item["clusters"])
             for cluster_name, cluster in item["clusters"].items():
-                assert list(clusters[cluster_name].mapping) == _gpus(cluster["gpus"])
                 assert clusters[cluster_name].tp == cluster.get("tp", 1)
+                if isinstance(item["home"], int):
+                    assert clusters[cluster_name].mapping == ()  # until the core places the home
+                else:
+                    home = _gpus(item["home"])
+                    assert list(clusters[cluster_name].mapping) == _written(cluster, home, per_node, num_gpus)
+
+
+def test_blog_4on12_shape() -> None:
+    s = load_scenario("blog-4on12")
+    assert s.num_gpus == 12 and len(s.pipelines) == 4
+    for p in s.pipelines:
+        assert (p.model, p.kind, p.algorithm, p.home) == ("7b", "full_finetune", "grpo", 8)
+        assert p.arrival_s == 0
 
 
 def _rollout_beyond_home(scenario: Scenario) -> bool:

@@ -31,7 +31,9 @@ def small_with_faults(name: str, policy: str) -> Any:
         pipeline["samples_per_prompt"] = min(pipeline["samples_per_prompt"], 4)
         for adapter in pipeline.get("adapters", []):
             adapter["steps"] = 2
-    first_rollout_gpu = load_scenario(name).pipeline_specs(policy)[pipelines[0]["id"]].rollout.mapping[-1]
+    scenario = load_scenario(name)
+    mapping = scenario.pipeline_specs(policy)[pipelines[0]["id"]].rollout.mapping
+    first_rollout_gpu = mapping[-1] if mapping else scenario.num_gpus - 1  # a sized home: not placed yet
     events: list[dict[str, Any]] = [{"at_s": 60.0, "lose_gpu": [first_rollout_gpu], "restore_at_s": 240.0}]
     if len(pipelines) > 1:
         last = max(pipelines, key=lambda p: p.get("arrival_s", 0.0))
