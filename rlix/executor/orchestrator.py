@@ -40,7 +40,7 @@ from rlix.executor.workload import PipelineSetup
 from rlix.pipelines import ops
 from rlix.policy import events as ev
 from rlix.policy.core import Scheduler
-from rlix.policy.specs import PolicyConfig, Topology
+from rlix.policy.specs import PipelineSpec, PolicyConfig, Topology
 from rlix.runs.host import RETRY, VALUE, WAIT, WORK, Host
 from rlix.runs.loop import Loop
 from rlix.runs.recorder import Recorder
@@ -131,6 +131,11 @@ class Orchestrator(ExternalApi):
         if record is None or record.host is None or not record.alive:
             raise RuntimeError(f"pipeline {pipeline_id} is not running")
         return record.host
+
+    def placed_spec(self, pipeline_id: str) -> PipelineSpec:
+        """The pipeline's spec as the core placed it (a home given as a size is mapped by the
+        `Place` decision its host saw; the pipeline actor asks for it before its first stage)."""
+        return self._host(pipeline_id).spec
 
     async def _wait(self, pipeline_id: str, future: asyncio.Future[Any]) -> Any:
         record = self.pipelines[pipeline_id]

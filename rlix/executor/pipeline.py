@@ -23,6 +23,7 @@ thread or rank loop makes `run` raise; the orchestrator then removes the pipelin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -156,6 +157,8 @@ class PipelineActor:
 
     async def _stage(self, op: ops.Stage) -> Any:
         trainer = self.trainers.get(op.cluster)
+        if not self.setup.spec.placed:  # a sized home: the core has placed it by its first grant
+            self.setup = dataclasses.replace(self.setup, spec=await self.orch.placed_spec.remote(self.pipeline_id))
         gpus = self.setup.spec.clusters[op.cluster].mapping
         if trainer is None:
             trainer = RemoteTrainerWorker.options(**self.pool.actor_options(gpus)).remote(

@@ -59,12 +59,10 @@ def plan(scenario_ref: str | Any, policy: str | None = None, workload: str = "ml
     ex = scenario.executor or ExecutorConfig()
     topology = scenario.topology()
     specs = scenario.pipeline_specs()
-    sized = [pid for pid, spec in specs.items() if not spec.placed]
-    if sized:
-        raise ExecutorInputError(
-            f"pipeline {sized[0]}: a home given as a size is placed by the simulator's core only so far; "
-            "rlix-exec needs the home as GPU ids (e.g. home: 0-1; homes may overlap)")
     for spec in specs.values():
+        if not spec.placed and spec.home_size > topology.gpus_per_node:
+            raise ExecutorInputError(f"pipeline {spec.pipeline_id}: a home of {spec.home_size} GPUs spans nodes; "
+                                     "the executor trains each cluster in one process on one node")
         for name, cluster in spec.clusters.items():
             nodes = {topology.node_of(g) for g in cluster.mapping}
             if name != ROLLOUT_CLUSTER and len(nodes) > 1:
@@ -170,7 +168,7 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
         from rlix.runs.folder import write_run
 
         folder = write_run(recorder, out_dir, scenario_yaml=the_plan.scenario.to_yaml(),
-                           specs=the_plan.specs, overwrite=overwrite)
+                           overwrite=overwrite)  # specs as registered and placed (event log)
     return RunResult(folder, status, recorder, wall_s, snapshot)
 
 
