@@ -44,6 +44,9 @@ class Policy:
     futile_preemption: ClassVar[bool] = False
     #: Keeps each pipeline on its home (its pool-wide clusters cut to the home): no sharing.
     confines_to_home: ClassVar[bool] = False
+    #: Plans with each job's expected run time (`PipelineSpec.runtime_estimate_s`): a driver
+    #: should give it (the simulator gives each job's time alone on its home).
+    needs_runtime_estimates: ClassVar[bool] = False
     guarantees: ClassVar[frozenset[int]] = ALL_INVARIANTS
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
@@ -108,6 +111,7 @@ class StaticPolicy(_ExclusivePolicy):
 class StaticBackfillPolicy(StaticPolicy):
     name = "static-backfill"
     backfill = True
+    needs_runtime_estimates = True
 
 
 class SequentialPolicy(_ExclusivePolicy):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlix.policy import POLICIES
 from rlix.scenarios import Scenario, load_scenario
 from rlix.scenarios.load import validate_scenario
 from rlix.sim.simulation import SimResult, Simulation
@@ -84,8 +85,19 @@ def new_simulation(
     then `collect(sim, ...)`."""
     resolved = resolve_scenario(scenario, policy, trace, columns, seed)
     return Simulation(
-        resolved, resolved.policy.name, resolved.seed, check_invariants=check_invariants
+        resolved, resolved.policy.name, resolved.seed, check_invariants=check_invariants,
+        runtime_estimates_s=runtime_estimates(resolved),
     )
+
+
+def runtime_estimates(scenario: Scenario) -> dict[str, float] | None:
+    """What a policy that plans ahead (EASY backfill) is told of each job's run time: its time
+    alone on its home, simulated (as a Slurm user gives a time limit); None for other policies."""
+    if not POLICIES[scenario.policy.name].needs_runtime_estimates:
+        return None
+    from rlix.sim.alone import alone_jct_s
+
+    return alone_jct_s(scenario)
 
 
 def collect(

@@ -9,6 +9,7 @@ a stage would take (cost model); it never decides who holds a GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -71,7 +72,8 @@ class SimResult:
 
 class Simulation:
     def __init__(
-        self, scenario: Any, policy: str, seed: int, check_invariants: bool = False
+        self, scenario: Any, policy: str, seed: int, check_invariants: bool = False,
+        runtime_estimates_s: dict[str, float] | None = None,
     ) -> None:
         self.scenario = scenario
         self.policy = policy
@@ -92,6 +94,8 @@ class Simulation:
         )
         self.futures = SimFutures(self.env)
         self.specs = scenario.pipeline_specs(policy)
+        for pid, estimate_s in (runtime_estimates_s or {}).items():
+            self.specs[pid] = dataclasses.replace(self.specs[pid], runtime_estimate_s=estimate_s)
         self.pipelines = {p.id: p for p in scenario.pipelines}
         gpu = scenario.topology_config.gpu
         self.costs: dict[str, CostModel] = {
