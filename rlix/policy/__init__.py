@@ -28,6 +28,7 @@ from rlix.policy.events import (
     PipelineAdmitted,
     PipelineRegistered,
     PipelineRemoved,
+    RanksProgressed,
     RequestWithdrawn,
     RolloutProgressed,
     Tick,
@@ -52,6 +53,6 @@ __all__ = [
     "DecisionApplied", "DecisionsApplied", "DecisionFailed", "Event", "EventError", "Expand", "GpuLost",
     "GpuRestored", "Grant", "Hold", "InvariantViolation", "PipelineAdmitted", "PipelineKind",
     "PipelineRegistered", "PipelineRemoved", "PipelineSpec", "Policy", "PolicyConfig",
-    "PolicyError", "Priority", "RequestWithdrawn", "Revoke", "RolloutProgressed", "Scheduler",
+    "PolicyError", "Priority", "RanksProgressed", "RequestWithdrawn", "Revoke", "RolloutProgressed", "Scheduler",
     "Shrink", "SpecError", "Tick", "Topology", "TrainStepFinished", "get_policy",
 ]

@@ -106,6 +106,22 @@ class RolloutProgressed(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class RanksProgressed(Event):
+    """Where a pipeline's rollout work is: `in_flight` pairs (dp_rank, trajectories running on
+    that rank) for its active ranks, and `queued` trajectories no rank has taken yet.
+
+    The policy uses it to tell a pipeline in its tail (nothing queued: every trajectory left is
+    already on a rank) and which of its ranks are idle, so that the idle ones are the ones moved
+    and the busy ones are not cut (their trajectories would be re-queued and recomputed).
+    Optional: a driver that never reports gets the split by remaining work alone. The report
+    holds until the next one or the end of the rollout."""
+
+    pipeline_id: str
+    in_flight: tuple[tuple[int, int], ...]
+    queued: int
+
+
+@dataclass(frozen=True, slots=True)
 class TrainStepFinished(Event):
     """A train step finished: weights of `version` now exist for that adapter."""
 

@@ -310,10 +310,20 @@ def _takeable(sched: Scheduler, view: ReservationView, rank: Rank, pipeline_id: 
             return False
         if holder.pipeline_id not in excess or holder.shrink_retry_after_s > sched.now:
             return False
+        if sched.config.keep_busy_tail and _busy_in_tail(sched, holder):
+            return False
         if id(holder) not in counted:
             counted.add(id(holder))
             loss[holder.pipeline_id] = loss.get(holder.pipeline_id, 0) + len(holder.gpus)
     return all(lost <= excess[pid] for pid, lost in loss.items())
+
+
+def _busy_in_tail(sched: Scheduler, rank: Rank) -> bool:
+    """The rank runs trajectories of a pipeline with nothing queued, by its last report: a
+    rebalance leaves it be (PolicyConfig.keep_busy_tail)."""
+    pipeline = sched.pipelines[rank.pipeline_id]
+    report = pipeline.in_flight
+    return bool(pipeline.rolling and report is not None and pipeline.queued == 0 and report.get(rank.dp_rank, 0))
 
 
 def check_rebalance_keeps_targets(sched: Scheduler, decisions: list[Decision]) -> None:

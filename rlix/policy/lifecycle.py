@@ -229,6 +229,27 @@ def on_progressed(sched: Scheduler, event: ev.RolloutProgressed) -> None:
     pipeline.remaining[adapter] = float(remaining)
 
 
+def on_ranks_progressed(sched: Scheduler, event: ev.RanksProgressed) -> None:
+    pipeline = sched.pipeline(event.pipeline_id)
+    if not pipeline.rolling:
+        raise EventError("pipeline_id", event.pipeline_id, "rank progress reported while not rolling out")
+    if not is_int(event.queued) or event.queued < 0:
+        raise EventError("queued", event.queued, "must be an integer >= 0")
+    pairs = event.in_flight
+    if not isinstance(pairs, tuple | list):
+        raise EventError("in_flight", pairs, "must be (dp_rank, trajectories) pairs")
+    in_flight: dict[int, int] = {}
+    for pair in pairs:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2 and all(is_int(x) and x >= 0 for x in pair)):
+            raise EventError("in_flight", pair, "must be a (dp_rank, trajectories) pair of integers >= 0")
+        rank, count = pair
+        if rank >= len(pipeline.ranks) or rank in in_flight:
+            raise EventError("in_flight", pair, f"names rank {rank} twice or a rank pipeline {pipeline.pipeline_id} does not have")
+        in_flight[rank] = count
+    pipeline.in_flight = in_flight
+    pipeline.queued = event.queued
+
+
 def on_step_finished(sched: Scheduler, event: ev.TrainStepFinished) -> None:
     pipeline = sched.pipeline(event.pipeline_id)
     adapter = _adapter(pipeline, event.adapter)
@@ -327,6 +348,7 @@ HANDLERS: dict[type[ev.Event], Callable[[Any, Any], None]] = {
     ev.ClusterReleasedAndRequested: on_released_and_requested,
     ev.RequestWithdrawn: on_withdrawn,
     ev.RolloutProgressed: on_progressed,
+    ev.RanksProgressed: on_ranks_progressed,
     ev.TrainStepFinished: on_step_finished,
     ev.DecisionApplied: on_applied,
     ev.DecisionsApplied: on_applied_together,

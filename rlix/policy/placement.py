@@ -19,6 +19,7 @@ the pipelines exempt from the reservation (`rlix.policy.admission`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from rlix.policy.state import RANK_ACTIVE, RANK_INACTIVE, PipelineState, Rank
@@ -102,8 +103,14 @@ class RoundPlanner:
         now = self.now
         reserved = self.reserved
         best: tuple[int, Rank, list[Rank]] | None = None
+        keep_tail = self.sched.config.keep_busy_tail
         for donor in donors:
-            for donor_rank in donor.active.values():
+            ranks: Iterable[Rank] = donor.active.values()
+            if keep_tail and donor.in_flight:
+                ranks = _idle_first(donor)
+            for donor_rank in ranks:
+                if keep_tail and _kept(donor_rank, self.sched):
+                    continue
                 slot = donor_rank.slot
                 if slot not in partial:
                     # An aligned bundle: the receiver's rank there (if any) needs exactly it,
@@ -128,6 +135,8 @@ class RoundPlanner:
                         continue
                     victims = self._victims(rank.gpus, pid, donor_ids)
                     if victims is None or self._overdrawn(victims, {}):
+                        continue
+                    if keep_tail and any(_kept(v, self.sched) for v in victims):
                         continue
                     if len(victims) == 1:
                         return rank, victims
@@ -246,3 +255,16 @@ class RoundPlanner:
                 return None
             victims[id(holder)] = holder
         return list(victims.values())
+
+
+def _idle_first(donor: PipelineState) -> Iterable[Rank]:
+    """A donor's active ranks, those running fewer trajectories first (by its last report):
+    taking an idle rank re-queues nothing."""
+    in_flight = donor.in_flight or {}
+    return sorted(donor.active.values(), key=lambda rank: in_flight.get(rank.dp_rank, 0))
+
+
+def _kept(rank: Rank, sched: Scheduler) -> bool:
+    """A busy rank of a pipeline in its tail: a rebalance does not cut it (keep_busy_tail)."""
+    pipeline = sched.pipelines[rank.pipeline_id]
+    return pipeline.in_tail and (pipeline.in_flight or {}).get(rank.dp_rank, 0) > 0

@@ -76,15 +76,42 @@ def _rollout_union(sched: Scheduler, rollers: list[PipelineState]) -> frozenset[
 
 
 def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
+    """Split targets over the rollout budget. With `keep_busy_tail`, a pipeline in its tail
+    is held at exactly its busy ranks (at least one bundle while it has work) and the others
+    split what is left."""
+    budget = rollout_budget(sched, rollers)
+    fixed = _tail_targets(sched, rollers, budget) if sched.config.keep_busy_tail else {}
     # Positional: keyword arguments cost about a third more, once per roller every round.
     # (pipeline_id, demand, tp, weight, num_active_gpus, max_ranks, order)
     claims = [
         Claim(p.pipeline_id, p.demand, p.tp, p.spec.weight, p.num_active_gpus, len(p.ranks), p.admitted_seq)
         for p in rollers
+        if p.pipeline_id not in fixed
     ]
-    split = split_rollout(claims, rollout_budget(sched, rollers))
-    sched.targets = split.targets
-    sched.ideal = split.ideal
+    split = split_rollout(claims, budget - sum(fixed.values()))
+    if fixed:
+        sched.targets = {**split.targets, **fixed}
+        sched.ideal = {**split.ideal, **{pid: float(n) for pid, n in fixed.items()}}
+    else:
+        sched.targets = split.targets
+        sched.ideal = split.ideal
+
+
+def _tail_targets(sched: Scheduler, rollers: list[PipelineState], budget: int) -> dict[str, int]:
+    """Targets of the pipelines in their tail: the GPUs of their busy ranks outside reserved
+    GPUs (a reserved one goes to the request that waits for it), one bundle at least while
+    they have work. None at all if they would leave too little for every other pipeline with
+    work to have its one bundle: that minimum comes first."""
+    reserved = sched.reservations.reserved_for
+    fixed: dict[str, int] = {}
+    others = 0  # the first bundles of the pipelines not in their tail
+    for pipeline in rollers:
+        if not pipeline.in_tail:
+            others += pipeline.tp if pipeline.demand > 0 else 0
+            continue
+        busy = sum(len(r.gpus) for r in pipeline.busy_ranks() if not reserved or reserved.keys().isdisjoint(r.gpus))
+        fixed[pipeline.pipeline_id] = max(busy, pipeline.tp if pipeline.demand > 0 else 0)
+    return fixed if sum(fixed.values()) + others <= budget else {}
 
 
 def plan_rlix(sched: Scheduler) -> None:
@@ -246,8 +273,9 @@ def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlan
         return False
     planner = planner or RoundPlanner(sched)
     ledger = sched.ledger
+    keep_tail = sched.config.keep_busy_tail
     order = sorted(
-        (p for p in rollers if p.demand > 0),
+        (p for p in rollers if p.demand > 0 and not (keep_tail and p.in_tail)),
         key=lambda p: (p.num_active_gpus / _share(p), p.admitted_seq),
     )
     lent = False

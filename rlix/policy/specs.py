@@ -288,9 +288,16 @@ class PolicyConfig:
     #: rollout nears its end its remaining work (and so its share) swings from tick to tick;
     #: without this the split chases the noise. Expanding onto free GPUs is never held back.
     min_rebalance_interval_s: float = 30.0
+    #: A pipeline in its tail (nothing queued, as its driver reports: RanksProgressed) keeps
+    #: exactly its busy ranks: they are not cut for another pipeline's share (their trajectories
+    #: would be re-queued and recomputed, and an on-policy step waits for its last ones), it is
+    #: lent no more (it cannot use them), and its idle ranks are the ones given away.
+    keep_busy_tail: bool = True
 
     def validate(self) -> None:
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s"):
             value = getattr(self, name)
             if not (is_number(value) and value >= 0):
                 raise SpecError(f"config.{name}", value, "must be a finite number >= 0")
+        if not isinstance(self.keep_busy_tail, bool):
+            raise SpecError("config.keep_busy_tail", self.keep_busy_tail, "must be true or false")

@@ -104,6 +104,10 @@ class PipelineState:
     remaining: dict[str, float] = field(default_factory=dict)
     #: The last pipeline-wide total, kept when adapters report after it (their baseline).
     reported_total: float | None = None
+    #: The last RanksProgressed of this rollout: trajectories running per dp_rank, and queued
+    #: (None: no report since the rollout started).
+    in_flight: dict[int, int] | None = None
+    queued: int = 0
     num_active_gpus: int = 0  # GPUs of EXPANDING or ACTIVE ranks
     active: dict[int, Rank] = field(default_factory=dict)  # EXPANDING or ACTIVE, by dp_rank
     versions: dict[str, int] = field(default_factory=dict)
@@ -128,6 +132,7 @@ class PipelineState:
         self.estimate = estimate
         self.remaining = {}
         self.reported_total = None
+        self.in_flight = None
         # A rank released while its Expand was in flight is wanted again: keep it.
         for rank in self.active.values():
             rank.release_when_applied = False
@@ -138,6 +143,18 @@ class PipelineState:
         self.estimate = 0.0
         self.remaining = {}
         self.reported_total = None
+        self.in_flight = None
+
+    @property
+    def in_tail(self) -> bool:
+        """Rolling with nothing queued: every trajectory left is already running on a rank
+        (as last reported), so more ranks cannot help it and idle ranks are free to go."""
+        return self.rolling and self.in_flight is not None and self.queued == 0
+
+    def busy_ranks(self) -> list[Rank]:
+        """Active or expanding ranks that run trajectories (by the last report)."""
+        in_flight = self.in_flight or {}
+        return [rank for rank in self.active.values() if in_flight.get(rank.dp_rank, 0) > 0]
 
     @property
     def admitted(self) -> bool:

@@ -79,6 +79,8 @@ class Host(Generic[F]):
         self._batch_wait: dict[tuple[str, int], list[tuple[Any, F, bool]]] = {}
         self._outstanding: set[tuple[str, int]] = set()
         self._remaining: dict[str, int] = {}
+        #: What the last RanksProgressed said (see ranks_progress); reset with each rollout.
+        self._ranks_key: tuple[bool, tuple[tuple[int, int], ...] | None] | None = None
         self._steps: dict[tuple[str, int], dict[str, Any]] = {}
 
     # --- life cycle -----------------------------------------------------------------------
@@ -242,6 +244,7 @@ class Host(Generic[F]):
             self.progress(remaining)
             return
         self._remaining = {}
+        self._ranks_key = None
         self.rolling = True
         self.loop.send(ev.ClusterRequested(now, self.pipeline_id, ROLLOUT_CLUSTER, Priority.ROLLOUT,
                                            float(sum(remaining.values()))))
@@ -259,6 +262,19 @@ class Host(Generic[F]):
                 self._remaining[adapter] = count
                 name = None if adapter == BASE_ADAPTER else adapter
                 self.loop.send(ev.RolloutProgressed(now, self.pipeline_id, float(count), name))
+
+    def ranks_progress(self, in_flight: dict[int, int], queued: int) -> None:
+        """Where the rollout work is: trajectories running per active rank, and queued. Sent
+        when it changes what the policy reads from it: whether anything is queued, and while
+        nothing is, which ranks are busy and how many trajectories each runs."""
+        if not self.rolling or not self.alive:
+            return
+        key = (queued > 0, None if queued else tuple(sorted(in_flight.items())))
+        if key == self._ranks_key:
+            return
+        self._ranks_key = key
+        pairs = tuple(sorted(in_flight.items()))
+        self.loop.send(ev.RanksProgressed(self.clock(), self.pipeline_id, pairs, queued))
 
     def batch_done(self, adapter: str, step: int, result: Any = None) -> None:
         """Every trajectory of (`adapter`, `step`) is complete. `result` is what AwaitBatch

@@ -65,6 +65,8 @@ class PolicyTunables(Section):
         _POLICY_DEFAULTS.min_rebalance_interval_s, ge=0, allow_inf_nan=False
     )
     """No reversal of a rebalance within this long (see rlix.policy.PolicyConfig)."""
+    keep_busy_tail: bool = _POLICY_DEFAULTS.keep_busy_tail
+    """A pipeline in its tail keeps its busy ranks and gives its idle ones (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

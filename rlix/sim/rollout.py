@@ -265,6 +265,8 @@ class PipelineRollout:
         if finished or total <= self._reported_total - self._report_every:
             self._reported_total = total
             self.host.progress(dict(self.remaining))
+        if total:
+            self.host.ranks_progress(group.running_by_rank(), group.num_queued)
         for batch_id in finished:
             adapter, step = self._batch_keys[batch_id]
             self.host.batch_done(adapter, step, {"num_trajectories": self._batch_size[batch_id]})

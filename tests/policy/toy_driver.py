@@ -14,6 +14,7 @@ would on a real cluster); the loop can be told to fail some of them. Time moves 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -32,6 +33,7 @@ from rlix.policy import (
     PipelineRemoved,
     PipelineSpec,
     Priority,
+    RanksProgressed,
     RolloutProgressed,
     Scheduler,
     Shrink,
@@ -62,11 +64,15 @@ class Job:
 
 class Loop:
     def __init__(self, sched: Scheduler, jobs: list[Job], dt_s: float = 1.0, rate: float = 1.0,
-                 fail_every: int = 0, load_s: float = 0.0, preempt_loss_s: float = 0.0) -> None:
+                 fail_every: int = 0, load_s: float = 0.0, preempt_loss_s: float = 0.0,
+                 report_ranks: bool = False) -> None:
         """`load_s`: a rank generates only this long after its expansion (weight load);
         `preempt_loss_s`: a shrink of a rank that is still needed re-queues this many seconds
-        of its work (its in-flight trajectories start over)."""
+        of its work (its in-flight trajectories start over); `report_ranks`: report where the
+        work is (RanksProgressed), as if each unit of remaining work were one trajectory and
+        each active rank ran one at a time, lowest ranks first."""
         self.sched = sched
+        self.report_ranks = report_ranks
         self.load_s = load_s
         self.preempt_loss_s = preempt_loss_s
         self.ready_at: dict[tuple[str, int], float] = {}
@@ -133,6 +139,12 @@ class Loop:
             self.send(Tick(self.now))
         return {pid: j.finished_at for pid, j in self.jobs.items() if j.finished_at is not None}
 
+    def _report_ranks(self, pid: str, trajectories: int) -> None:
+        ranks = sorted(self.sched.pipelines[pid].active)
+        running = min(trajectories, len(ranks))
+        in_flight = tuple((rank, 1 if i < running else 0) for i, rank in enumerate(ranks))
+        self.send(RanksProgressed(self.now, pid, in_flight, trajectories - running))
+
     def _take_grant(self, job: Job, cluster: str) -> bool:
         if cluster in job.granted:
             job.granted.discard(cluster)
@@ -154,6 +166,8 @@ class Loop:
             job.remaining = max(0.0, job.remaining - done)
             if job.remaining > 0:
                 self.send(RolloutProgressed(self.now, pid, job.remaining))
+                if self.report_ranks:
+                    self._report_ranks(pid, math.ceil(job.remaining))
             else:
                 job.phase = "logprobs"
                 self.send(ClusterReleasedAndRequested(self.now, pid, "actor_infer", "actor_train", Priority.OLD_LOG_PROBS))
