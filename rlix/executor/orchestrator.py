@@ -173,6 +173,11 @@ class Orchestrator(ExternalApi):
         if record is not None and record.alive and record.host is not None:
             record.host.progress(remaining)
 
+    def ranks_progress(self, pipeline_id: str, in_flight: dict[int, int], queued: int) -> None:
+        record = self.pipelines.get(pipeline_id)
+        if record is not None and record.alive and record.host is not None:
+            record.host.ranks_progress(in_flight, queued)
+
     def batch_done(self, pipeline_id: str, adapter: str, step: int, result: Any) -> None:
         self._host(pipeline_id).batch_done(adapter, step, result)
 

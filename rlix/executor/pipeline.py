@@ -197,6 +197,10 @@ class PipelineActor:
         if moved:
             self._sent_remaining = remaining
             self.orch.rollout_progress.remote(self.pipeline_id, remaining)
+        if sum(remaining.values()):
+            # where the work is (the host sends it on only when the tail state changes)
+            in_flight = {r: len(rank.in_flight) for r, rank in self.ranks.active.items()}
+            self.orch.ranks_progress.remote(self.pipeline_id, in_flight, self.queue.num_waiting)
 
     # --- decisions (called by the orchestrator's actuator) --------------------------------
 
