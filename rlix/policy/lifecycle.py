@@ -48,11 +48,14 @@ def _add_ranks(sched: Scheduler, pipeline: PipelineState) -> None:
     """The pipeline's rollout ranks, one per bundle of its mapping (none while its home is a
     size not placed yet), and the slot index updated for them."""
     rollout = pipeline.spec.rollout
+    home = set(pipeline.spec.home)
     for dp_rank in range(rollout.num_ranks):
         bundle = rollout.bundle(dp_rank)
         rank = Rank(pipeline.pipeline_id, dp_rank, bundle, sched.cluster.slot_for(bundle))
         pipeline.ranks.append(rank)
         pipeline.rank_by_slot[rank.slot] = rank
+        if home.issuperset(bundle):
+            pipeline.home_rollout_gpus += len(bundle)
     cluster = sched.cluster
     renumbered = cluster.index_slots()
     for other in sched.pipelines.values() if renumbered else [pipeline]:

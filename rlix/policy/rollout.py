@@ -23,6 +23,7 @@ GPUs times pipelines. The search itself lives in `rlix.policy.placement`.
 from __future__ import annotations
 
 import heapq
+import math
 from typing import TYPE_CHECKING
 
 from rlix.policy.placement import Move, RoundPlanner, is_donor, may_receive
@@ -83,8 +84,10 @@ def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
     fixed = _tail_targets(sched, rollers, budget) if sched.config.keep_busy_tail else {}
     # Positional: keyword arguments cost about a third more, once per roller every round.
     # (pipeline_id, demand, tp, weight, num_active_gpus, max_ranks, order)
+    floors = sched.config.home_floor
     claims = [
-        Claim(p.pipeline_id, p.demand, p.tp, p.spec.weight, p.num_active_gpus, len(p.ranks), p.admitted_seq)
+        Claim(p.pipeline_id, p.demand, p.tp, p.spec.weight, p.num_active_gpus, len(p.ranks), p.admitted_seq,
+              _home_floor(p) if floors else 0)
         for p in rollers
         if p.pipeline_id not in fixed
     ]
@@ -95,6 +98,14 @@ def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
     else:
         sched.targets = split.targets
         sched.ideal = split.ideal
+
+
+def _home_floor(pipeline: PipelineState) -> int:
+    """The GPUs of its home the pipeline can use: its rollout bundles inside the home, at most
+    one bundle per trajectory left."""
+    tp = pipeline.tp
+    wanted = math.ceil(pipeline.demand) * tp if pipeline.demand < pipeline.home_rollout_gpus else pipeline.home_rollout_gpus
+    return min(pipeline.home_rollout_gpus, wanted)
 
 
 def _tail_targets(sched: Scheduler, rollers: list[PipelineState], budget: int) -> dict[str, int]:

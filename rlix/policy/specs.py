@@ -293,11 +293,17 @@ class PolicyConfig:
     #: would be re-queued and recomputed, and an on-policy step waits for its last ones), it is
     #: lent no more (it cannot use them), and its idle ranks are the ones given away.
     keep_busy_tail: bool = True
+    #: A rolling pipeline's share is at least the GPUs of its home it can use (its rollout
+    #: bundles inside its home, at most one bundle per trajectory left), when these floors fit
+    #: the GPUs rollout may use together: sharing lends what owners leave idle and never
+    #: leaves a pipeline with less than it would have alone on its home.
+    home_floor: bool = True
 
     def validate(self) -> None:
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s"):
             value = getattr(self, name)
             if not (is_number(value) and value >= 0):
                 raise SpecError(f"config.{name}", value, "must be a finite number >= 0")
-        if not isinstance(self.keep_busy_tail, bool):
-            raise SpecError("config.keep_busy_tail", self.keep_busy_tail, "must be true or false")
+        for name in ("keep_busy_tail", "home_floor"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")

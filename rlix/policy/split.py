@@ -11,9 +11,12 @@ current GPUs a_p and at most n_p ranks:
    not fit, the largest shares get theirs first (holders win ties, then admission order):
    proportional means the large claimant gets its bundle, and a small one does not keep a
    bundle the large one needs just because it came first.
-3. Water-filling over the pipelines that got a bundle: ideal x_p = clamp(lam * s_p, one
-   bundle, n_p bundles), with one common lam such that the ideals sum to B (or everyone is at
-   n_p bundles).
+3. Water-filling over the pipelines that got a bundle: ideal x_p = clamp(lam * s_p, f_p,
+   n_p bundles), with one common lam such that the ideals sum to B (or everyone is at n_p
+   bundles). The floor f_p is one bundle, or the claim's own `floor` (whole bundles) when the
+   floors of all chosen claims fit B together (the rlix policy's home floor: a pipeline gets
+   at least the GPUs of its home that it can use, so sharing never leaves it with less than
+   it would have alone on its home).
 4. Rounding by largest remainder in whole bundles, so the targets never sum past B: everyone
    gets floor(x_p / tp_p) bundles, then the leftover is handed out one bundle each, first to
    pipelines that already hold at least the rounded-up amount (sticky rounding: a tiny change
@@ -39,6 +42,7 @@ class Claim:
     num_active_gpus: int
     max_ranks: int
     order: int  # admission order, for the one-bundle floor when GPUs are short
+    floor: int = 0  # GPUs, whole bundles: a floor above one bundle, if all floors fit
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +83,15 @@ def _floor_bundles(claims: list[Claim], shares: dict[str, float], budget: int) -
 
 
 def _water_fill(claims: list[Claim], all_shares: dict[str, float], budget: int) -> dict[str, float]:
-    """Ideal GPUs x_p = clamp(lam * s_p, one bundle, all ranks), with lam chosen so that the
-    x_p sum to the budget (or everyone is at its cap). f(lam) is piecewise linear and
+    """Ideal GPUs x_p = clamp(lam * s_p, floor, all ranks), with lam chosen so that the x_p
+    sum to the budget (or everyone is at its cap). f(lam) is piecewise linear and
     non-decreasing, so one sweep over its sorted breakpoints finds the right piece."""
     shares = [all_shares[c.pipeline_id] for c in claims]
-    lows = [float(c.tp) for c in claims]
     highs = [float(c.max_ranks * c.tp) for c in claims]
+    lows = [float(c.tp) for c in claims]
+    floors = [min(float(max(c.floor, c.tp)), high) for c, high in zip(claims, highs, strict=True)]
+    if sum(floors) <= budget:
+        lows = floors
     if sum(highs) <= budget:
         return {c.pipeline_id: h for c, h in zip(claims, highs, strict=True)}
 

@@ -112,6 +112,8 @@ class PipelineState:
     active: dict[int, Rank] = field(default_factory=dict)  # EXPANDING or ACTIVE, by dp_rank
     versions: dict[str, int] = field(default_factory=dict)
     allowed_step: dict[str, int] = field(default_factory=dict)
+    #: GPUs of its rollout ranks that lie inside its home (the most the home floor gives).
+    home_rollout_gpus: int = 0
     #: When this pipeline last took ranks from, or gave ranks to, another by a rebalance.
     last_rebalanced_in_s: float = float("-inf")
     last_rebalanced_out_s: float = float("-inf")

@@ -67,6 +67,8 @@ class PolicyTunables(Section):
     """No reversal of a rebalance within this long (see rlix.policy.PolicyConfig)."""
     keep_busy_tail: bool = _POLICY_DEFAULTS.keep_busy_tail
     """A pipeline in its tail keeps its busy ranks and gives its idle ones (rlix only)."""
+    home_floor: bool = _POLICY_DEFAULTS.home_floor
+    """A rolling pipeline's share is at least the GPUs of its home it can use (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

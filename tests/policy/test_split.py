@@ -98,3 +98,36 @@ def test_more_pipelines_than_bundles_favours_holders_then_admission_order() -> N
 def test_capped_pipeline_gives_its_excess_to_others() -> None:
     split = split_rollout([Claim("small", 1000, 1, 1.0, 0, 2, 0), Claim("big", 10, 1, 1.0, 0, 16, 1)], 16)
     assert split.targets == {"small": 2, "big": 14}
+
+
+@st.composite
+def floored_claims(draw: st.DrawFn) -> list[Claim]:
+    cs = draw(claims())
+    return [
+        Claim(c.pipeline_id, c.demand, c.tp, c.weight, c.num_active_gpus, c.max_ranks, c.order,
+              floor=c.tp * draw(st.integers(0, 4)))
+        for c in cs
+    ]
+
+
+@settings(max_examples=400)
+@given(floored_claims(), st.integers(0, 128))
+def test_floors_hold_when_they_fit_together(cs: list[Claim], budget: int) -> None:
+    """Home floors: each chosen claim gets at least min(floor, its cap) when every demanding
+    claim's floor (at least one bundle) fits the budget; the targets still fit the budget."""
+    split = split_rollout(cs, budget)
+    assert sum(split.targets.values()) <= budget
+    demanding = [c for c in cs if c.demand > 0 and c.max_ranks > 0]
+    wanted = {c.pipeline_id: min(max(c.floor, c.tp), c.max_ranks * c.tp) for c in demanding}
+    if sum(wanted.values()) <= budget:
+        for pid, floor in wanted.items():
+            assert split.targets[pid] >= floor, (pid, floor, split.targets)
+
+
+def test_a_floor_by_hand() -> None:
+    # 8 GPUs, demand 100 vs 300 at TP 1; a's floor is 4 (its home): a 4, b 4 instead of 2 and 6.
+    split = split_rollout([Claim("a", 100, 1, 1.0, 0, 8, 0, floor=4), Claim("b", 300, 1, 1.0, 0, 8, 1)], 8)
+    assert split.targets == {"a": 4, "b": 4}
+    # Floors that do not fit together (6 + 4 > 8) give way to the plain split.
+    split = split_rollout([Claim("a", 100, 1, 1.0, 0, 8, 0, floor=6), Claim("b", 300, 1, 1.0, 0, 8, 1, floor=4)], 8)
+    assert split.targets == {"a": 2, "b": 6}
