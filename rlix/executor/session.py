@@ -50,10 +50,11 @@ def _loopback_switch(on: bool) -> None:
 
 
 def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None,
-          log_to_driver: bool = False) -> Session:
+          log_to_driver: bool = False, record_address: bool = True) -> Session:
     """Start Ray locally with `num_gpus` declared GPUs, or join the cluster at `address`.
 
-    Reuses a session this process already has (tests start one per module).
+    Reuses a session this process already has (tests start one per module). A local session
+    writes its address for `rlix-exec kill` unless `record_address` is false (a sweep).
     """
     # Joining a local session by its loopback address needs the switch too: without it Ray
     # rewrites "127.0.0.1" to the machine's routable address, where nothing listens.
@@ -76,7 +77,7 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise SessionError(f"cannot join the Ray cluster at {address!r}: {exc}") from exc
     gcs_address = ray.get_runtime_context().gcs_address
-    if address is None:
+    if address is None and record_address:
         _write_address(gcs_address)
     return Session(gcs_address, local)
 
