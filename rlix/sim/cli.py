@@ -1,8 +1,8 @@
 """`rlix-sim`: the simulator's command line.
 
 Sub-commands are registered by the modules that own them: `run`, `compare` and `demo` (compare
-on a small scenario; rlix.sim.commands), `replay` and `check` (rlix.runs.cli) and `trace`
-(rlix.traces.cli). `main` treats every sub-command alike, so a new one needs only `register`:
+on a small scenario; rlix.sim.commands), `replay` and `check` (rlix.runs.cli), `trace`
+(rlix.traces.cli) and `sweep` (rlix.studies.cli). `main` treats every sub-command alike, so a new one needs only `register`:
 
 - bad input, an exception of a class in `user_errors()` (TraceError, the policy core's
   FieldError, ScenarioError, RunError, UsageError), prints one line, ``rlix-sim: error: ...``,
@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs_cli.register(commands)
 
     trace_cli.register(commands)
+    from rlix.studies import cli as studies_cli
+
+    studies_cli.register(commands)
     return parser
 
 

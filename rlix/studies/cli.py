@@ -1,0 +1,106 @@
+"""`rlix-sim sweep`: the command line of a sweep (rlix.studies.sweep)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlix.traces.options import UsageError
+
+SWEEP_HELP = """\
+Run a scenario over a grid of values (policies, seeds, any scenario field) as Ray tasks, one
+row per point in DIR/results.parquet (the grid values and every figure of the point's
+summary.json), with a plot of each metric against each axis in DIR/plots. Run it again into
+the same DIR to resume: points already done are skipped. Locally by default (--workers Ray
+workers, every listener on loopback); --address joins an existing Ray cluster.
+
+A grid axis is KEY=V1,V2,...: KEY is policy, seed, or a dotted path into the scenario
+(topology.num_nodes, pipelines.0.steps, pipelines.*.max_staleness for every pipeline,
+policy.config.min_rebalance_interval_s). A sweep file (--file) may give `scenario:` and
+`grid: {KEY: [V1, V2]}` instead. Examples:
+
+  rlix-sim sweep tiny --grid policy=rlix,static --grid seed=0,1,2 --out sweeps/tiny
+  rlix-sim sweep agentic-4x32 --grid policy=rlix,gap-ratio,static \\
+      --grid pipelines.*.max_staleness=0,1 --workers 2 --out sweeps/staleness
+"""
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "sweep", help="run a scenario over a grid of values on Ray (one row per point)",
+        description=SWEEP_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("scenario", metavar="SCENARIO", nargs="?",
+                        help="a bundled scenario name or a YAML path (or `scenario:` in --file)")
+    parser.add_argument("--grid", metavar="KEY=V1,V2", action="append", default=[],
+                        help="one axis of the grid (repeat for more)")
+    parser.add_argument("--file", metavar="SWEEP.yaml", help="a sweep file: scenario: and grid:")
+    parser.add_argument("--out", metavar="DIR", required=True, type=Path,
+                        help="the sweep folder (new, or this sweep's, to resume)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="local Ray workers (default: the cores)")
+    parser.add_argument("--address", metavar="HOST:PORT", help="join this Ray cluster instead")
+    parser.add_argument("--runs", action="store_true", help="keep each point's run folder in DIR/runs")
+    parser.add_argument("--no-plots", action="store_true", help="no plots")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlix.scenarios import load_scenario
+    from rlix.studies.grid import parse_grid
+    from rlix.studies.plots import plot_sweep
+    from rlix.studies.sweep import run_sweep
+
+    spec = _read_file(args.file) if args.file else {}
+    scenario_ref = args.scenario or spec.get("scenario")
+    if not scenario_ref:
+        raise UsageError("name a SCENARIO (or give `scenario:` in --file)")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a file, not a folder")
+    grid = parse_grid(args.grid, spec.get("grid"))
+    base = load_scenario(scenario_ref)
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=grid.num_points, unit="point", desc="sweep")
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.n = done
+            bar.refresh()
+
+    try:
+        result = run_sweep(base, grid, args.out, address=args.address, workers=args.workers,
+                           keep_runs=args.runs, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not args.no_plots:
+        plot_sweep(result.rows, list(grid.axes), args.out / "plots")
+    print(f"sweep {args.out}: {len(result.rows)} points ({result.num_run} run, {result.num_skipped} "
+          f"already done, {result.num_failed} failed) in {result.wall_s:.1f} s; rows in "
+          f"{args.out / 'results.parquet'}")
+    return 1 if result.num_failed else 0
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise UsageError(f"cannot read the sweep file {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: a sweep file is a mapping with scenario: and grid:")
+    unknown = set(data) - {"scenario", "grid"}
+    if unknown:
+        raise UsageError(f"{path}: unknown keys {sorted(unknown)} (a sweep file has scenario: and grid:)")
+    if "grid" in data and not isinstance(data["grid"], dict):
+        raise UsageError(f"{path}: grid: must map keys to lists of values")
+    return data

@@ -1,0 +1,121 @@
+"""A sweep's grid: axes over scenario fields, policy and seed, and the points they make.
+
+An axis is a key and its values. The key is `policy`, `seed`, or a dotted path into the
+scenario as its YAML is written (`topology.num_nodes`, `policy.config.min_rebalance_interval_s`,
+`pipelines.0.steps`); `*` in place of a list index sets that field of every element
+(`pipelines.*.max_staleness`). Values are YAML scalars (`0`, `1.5`, `true`, `rlix`). The points
+are the cartesian product of the axes, in the order the axes were given.
+
+Every point is built and validated before anything runs, so a key that names no field or a
+value of the wrong type is one error line naming the axis and value, and nothing runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from rlix.scenarios import Scenario
+from rlix.scenarios.errors import ScenarioError
+from rlix.scenarios.load import validate_scenario
+from rlix.traces.options import UsageError
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of the grid: its values by axis, and the scenario they make."""
+
+    values: dict[str, Any]
+    scenario: Scenario
+
+    @property
+    def point_id(self) -> str:
+        """Stable across runs (the values, not their order of evaluation): resume keys on it."""
+        text = json.dumps(self.values, sort_keys=True, default=str)
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Grid:
+    axes: dict[str, list[Any]]
+
+    @property
+    def num_points(self) -> int:
+        count = 1
+        for values in self.axes.values():
+            count *= len(values)
+        return count
+
+    def points(self, base: Scenario) -> list[Point]:
+        """Every point, validated (UsageError naming the axis and value on the first bad one)."""
+        keys = list(self.axes)
+        out = []
+        for combo in itertools.product(*(self.axes[k] for k in keys)):
+            values = dict(zip(keys, combo, strict=True))
+            out.append(Point(values, _apply(base, values)))
+        return out
+
+
+def parse_grid(items: list[str], file_axes: dict[str, Any] | None = None) -> Grid:
+    """Axes from `--grid KEY=V1,V2` items, after those of a sweep file's `grid:` mapping."""
+    axes: dict[str, list[Any]] = {}
+    for key, values in (file_axes or {}).items():
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"sweep file: grid.{key} must be a non-empty list of values")
+        axes[str(key)] = values
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key or not text:
+            raise UsageError(f"--grid expects KEY=V1,V2,... (e.g. policy=rlix,static), got {item!r}")
+        axes[key.strip()] = [yaml.safe_load(v) for v in text.split(",")]
+    if not axes:
+        raise UsageError("a sweep needs at least one axis (--grid KEY=V1,V2 or a sweep file's grid:)")
+    return Grid(axes)
+
+
+def _apply(base: Scenario, values: dict[str, Any]) -> Scenario:
+    data = base.model_dump(mode="json", exclude_none=True)
+    for key, value in values.items():
+        if key == "policy":
+            data["policy"] = {**data.get("policy", {}), "name": value}
+        else:
+            _set(data, key.split("."), value, key)
+    try:
+        return validate_scenario(data, base.source)
+    except ScenarioError as error:
+        raise UsageError(f"grid point {values}: {error}") from None
+
+
+def _set(node: Any, path: list[str], value: Any, key: str) -> None:
+    head, rest = path[0], path[1:]
+    if isinstance(node, list):
+        indexes = range(len(node)) if head == "*" else [_index(head, node, key)]
+        for index in indexes:
+            if rest:
+                _set(node[index], rest, value, key)
+            else:
+                node[index] = value
+        return
+    if not isinstance(node, dict) or head not in node and rest:
+        raise UsageError(f"--grid {key}: {head!r} names no field of the scenario")
+    if rest:
+        _set(node[head], rest, value, key)
+    elif head in node or head in _SETTABLE_NEW:
+        node[head] = value
+    else:
+        raise UsageError(f"--grid {key}: {head!r} names no field of the scenario")
+
+
+#: Fields a grid may set although the resolved scenario leaves them out (None by default).
+_SETTABLE_NEW = frozenset({"max_time_s", "seed"})
+
+
+def _index(text: str, node: list[Any], key: str) -> int:
+    if not text.isdigit() or int(text) >= len(node):
+        raise UsageError(f"--grid {key}: {text!r} is not an index of a list of {len(node)}")
+    return int(text)

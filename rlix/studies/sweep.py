@@ -1,0 +1,170 @@
+"""`rlix-sim sweep`: run every point of a grid as a Ray task, one row per point, resumable.
+
+A sweep folder holds `sweep.json` (the scenario and the grid: what makes a folder this sweep's),
+`results.parquet` (one row per point: the grid values, `point_id`, `status` ok or failed with
+its `error`, the Ray node that ran it, and every figure of the point's `summary.json` flattened to dotted columns,
+`overall.steps_per_hour`, `overall.jobs.mean_jct_s`, ...), optionally `runs/<point_id>/` (each
+point's run folder) and `plots/`. A point's row holds exactly the figures `rlix-sim run` of that
+point writes to its summary.json.
+
+Resume: a sweep run again into its folder skips the points whose row says ok (a failed point
+is tried again). Rows are written as points finish, so an interrupted sweep keeps what it did.
+A folder written by another sweep (another scenario or grid) is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rlix.runs.errors import RunError
+from rlix.scenarios import Scenario
+from rlix.studies.grid import Grid, Point
+from rlix.traces.options import UsageError
+
+SWEEP_FILE = "sweep.json"
+RESULTS_FILE = "results.parquet"
+
+
+@dataclass
+class SweepResult:
+    folder: Path
+    rows: pd.DataFrame
+    num_run: int
+    num_skipped: int
+    wall_s: float
+
+    @property
+    def num_failed(self) -> int:
+        return int((self.rows["status"] != "ok").sum()) if len(self.rows) else 0
+
+
+def flatten(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A summary's figures as dotted columns (per-pipeline figures left out: they differ in
+    number from point to point); lists and None are kept as they are."""
+    row: dict[str, Any] = {}
+    for key, value in summary.items():
+        if not prefix and key == "pipelines":
+            row["num_pipelines"] = len(value)
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            row.update(flatten(value, name + "."))
+        elif isinstance(value, list):
+            row[name] = json.dumps(value)
+        else:
+            row[name] = value
+    return row
+
+
+def run_point(scenario: Scenario, run_dir: str | None) -> tuple[dict[str, Any], str]:
+    """One point: the figures of its summary.json (what `rlix-sim run` writes), and the Ray
+    node that ran it."""
+    import ray
+
+    from rlix.sim import simulate
+
+    result = simulate(scenario, out=run_dir, overwrite=True, plots=False)
+    return flatten(result.summary), ray.get_runtime_context().get_node_id()
+
+
+def run_sweep(
+    base: Scenario,
+    grid: Grid,
+    out: Path,
+    *,
+    address: str | None = None,
+    workers: int = 1,
+    keep_runs: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepResult:
+    """Run every point not done yet (see the module docstring) and return all rows."""
+    points = grid.points(base)  # validated up front: a bad axis runs nothing
+    out.mkdir(parents=True, exist_ok=True)
+    done = _claim_folder(out, base, grid)
+    todo = [p for p in points if p.point_id not in done]
+    started = time.monotonic()
+    rows = {pid: row for pid, row in done.items()}
+    if todo:
+        _run_on_ray(todo, out, rows, address, workers, keep_runs, progress, len(points))
+    frame = _frame(rows, [p.point_id for p in points])
+    return SweepResult(out, frame, len(todo), len(points) - len(todo), time.monotonic() - started)
+
+
+def _claim_folder(out: Path, base: Scenario, grid: Grid) -> dict[str, dict[str, Any]]:
+    """Rows already done in `out` by this very sweep; write sweep.json if it is new."""
+    identity = {"scenario": json.loads(base.model_dump_json()), "grid": grid.axes}
+    marker = out / SWEEP_FILE
+    if marker.exists():
+        try:
+            existing = json.loads(marker.read_text())
+        except (OSError, ValueError) as error:
+            raise RunError(f"cannot read {marker}: {error}") from None
+        if existing != json.loads(json.dumps(identity, default=str)):
+            raise UsageError(f"{out} holds another sweep (another scenario or grid): give a new --out")
+    elif any(out.iterdir()):
+        raise UsageError(f"{out} exists and is not a sweep folder: give a new or empty --out")
+    else:
+        marker.write_text(json.dumps(identity, indent=1, default=str))
+    results = out / RESULTS_FILE
+    if not results.exists():
+        return {}
+    frame = pd.read_parquet(results)
+    return {str(r["point_id"]): r for r in frame.to_dict("records") if r.get("status") == "ok"}
+
+
+def _run_on_ray(
+    todo: list[Point], out: Path, rows: dict[str, dict[str, Any]], address: str | None, workers: int,
+    keep_runs: bool, progress: Callable[[int, int], None] | None, total: int,
+) -> None:
+    import ray
+
+    from rlix.executor.session import SessionError, start
+
+    started_here = not ray.is_initialized()
+    try:
+        start(num_gpus=0, num_cpus=workers, address=address, record_address=False)
+    except SessionError as error:
+        raise UsageError(str(error)) from None
+    task = ray.remote(num_cpus=1)(run_point)
+    try:
+        pending = {}
+        for point in todo:
+            run_dir = str(out / "runs" / point.point_id) if keep_runs else None
+            pending[task.remote(point.scenario, run_dir)] = point
+        finished = total - len(todo)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            point = pending.pop(ready[0])
+            row: dict[str, Any] = {"point_id": point.point_id, **point.values}
+            try:
+                figures, node = ray.get(ready[0])
+                row.update(status="ok", error="", ray_node=node, **figures)
+            except Exception as error:  # a failed point is recorded and the sweep goes on
+                cause = getattr(error, "cause", None) or error
+                row.update(status="failed", error=f"{type(cause).__name__}: {cause}"[:500])
+            rows[point.point_id] = row
+            _frame(rows, list(rows)).to_parquet(out / RESULTS_FILE, index=False)
+            finished += 1
+            if progress is not None:
+                progress(finished, total)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _frame(rows: dict[str, dict[str, Any]], order: list[str]) -> pd.DataFrame:
+    records = [rows[pid] for pid in order if pid in rows]
+    frame = pd.DataFrame.from_records(records)
+    for column in frame.columns:  # mixed None/number columns stay numbers
+        if frame[column].dtype == object:
+            converted = pd.to_numeric(frame[column], errors="coerce")
+            if converted.notna().sum() == frame[column].notna().sum() and frame[column].notna().any():
+                frame[column] = converted
+    return frame

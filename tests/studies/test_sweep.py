@@ -1,0 +1,109 @@
+"""`rlix-sim sweep`: rows equal single runs, resume runs nothing twice, bad input is one line,
+a failed point is recorded and the sweep goes on, and points run on a two-node Ray cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from rlix.scenarios import load_scenario, parse_scenario
+from rlix.sim import simulate
+from rlix.sim.cli import main
+from rlix.studies import parse_grid, run_sweep
+from rlix.studies.sweep import flatten
+from rlix.traces.options import UsageError
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    from rlix.executor import session
+
+    if ray.is_initialized():
+        ray.shutdown()
+    session.start(num_gpus=0, num_cpus=2, record_address=False)
+    yield
+    ray.shutdown()
+
+
+def test_rows_equal_single_runs_and_resume_runs_nothing_twice(local_ray: None, tmp_path: Path) -> None:
+    grid = parse_grid(["policy=rlix,static", "pipelines.*.steps=1,2"])
+    base = load_scenario("tiny")
+    result = run_sweep(base, grid, tmp_path / "sweep")
+    assert result.num_run == 4 and result.num_failed == 0
+    rows = result.rows.set_index("point_id")
+    for point in grid.points(base):
+        expected = flatten(simulate(point.scenario, plots=False).summary)
+        row = rows.loc[point.point_id]
+        assert row["policy"] == point.values["policy"]
+        for key, value in expected.items():
+            if isinstance(value, float):
+                assert row[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
+            elif value is not None:
+                assert row[key] == value, key
+    again = run_sweep(base, grid, tmp_path / "sweep")
+    assert again.num_run == 0 and again.num_skipped == 4
+    pd.testing.assert_frame_equal(again.rows, result.rows, check_dtype=False)
+
+
+def test_a_failed_point_is_recorded_and_the_rest_goes_on(local_ray: None, tmp_path: Path) -> None:
+    data = load_scenario("tiny").model_dump(mode="json", exclude_none=True)
+    data["costs"] = {"linear_floor_tp2_s": 0.003}
+    base = parse_scenario(yaml.safe_dump(data))
+    grid = parse_grid(["costs.linear_floor_tp2_s=0.003,1.0"])  # 1.0 s is refused by the cost model
+    result = run_sweep(base, grid, tmp_path / "sweep")
+    status = dict(zip(result.rows["costs.linear_floor_tp2_s"], result.rows["status"], strict=True))
+    assert status == {0.003: "ok", 1.0: "failed"}
+    assert "linear_floor_tp2_s" in result.rows.set_index("status").loc["failed", "error"]
+    assert run_sweep(base, grid, tmp_path / "sweep").num_run == 1  # resume tries the failed one again
+
+
+@pytest.mark.parametrize(("grid", "words"), [
+    (["nope.deeper=1"], "names no field"),
+    (["pipelines.7.steps=1"], "is not an index"),
+    (["pipelines.*.steps=zero"], "grid point"),
+    (["policy=nosuch"], "grid point"),
+    (["steps"], "KEY=V1,V2"),
+])
+def test_bad_axes_are_refused_before_anything_runs(grid: list[str], words: str, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=words):
+        run_sweep(load_scenario("tiny"), parse_grid(grid), tmp_path / "sweep")
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_the_cli_refuses_another_sweeps_folder_and_a_bad_address(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "sweep.json").write_text('{"scenario": {}, "grid": {}}')
+    assert main(["sweep", "tiny", "--grid", "seed=0", "--out", str(out), "--quiet"]) == 2
+    assert "holds another sweep" in capsys.readouterr().err
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("mine")
+    assert main(["sweep", "tiny", "--grid", "seed=0", "--out", str(tmp_path / "other"), "--quiet"]) == 2
+    assert "not a sweep folder" in capsys.readouterr().err
+    assert (tmp_path / "other" / "x.txt").read_text() == "mine"
+
+
+def test_points_run_on_a_two_node_cluster(tmp_path: Path) -> None:
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    from rlix.executor import session
+
+    if ray.is_initialized():
+        ray.shutdown()
+    session._loopback_switch(True)
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    try:
+        cluster.wait_for_nodes()
+        grid = parse_grid(["seed=0,1,2,3"])
+        result = run_sweep(load_scenario("tiny"), grid, tmp_path / "sweep", address=cluster.address)
+        assert result.num_run == 4 and result.num_failed == 0
+        assert result.rows["ray_node"].nunique() == 2  # one CPU a node: the points spread
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
