@@ -37,22 +37,28 @@ def check_scenario(scenario: Scenario) -> None:
                 (*at, "id"), pipeline.id, f"duplicate pipeline id (also pipelines[{index_of[pipeline.id]}])"
             )
         index_of[pipeline.id] = index
-        _check_clusters(pipeline, at, topology)
-        if isinstance(pipeline.home, int):
-            _check_home_size(pipeline, index, topology)
-        else:
-            _check_home(pipeline, index, topology)
-        for policy in ("rlix", STATIC):  # every other policy uses the specs of one of these
-            try:
-                spec = pipeline_spec(pipeline, topology, policy)
-                spec.validate(topology)
-                if not spec.placed:  # a size: as the core would place it on the empty pool
-                    usable = range(topology.num_gpus)
-                    home = choose_home(spec.home_size, placement_unit(spec), usable, topology) or ()
-                    resolve(spec, home, topology, confine=policy == STATIC).validate(topology)
-            except SpecError as exc:
-                raise _at(exc, pipeline, at) from None
+        check_pipeline(pipeline, at, topology)
     _check_faults(scenario, index_of, topology)
+
+
+def check_pipeline(pipeline: PipelineConfig, at: Path, topology: Topology) -> None:
+    """The checks of one pipeline against the pool (also run on stream templates, at their
+    own path, so a template's problem is named there and not at each job it makes)."""
+    _check_clusters(pipeline, at, topology)
+    if isinstance(pipeline.home, int):
+        _check_home_size(pipeline, at, topology)
+    else:
+        _check_home(pipeline, at, topology)
+    for policy in ("rlix", STATIC):  # every other policy uses the specs of one of these
+        try:
+            spec = pipeline_spec(pipeline, topology, policy)
+            spec.validate(topology)
+            if not spec.placed:  # a size: as the core would place it on the empty pool
+                usable = range(topology.num_gpus)
+                home = choose_home(spec.home_size, placement_unit(spec), usable, topology) or ()
+                resolve(spec, home, topology, confine=policy == STATIC).validate(topology)
+        except SpecError as exc:
+            raise _at(exc, pipeline, at) from None
 
 
 def _at(exc: SpecError, pipeline: PipelineConfig, at: Path) -> FieldProblem:
@@ -73,10 +79,9 @@ def _check_clusters(pipeline: PipelineConfig, at: Path, topology: Topology) -> N
             raise _at(exc, pipeline, at) from None
 
 
-def _check_home(pipeline: PipelineConfig, index: int, topology: Topology) -> None:
+def _check_home(pipeline: PipelineConfig, at: Path, topology: Topology) -> None:
     """In range, no repeats, holds the training clusters, and cuts into whole rollout TP
     bundles (the static confinement needs that). Other homes may overlap it."""
-    at: Path = ("pipelines", index)
     home, where = pipeline.home_gpus, (*at, "home")
     if not home:
         raise FieldProblem(where, [], "names no GPU (every pipeline needs a home)")
@@ -104,9 +109,8 @@ def _check_home(pipeline: PipelineConfig, index: int, topology: Topology) -> Non
         raise FieldProblem((*at, *exc.path), exc.value, exc.problem) from None
 
 
-def _check_home_size(pipeline: PipelineConfig, index: int, topology: Topology) -> None:
+def _check_home_size(pipeline: PipelineConfig, at: Path, topology: Topology) -> None:
     """Every cluster follows the home; the size fits the pool in whole TP bundles."""
-    at: Path = ("pipelines", index)
     size = pipeline.home_size
     for name, cluster in pipeline.clusters.present().items():
         if not cluster.scope:

@@ -29,6 +29,7 @@ from rlix.scenarios.sections import (
     TraceRef,
 )
 from rlix.scenarios.source import SourceMap
+from rlix.scenarios.streams import expand
 from rlix.scenarios.specs import pipeline_spec
 
 
@@ -54,7 +55,8 @@ class Scenario(Section):
     costs: dict[str, float] = {}
     """Overrides of the simulator's cost model by constant name (the simulator checks names)."""
     pipelines: list[PipelineConfig] = Field(min_length=1)
-    """The pipelines, at least one."""
+    """The pipelines, at least one: those written here, then those a `stream:` of `templates:`
+    expands into (rlix.scenarios.streams; neither key is left in a loaded scenario)."""
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
     """Injected pipeline kills, GPU losses and decision failures."""
     executor: ExecutorConfig | None = None
@@ -68,7 +70,9 @@ class Scenario(Section):
     @model_validator(mode="before")
     @classmethod
     def _inherit_trace(cls, data: Any) -> Any:
-        """Give each pipeline that names no trace the scenario's."""
+        """Expand the stream of experiments, if any (rlix.scenarios.streams), then give each
+        pipeline that names no trace the scenario's."""
+        data = expand(data)
         if not isinstance(data, dict) or not isinstance(data.get("pipelines"), list):
             return data
         default = data.get("trace")

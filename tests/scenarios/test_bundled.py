@@ -16,7 +16,8 @@ from rlix.policy import POLICIES, ROLLOUT_CLUSTER
 from rlix.scenarios import Scenario, bundled_scenarios, load_scenario, parse_scenario
 from rlix.traces import bundled_names
 
-NAMES = ["agentic-4x32", "blog-4on12", "cluster-1024", "cpu-demo", "cpu-queue", "math-rlvr", "mixed-lora", "tiny"]
+NAMES = ["agentic-4x32", "blog-4on12", "cluster-1024", "cpu-demo", "cpu-queue", "lab-day", "math-rlvr", "mixed-lora",
+         "tiny"]
 #: The scenarios of dedicated partitions: every pipeline's home is its own.
 DEDICATED = ["agentic-4x32", "cluster-1024", "cpu-demo", "math-rlvr", "mixed-lora", "tiny"]
 
@@ -157,6 +158,18 @@ def test_blog_4on12_shape() -> None:
     for p in s.pipelines:
         assert (p.model, p.kind, p.algorithm, p.home) == ("7b", "full_finetune", "grpo", 8)
         assert p.arrival_s == 0
+
+
+def test_lab_day_shape() -> None:
+    """An 8-hour stream of the four templates on 64 GPUs (the offered load it makes, about 1.3,
+    is measured by bench/sharing.py)."""
+    s = load_scenario("lab-day")
+    assert s.num_gpus == 64
+    kinds = {p.id.rsplit("-", 1)[0] for p in s.pipelines}
+    assert kinds == {"grpo7b-math", "grpo7b-agentic", "lora1.5b", "ppo32b"}
+    assert all(0 <= p.arrival_s < 8 * 3600 for p in s.pipelines)
+    assert {p.home for p in s.pipelines} == {8, 16}
+    assert 200 <= len(s.pipelines) <= 340  # 33 per hour over 8 hours: 264 expected
 
 
 def _rollout_beyond_home(scenario: Scenario) -> bool:
