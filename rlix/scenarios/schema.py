@@ -29,8 +29,8 @@ from rlix.scenarios.sections import (
     TraceRef,
 )
 from rlix.scenarios.source import SourceMap
-from rlix.scenarios.streams import expand
 from rlix.scenarios.specs import pipeline_spec
+from rlix.scenarios.streams import expand
 
 
 class Scenario(Section):
