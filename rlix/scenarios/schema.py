@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from rlix.policy import POLICIES, PipelineSpec, PolicyConfig, Topology
 from rlix.scenarios.checks import check_scenario
@@ -54,6 +54,8 @@ class Scenario(Section):
     """Rollout engine parameters (simulator)."""
     costs: dict[str, float] = {}
     """Overrides of the simulator's cost model by constant name (the simulator checks names)."""
+    templates: dict[str, dict[str, Any]] = {}
+    """Pipelines without id and arrival_s, by name, for a `stream:` or a job log to use."""
     pipelines: list[PipelineConfig] = Field(min_length=1)
     """The pipelines, at least one: those written here, then those a `stream:` of `templates:`
     expands into (rlix.scenarios.streams; neither key is left in a loaded scenario)."""
@@ -69,10 +71,10 @@ class Scenario(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _inherit_trace(cls, data: Any) -> Any:
-        """Expand the stream of experiments, if any (rlix.scenarios.streams), then give each
-        pipeline that names no trace the scenario's."""
-        data = expand(data)
+    def _inherit_trace(cls, data: Any, info: ValidationInfo) -> Any:
+        """Expand the stream of experiments and the job log, if any (rlix.scenarios.streams),
+        then give each pipeline that names no trace the scenario's."""
+        data = expand(data, (info.context or {}).get("base_dir"))
         if not isinstance(data, dict) or not isinstance(data.get("pipelines"), list):
             return data
         default = data.get("trace")

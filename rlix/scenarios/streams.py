@@ -15,15 +15,18 @@ change when another entry is added. Overrides replace template fields; `[a, b]` 
 draws a uniform integer in [a, b] per job from the same generator. Jobs are named
 `<template>-<n>`, n counting each template's jobs from 0 in arrival order. The expanded jobs
 follow the scenario's own `pipelines:` (which may be absent), in arrival order, and the stream
-and templates are gone from the loaded scenario: its `to_yaml()` (the run folder's
-scenario.yaml) lists every pipeline, so a replay needs no generator.
+is gone from the loaded scenario: its `to_yaml()` (the run folder's scenario.yaml) lists every
+pipeline, so a replay needs no generator. The templates stay (a job log given later, `--jobs`,
+names them).
 
-`expand_jobs` turns rows of a job log (id, template, arrival, overrides) into pipelines the
-same way (rlix.scenarios.jobs reads the file).
+A job log (`jobs: {path, columns}`, or `--jobs FILE`) gives arrivals too: each row's
+template with its overrides, at its own arrival (rlix.scenarios.jobs reads the file); its
+jobs follow the scenario's pipelines, before the stream's.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,9 +34,11 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from rlix.policy import Topology
 from rlix.scenarios.checks import check_pipeline
-from rlix.scenarios.errors import FieldProblem, Path
+from rlix.scenarios.errors import FieldProblem
+from rlix.scenarios.errors import Path as FieldPath
 from rlix.scenarios.pipelines import PipelineConfig
 from rlix.scenarios.sections import Section, TopologyConfig
+from rlix.traces.errors import TraceError
 
 #: Fields a template may not give: every job of a stream has its own.
 _PER_JOB = ("id", "arrival_s")
@@ -59,20 +64,25 @@ class Stream(Section):
     """The Poisson streams, one per template use."""
 
 
-def expand(data: dict[str, Any]) -> dict[str, Any]:
-    """Scenario data with its stream expanded into `pipelines` (see the module docstring);
-    data without a stream is returned as it is (templates, if any, dropped)."""
-    if not isinstance(data, dict) or ("stream" not in data and "templates" not in data):
+def expand(data: dict[str, Any], base_dir: str | None = None) -> dict[str, Any]:
+    """Scenario data with its stream and job log (rlix.scenarios.jobs) expanded into
+    `pipelines` (see the module docstring); data without either is returned as it is
+    (templates, if any, dropped). `base_dir` anchors a relative job log path."""
+    if not isinstance(data, dict) or not {"stream", "templates", "jobs"} & set(data):
         return data
-    out = {k: v for k, v in data.items() if k not in ("stream", "templates")}
+    out = {k: v for k, v in data.items() if k not in ("stream", "jobs")}
     templates = _templates(data.get("templates"), data.get("trace"), _topology(data.get("topology")))
+    if data.get("jobs") is not None:
+        logged = sorted(_logged_jobs(data["jobs"], templates, base_dir), key=lambda p: p["arrival_s"])
+        out["pipelines"] = [*(out.get("pipelines") or []), *logged]
     raw = data.get("stream")
     if raw is None:
         return out
+    data = {**data, "pipelines": out.get("pipelines")}
     stream = _validated(Stream, raw, ("stream",))
     jobs: list[tuple[float, int, dict[str, Any], str]] = []
     for index, arrival in enumerate(stream.arrivals):
-        at: Path = ("stream", "arrivals", index)
+        at: FieldPath = ("stream", "arrivals", index)
         if arrival.template not in templates:
             raise FieldProblem((*at, "template"), arrival.template, f"unknown template (known: {', '.join(templates) or 'none'})")
         rng = np.random.default_rng([stream.seed, index])
@@ -96,6 +106,25 @@ def expand(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class JobLog(Section):
+    path: str
+    """The job log (CSV, JSON Lines or Parquet); relative to the scenario file."""
+    columns: dict[str, str] = {}
+    """Column map: rlix's name (id, template, arrival, a pipeline field) -> the file's."""
+
+
+def _logged_jobs(raw: Any, templates: dict[str, dict[str, Any]], base_dir: str | None) -> list[dict[str, Any]]:
+    from rlix.scenarios.jobs import job_pipelines, read_jobs
+
+    log = _validated(JobLog, raw, ("jobs",))
+    path = Path(log.path) if base_dir is None else Path(base_dir) / log.path
+    try:
+        jobs = read_jobs(path, log.columns)
+    except TraceError as error:
+        raise FieldProblem(("jobs", "path"), log.path, str(error)) from None
+    return job_pipelines(jobs, templates, str(path))
+
+
 def _topology(raw: Any) -> Topology | None:
     """The pool, if the data gives a valid one (else the scenario's validation says so)."""
     try:
@@ -112,7 +141,7 @@ def _templates(raw: Any, trace: Any, topology: Topology | None) -> dict[str, dic
     if not isinstance(raw, dict):
         raise FieldProblem(("templates",), raw, "must map template names to pipelines without id and arrival_s")
     for name, template in raw.items():
-        at: Path = ("templates", str(name))
+        at: FieldPath = ("templates", str(name))
         if not isinstance(template, dict):
             raise FieldProblem(at, template, "a template is a pipeline (kind:, model:, home:, clusters:, ...)")
         for key in _PER_JOB:
@@ -125,7 +154,7 @@ def _templates(raw: Any, trace: Any, topology: Topology | None) -> dict[str, dic
     return {str(name): dict(template) for name, template in raw.items()}
 
 
-def _draw(value: Any, rng: np.random.Generator, at: Path) -> Any:
+def _draw(value: Any, rng: np.random.Generator, at: FieldPath) -> Any:
     """An override's value: [a, b] (integers, a <= b) draws a uniform integer in [a, b]."""
     if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         low, high = value
@@ -135,7 +164,7 @@ def _draw(value: Any, rng: np.random.Generator, at: Path) -> Any:
     return value
 
 
-def _validated(model: Any, data: Any, at: Path) -> Any:
+def _validated(model: Any, data: Any, at: FieldPath) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -80,6 +80,20 @@ def _add_common(parser: argparse.ArgumentParser, default_scenario: str | None = 
         default=[],
         help="map a trace column, e.g. response_tokens=num_decode_tokens (repeatable)",
     )
+    parser.add_argument(
+        "--jobs",
+        metavar="FILE",
+        help="add the jobs of this log (CSV, JSONL or Parquet: id, template, arrival in seconds or "
+        "timestamps, optional pipeline-field overrides) as pipelines of the scenario's templates",
+    )
+    parser.add_argument(
+        "--jobs-column",
+        metavar="NAME=SRC",
+        action="append",
+        type=_column,
+        default=[],
+        help="map a job log column, e.g. arrival=Submit or id=JobID (repeatable; --column maps the trace)",
+    )
     parser.add_argument("--seed", type=int, help="override the scenario's seed")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -109,12 +123,16 @@ def _scenario(args: argparse.Namespace) -> Any:
 
     if args.column and not args.trace:
         raise UsageError("--column needs --trace")
+    if args.jobs_column and not args.jobs:
+        raise UsageError("--jobs-column needs --jobs")
     return resolve_scenario(
         args.scenario,
         getattr(args, "policy", None),
         args.trace,
         dict(args.column) or None,
         args.seed,
+        jobs=args.jobs,
+        jobs_columns=dict(args.jobs_column) or None,
     )
 
 
@@ -231,8 +249,8 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
     _add_common(parser, default_scenario)
     parser.add_argument(
         "--policies",
-        default="rlix,gap-ratio,static,sequential",
-        help="comma-separated policies (default rlix,gap-ratio,static,sequential)",
+        default="rlix,gap-ratio,static,static-backfill,sequential",
+        help="comma-separated policies (default rlix,gap-ratio,static,static-backfill,sequential)",
     )
     parser.add_argument(
         "--out",
