@@ -6,6 +6,7 @@
     scenario.yaml      the resolved scenario, as given
     events.jsonl       a header, then every event handed to the core with its decisions
     allocations, steps, rollouts, activity, waits   .parquet (or .csv), via rlix.traces.tables
+    jobs                                          one row per pipeline (rlix.runs.jobs)
     timeline.json      Chrome trace event format (rlix.runs.timeline)
     gantt.png, utilization.png, step_times.png      (rlix.runs.plots)
 
@@ -27,6 +28,7 @@ from rlix.policy.specs import PipelineSpec
 from rlix.runs.errors import RunError
 from rlix.runs.eventlog import EVENTS_FILE
 from rlix.runs.frames import RunTables, tables_from_recorder
+from rlix.runs.jobs import job_rows
 from rlix.runs.metrics import summary
 from rlix.runs.recorder import Recorder
 from rlix.runs.timeline import write_timeline
@@ -48,6 +50,7 @@ def write_run(
     overwrite: bool = False,
     extra_summary: Mapping[str, Any] | None = None,
     tables: RunTables | None = None,
+    alone_s: Mapping[str, float] | None = None,
 ) -> Path:
     """Write the run folder of a finished recorder (`finish` called) and return its path.
 
@@ -68,12 +71,13 @@ def write_run(
         raise RunError("the recorder is not finished: call recorder.finish(now) first")
     if tables is None:
         tables = tables_from_recorder(recorder, dict(specs) if specs is not None else None)
-    figures = summary(tables)
+    figures = summary(tables, alone_s=alone_s)
     figures.update(extra_summary or {})
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         _write_all(staging, recorder, tables, figures, scenario_yaml, format, plots)
+        write_table(job_rows(tables, alone_s), staging, "jobs", format)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)

@@ -37,6 +37,7 @@ Undefined figures (a mean of no steps, a rate over no GPU-time) are null.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,16 +47,19 @@ import pandas as pd
 from rlix.policy.specs import PipelineSpec
 from rlix.runs.frames import RunTables, tables_from_recorder
 from rlix.runs.intervals import Segments, sweep
+from rlix.runs.jobs import job_rows, jobs_overall
 from rlix.runs.recorder import Recorder
 
 HELD, BUSY, LOADING = 0, 1, 2
 SECONDS_PER_HOUR = 3600.0
 
 
-def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None = None) -> dict[str, Any]:
-    """`summary.json` of a finished run (see the module docstring for each figure). Each
-    pipeline's kind and staleness bound come from `specs`, by default from its registration
-    in the event log."""
+def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None = None,
+            alone_s: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """`summary.json` of a finished run (see the module docstring for each figure, and
+    rlix.runs.jobs for the job figures). Each pipeline's kind and staleness bound come from
+    `specs`, by default from its registration in the event log; `alone_s` is each pipeline's
+    JCT alone on its home, where the caller knows it."""
     if isinstance(source, Recorder):
         tables = tables_from_recorder(source, specs)
     else:
@@ -69,6 +73,9 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
                      pool_s, pool_s, tables.makespan_s)
     overall["shrinks"] = _count_shrinks(tables.shrinks.values())
     overall["all_active"] = all_active_shares(tables, pipeline_ids, cover)
+    jobs = job_rows(tables, alone_s)
+    overall["jobs"] = jobs_overall(jobs)
+    job_of = jobs.set_index("pipeline_id").to_dict("index")
     steps, waits = _split(tables.steps), _split(tables.waits)
     per_pipeline = trajectories.reindex(pipeline_ids, fill_value=0)
     pipelines: dict[str, Any] = {}
@@ -89,6 +96,7 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
         figures["shrinks"] = _count_shrinks([tables.shrinks.get(pipeline_id, {})])
         ends = own_steps["t_end"]
         figures["last_step_end_s"] = _num(ends.max()) if len(ends) else None
+        figures.update({key: _num(value) for key, value in job_of[pipeline_id].items()})
         pipelines[pipeline_id] = figures
     return {
         "policy": tables.policy,
@@ -268,5 +276,7 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 
 def _num(value: Any) -> float | None:
+    if value is None:
+        return None
     value = float(value)
     return value if np.isfinite(value) else None

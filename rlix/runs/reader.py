@@ -66,6 +66,11 @@ class Run:
         return read_table(self.path, "waits")
 
     @cached_property
+    def jobs(self) -> pd.DataFrame:
+        """One row per pipeline: arrival, start, finish, JCT, alone, slowdown (rlix.runs.jobs)."""
+        return read_table(self.path, "jobs")
+
+    @cached_property
     def facts(self) -> EventFacts:
         return facts_from_file(self.path / "events.jsonl")
 

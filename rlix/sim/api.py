@@ -68,13 +68,16 @@ def simulate(
     plots: bool = True,
     check_invariants: bool = False,
     progress: Callable[[float], None] | None = None,
+    alone: bool = False,
 ) -> SimResult:
-    """Run the scenario to the end (or its `max_time_s`); return the summary and tables."""
+    """Run the scenario to the end (or its `max_time_s`); return the summary and tables.
+    With `alone`, each pipeline is also run alone on its home (rlix.sim.alone) for the job
+    figures' `alone_s` and `slowdown` (what `rlix-sim run` does)."""
     sim = new_simulation(
         scenario, policy, trace=trace, columns=columns, seed=seed, check_invariants=check_invariants
     )
     sim.run(sim.scenario.max_time_s, progress)
-    return collect(sim, out=out, overwrite=overwrite, table_format=table_format, plots=plots)
+    return collect(sim, out=out, overwrite=overwrite, table_format=table_format, plots=plots, alone=alone)
 
 
 def new_simulation(
@@ -113,14 +116,21 @@ def collect(
     overwrite: bool = False,
     table_format: str = "parquet",
     plots: bool = True,
+    alone: bool = False,
 ) -> SimResult:
-    """The summary and tables of a simulation that has run; with `out`, its run folder."""
+    """The summary and tables of a simulation that has run; with `out`, its run folder; with
+    `alone`, each pipeline's time alone on its home in the job figures."""
     from rlix.runs.frames import tables_from_recorder
     from rlix.runs.metrics import summary as summarize
 
     specs = sim.placed_specs()
     run_tables = tables_from_recorder(sim.recorder, specs)
-    summary = summarize(run_tables)
+    alone_s = sim.alone_s
+    if alone and alone_s is None:
+        from rlix.sim.alone import alone_jct_s
+
+        alone_s = alone_jct_s(sim.scenario)
+    summary = summarize(run_tables, alone_s=alone_s)
     summary.update(run_status(sim))
     run_dir = None
     if out is not None:
@@ -136,6 +146,7 @@ def collect(
             overwrite=overwrite,
             extra_summary=run_status(sim),
             tables=run_tables,
+            alone_s=alone_s,
         )
     tables = {
         name: run_tables.table(name)

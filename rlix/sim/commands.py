@@ -161,7 +161,7 @@ def run_main(args: argparse.Namespace) -> int:
         # Tables, summary, timeline and plots: seconds for most runs, minutes for a day of a
         # large cluster, with no simulated clock to show.
         print(f"writing the run folder {out} ...", file=sys.stderr, flush=True)
-    result = collect(sim, out=out, overwrite=overwrite, table_format=args.format)
+    result = collect(sim, out=out, overwrite=overwrite, table_format=args.format, alone=not args.no_alone)
     print_run(scenario.name, result.summary)
     print(f"run folder: {result.run_dir}")
     return 0
@@ -222,6 +222,10 @@ def register(commands: Any) -> None:
         help="run folder (default runs/SCENARIO/POLICY, replaced if present)",
     )
     run.add_argument("--overwrite", action="store_true", help="replace --out if it holds files")
+    run.add_argument(
+        "--no-alone", action="store_true",
+        help="skip the runs of each pipeline alone on its home (no alone_s or slowdown in the job figures)",
+    )
     run.add_argument(
         "--format",
         choices=("parquet", "csv"),

@@ -94,6 +94,8 @@ class Simulation:
         )
         self.futures = SimFutures(self.env)
         self.specs = scenario.pipeline_specs(policy)
+        #: Each pipeline's time alone on its home, when it was simulated for the policy.
+        self.alone_s = runtime_estimates_s
         for pid, estimate_s in (runtime_estimates_s or {}).items():
             self.specs[pid] = dataclasses.replace(self.specs[pid], runtime_estimate_s=estimate_s)
         self.pipelines = {p.id: p for p in scenario.pipelines}

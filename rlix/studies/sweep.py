@@ -70,7 +70,7 @@ def run_point(scenario: Scenario, run_dir: str | None) -> tuple[dict[str, Any], 
 
     from rlix.sim import simulate
 
-    result = simulate(scenario, out=run_dir, overwrite=True, plots=False)
+    result = simulate(scenario, out=run_dir, overwrite=True, plots=False, alone=True)
     return flatten(result.summary), ray.get_runtime_context().get_node_id()
 
 

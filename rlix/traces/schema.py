@@ -76,7 +76,11 @@ KIND_DTYPES: Final[dict[ColumnKind, str]] = {
 
 # --- Run-output tables (DESIGN.md, "A run's output") ------------------------------------------
 
-TableName = Literal["allocations", "steps", "rollouts", "activity", "waits"]
+#: A float64 column of seconds (or a ratio) where NaN means unknown.
+OPTIONAL_SECONDS: Final = "float64?"
+
+TableName = Literal["allocations", "steps", "rollouts", "activity", "waits", "jobs"]
+#: The tables a run records as it goes; `jobs` is derived from them (rlix.runs.jobs).
 TABLE_NAMES: Final[tuple[TableName, ...]] = ("allocations", "steps", "rollouts", "activity", "waits")
 
 # Required columns and their dtypes, in the order they are written. More columns are welcome
@@ -130,6 +134,17 @@ TABLE_COLUMNS: Final[dict[TableName, dict[str, str]]] = {
         "priority": "int64",
         "t_request": "float64",
         "t_grant": "float64",
+    },
+    # One row per pipeline: when it arrived, started, finished (rlix.runs.jobs); NaN: unknown.
+    "jobs": {
+        "pipeline_id": "string",
+        "arrival_s": "float64",
+        "start_s": OPTIONAL_SECONDS,
+        "queueing_s": OPTIONAL_SECONDS,
+        "finish_s": OPTIONAL_SECONDS,
+        "jct_s": OPTIONAL_SECONDS,
+        "alone_s": OPTIONAL_SECONDS,
+        "slowdown": OPTIONAL_SECONDS,
     },
 }
 # in_flight: still generating when a run was cut at its time limit.

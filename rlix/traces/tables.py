@@ -19,10 +19,10 @@ from rlix.traces.errors import TraceError
 from rlix.traces.io import read_frame, write_frame
 from rlix.traces.schema import (
     MAX_TOKENS,
+    OPTIONAL_SECONDS,
     RESPONSE_TOKENS,
     ROLLOUT_STATUSES,
     TABLE_COLUMNS,
-    TABLE_NAMES,
     ColumnKind,
     TableName,
 )
@@ -102,6 +102,8 @@ def _cast(series: pd.Series, column: str, dtype: str, file: str | Path) -> pd.Se
         # Empty text means "none" (e.g. no adapter for a full-finetune pipeline).
         text = series.astype("string")
         return text.mask(text == "", pd.NA)
+    if dtype == OPTIONAL_SECONDS:
+        return _optional_seconds(series, column, file)
     # Integers may be negative here: dp_rank is -1 for non-rollout clusters.
     kind: ColumnKind = "seconds" if dtype == "float64" else "integer"
     if _plainly_valid(series, kind):
@@ -114,6 +116,19 @@ def _cast(series: pd.Series, column: str, dtype: str, file: str | Path) -> pd.Se
     if problem is not None:
         raise problem.error(file)
     return checked
+
+
+def _optional_seconds(series: pd.Series, column: str, file: str | Path) -> pd.Series:
+    """A float64 column where NaN means unknown (a job that never started); other values are
+    finite and >= 0."""
+    values = pd.to_numeric(series, errors="coerce").astype("float64")
+    invalid = values.notna() & ~((values >= 0) & np.isfinite(values))
+    unparsed = values.isna() & series.notna()
+    bad = invalid | unparsed
+    if bad.any():
+        row = bad.idxmax()
+        raise TraceError(f"column {column!r}: {series[row]!r} is not a number >= 0 or empty", file=file)
+    return values
 
 
 def _plainly_valid(series: pd.Series, kind: ColumnKind) -> bool:
@@ -161,8 +176,8 @@ def _check_rollouts(frame: pd.DataFrame, file: str | Path) -> None:
 
 
 def _table_name(name: str, file: str | Path | None = None) -> TableName:
-    if name not in TABLE_NAMES:
+    if name not in TABLE_COLUMNS:
         raise TraceError(
-            f"unknown run table {name!r}; run tables are {', '.join(TABLE_NAMES)}", file=file
+            f"unknown run table {name!r}; run tables are {', '.join(TABLE_COLUMNS)}", file=file
         )
     return name

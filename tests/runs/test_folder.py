@@ -16,7 +16,7 @@ from tests.runs.conftest import SCENARIO
 from tests.runs.fake_run import two_pipeline_run
 
 EXPECTED = {"summary.json", "scenario.yaml", "events.jsonl", "timeline.json", *PLOT_FILES,
-            *(f"{name}.parquet" for name in TABLE_NAMES)}
+            *(f"{name}.parquet" for name in TABLE_NAMES), "jobs.parquet"}
 
 
 def _recorded(recorder: Recorder) -> dict[str, pd.DataFrame]:

@@ -38,7 +38,7 @@ def test_rows_equal_single_runs_and_resume_runs_nothing_twice(local_ray: None, t
     assert result.num_run == 4 and result.num_failed == 0
     rows = result.rows.set_index("point_id")
     for point in grid.points(base):
-        expected = flatten(simulate(point.scenario, plots=False).summary)
+        expected = flatten(simulate(point.scenario, plots=False, alone=True).summary)
         row = rows.loc[point.point_id]
         assert row["policy"] == point.values["policy"]
         for key, value in expected.items():
