@@ -81,8 +81,7 @@ class JobQueue:
             taken |= pipeline.spec.footprint
         wanted: set[int] = set()  # GPUs that jobs waiting ahead want (explicit homes)
         head: PipelineState | None = None
-        reserved: frozenset[int] = frozenset()
-        shadow_s = math.inf
+        reservation: tuple[float, frozenset[int]] | None = None  # worked out when first needed
         for pipeline in admitted:
             if pipeline.pipeline_id in sched.runnable:
                 continue
@@ -95,8 +94,12 @@ class JobQueue:
                     break  # a sized job waits: anything behind it could delay it
                 if self.backfill:
                     head = pipeline
-                    shadow_s, reserved = self._reservation(sched, pipeline, running)
                 continue
+            if not _could_fit(sched, pipeline, taken):
+                continue  # the common case in a busy queue: skip the reservation's cost
+            if reservation is None:
+                reservation = self._reservation(sched, head, running)
+            shadow_s, reserved = reservation
             end_s = sched.now + _estimate(pipeline)
             if end_s < math.inf and end_s <= shadow_s:  # ends before the head could start
                 self._try_start(sched, pipeline, taken, frozenset(), running)
@@ -144,6 +147,14 @@ class JobQueue:
         # Some job ahead of the head has no estimate: when and where the head starts is not
         # known, so nothing may pass it (without estimates EASY is FIFO).
         return math.inf, frozenset(range(num_gpus))
+
+
+def _could_fit(sched: Scheduler, pipeline: PipelineState, taken: set[int]) -> bool:
+    """A cheap necessary condition for starting now: its home is free, or enough GPUs are."""
+    spec = pipeline.spec
+    if spec.placed:
+        return spec.footprint.isdisjoint(taken)
+    return spec.home_size <= sched.topology.num_gpus - len(taken | sched.cluster.offline)
 
 
 def _fits(sched: Scheduler, pipeline: PipelineState, free: set[int]) -> frozenset[int] | None:
