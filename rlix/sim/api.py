@@ -69,13 +69,17 @@ def simulate(
     check_invariants: bool = False,
     progress: Callable[[float], None] | None = None,
     alone: bool = False,
+    alone_s: dict[str, float] | None = None,
 ) -> SimResult:
     """Run the scenario to the end (or its `max_time_s`); return the summary and tables.
     With `alone`, each pipeline is also run alone on its home (rlix.sim.alone) for the job
-    figures' `alone_s` and `slowdown` (what `rlix-sim run` does)."""
+    figures' `alone_s` and `slowdown` (what `rlix-sim run` does); `alone_s` gives those times
+    when the caller has them."""
     sim = new_simulation(
         scenario, policy, trace=trace, columns=columns, seed=seed, check_invariants=check_invariants
     )
+    if alone_s is not None:
+        sim.alone_s = alone_s  # known already (a comparison's alone runs)
     sim.run(sim.scenario.max_time_s, progress)
     return collect(sim, out=out, overwrite=overwrite, table_format=table_format, plots=plots, alone=alone)
 

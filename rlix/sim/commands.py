@@ -203,7 +203,10 @@ def compare_main(args: argparse.Namespace) -> int:
         return 0
     print_comparison(scenario, comparison)
     path = plot_comparison(comparison, out / "compare.png")
-    print(f"\nplot: {path}\nrun folders: {out}/<policy>/")
+    from rlix.runs.jobs_plot import plot_jobs
+
+    jobs_path = plot_jobs(comparison.summaries, out / "jobs.png")
+    print(f"\nplots: {path}, {jobs_path} (JCT CDF, queue length)\nrun folders: {out}/<policy>/")
     return 0
 
 
@@ -269,6 +272,6 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
         "--json",
         action="store_true",
         help="print {policy: {steps_per_hour, busy_share, idle_share, idle_share_all_active,"
-        " mean_step_s, preemptions}}",
+        " mean_step_s, preemptions, jobs: {experiments_per_hour, mean_jct_s, ...}, ceiling_steps_per_hour}}",
     )
     parser.set_defaults(run=compare_main)

@@ -6,13 +6,23 @@ Besides each policy's run, each pipeline is run alone twice:
   be given as a slowdown against the time the pipeline would take with its own GPUs and nobody
   to share with;
 - with every GPU its mappings allow and nobody else (the `rlix` policy with no other pipeline):
-  its *unshared* rate. Each pipeline running at that rate from its own arrival gives the
-  *ceiling*: total steps over the latest such finish. Set against it, a policy's steps per hour
-  says how much sharing left on the table. It is a ceiling in practice, not a proof: more GPUs
-  also mean more of a pipeline's own rank moves (weight loads, its training preempting its own
-  rollout), so a shared pipeline can run a little faster than unshared (up to 1.4% in the
-  bundled scenarios: mixed-lora's lora-b under rlix), while the overall ceiling held in all of
-  them.
+  its *unshared* rate and its busy GPU-time.
+
+The *ceiling* is total steps over a lower bound on the makespan, the larger of two:
+
+- each pipeline's critical path: its arrival plus its unshared duration (it cannot go faster
+  than alone with every GPU it may use);
+- the work: the first arrival plus every pipeline's busy GPU-seconds when unshared over the
+  pool's GPUs (an oversubscribed pool cannot do more GPU-work per second than it has GPUs).
+
+Set against it, a policy's steps per hour says how much sharing left on the table. It is a
+ceiling in practice, not a proof: more GPUs also mean more of a pipeline's own rank moves
+(weight loads, its training preempting its own rollout), so a shared pipeline can run a little
+faster than unshared (up to 1.4% in the bundled scenarios: mixed-lora's lora-b under rlix),
+and a shared pool can do a job's work in less busy GPU-time than that job alone.
+
+Pipelines that differ only in id and arrival (a stream's jobs of one template) share their
+alone runs (rlix.sim.alone.signature).
 """
 
 from __future__ import annotations
@@ -25,10 +35,18 @@ from typing import Any
 import pandas as pd
 
 from rlix.scenarios import Scenario
+from rlix.sim.alone import signature
 from rlix.sim.api import alone_on_home, alone_on_pool, simulate
 
 OVERALL_COLUMNS = (
     ("steps_per_hour", "steps/h", "{:.2f}"),
+    ("jobs.experiments_per_hour", "exp/h", "{:.2f}"),
+    ("jobs.mean_jct_s", "mean JCT s", "{:,.0f}"),
+    ("jobs.p95_jct_s", "p95 JCT s", "{:,.0f}"),
+    ("jobs.mean_queueing_s", "mean queue s", "{:,.0f}"),
+    ("jobs.p95_queueing_s", "p95 queue s", "{:,.0f}"),
+    ("jobs.mean_slowdown", "mean slowdown", "{:.2f}x"),
+    ("jobs.p95_slowdown", "p95 slowdown", "{:.2f}x"),
     ("steps_per_hour_per_gpu", "steps/h/GPU", "{:.3f}"),
     ("tokens_per_gpu_hour", "tok/GPU-h", "{:,.0f}"),
     ("busy_share", "busy", "{:.1%}"),
@@ -48,6 +66,7 @@ class Unshared:
 
     steps: int
     duration_s: float  # from its arrival to its end (its last step, or the scenario's cut)
+    busy_gpu_s: float = 0.0  # GPU-seconds busy (a stage or a rollout running)
 
     @property
     def steps_per_hour(self) -> float | None:
@@ -61,15 +80,27 @@ class Comparison:
     run_dirs: dict[str, Path | None] = field(default_factory=dict)
     unshared: dict[str, Unshared] = field(default_factory=dict)
     arrival_s: dict[str, float] = field(default_factory=dict)
+    alone_jct_s: dict[str, float] = field(default_factory=dict)
+    num_gpus: int = 0
 
-    def ceiling_steps_per_hour(self) -> float | None:
-        """Total steps over the latest (arrival + unshared duration): see the module docstring.
-        None without every pipeline's unshared run."""
+    def makespan_bound_s(self) -> float | None:
+        """The larger of the critical path and the work bound (module docstring); None without
+        every pipeline's unshared run."""
         if not self.unshared or set(self.unshared) != set(self.arrival_s):
             return None
-        end_s = max(self.arrival_s[pid] + run.duration_s for pid, run in self.unshared.items())
+        path_s = max(self.arrival_s[pid] + run.duration_s for pid, run in self.unshared.items())
+        work_s = 0.0
+        if self.num_gpus:
+            work_s = min(self.arrival_s.values()) + sum(r.busy_gpu_s for r in self.unshared.values()) / self.num_gpus
+        return max(path_s, work_s)
+
+    def ceiling_steps_per_hour(self) -> float | None:
+        """Total steps over the makespan bound: see the module docstring."""
+        bound_s = self.makespan_bound_s()
+        if bound_s is None:
+            return None
         steps = sum(run.steps for run in self.unshared.values())
-        return steps * 3600.0 / end_s if end_s > 0 else None
+        return steps * 3600.0 / bound_s if bound_s > 0 else None
 
     def slowdown(self, policy: str, pipeline_id: str) -> float:
         alone = self.alone_step_s.get(pipeline_id)
@@ -115,17 +146,21 @@ class Comparison:
         keys = {"steps_per_hour": "steps_per_hour", "busy_share": "busy_share", "idle_share": "idle_share",
                 "idle_share_all_active": "idle_share_all_active", "mean_step_s": "mean_step_time_s",
                 "preemptions": "preemptions"}
+        ceiling = self.ceiling_steps_per_hour()
         return {
-            policy: {name: overall_figure(s["overall"], key) for name, key in keys.items()}
+            policy: {**{name: overall_figure(s["overall"], key) for name, key in keys.items()},
+                     "jobs": dict(s["overall"].get("jobs") or {}), "ceiling_steps_per_hour": ceiling}
             for policy, s in self.summaries.items()
         }
 
 
 def overall_figure(overall: dict[str, Any], key: str) -> Any:
     """An overall figure of a summary; `idle_share_all_active` is its all_active window's idle
-    share (None without such a window)."""
+    share (None without such a window); `jobs.X` is figure X of its job figures."""
     if key == "idle_share_all_active":
         return (overall.get("all_active") or {}).get("idle_share")
+    if key.startswith("jobs."):
+        return (overall.get("jobs") or {}).get(key.removeprefix("jobs."))
     return overall.get(key)
 
 
@@ -146,39 +181,33 @@ def compare(
     alone: bool = True,
     progress: Callable[[str, float], None] | None = None,
 ) -> Comparison:
-    summaries: dict[str, dict[str, Any]] = {}
-    run_dirs: dict[str, Path | None] = {}
+    from rlix.sim.api import resolve_scenario
+
+    base = resolve_scenario(scenario, None, trace, columns, seed)
+    comparison = Comparison({}, num_gpus=base.num_gpus)
+    if alone:  # first: every policy's job figures take the alone times
+        _run_alone(comparison, base, progress)
     for policy in policies:
         result = simulate(
-            scenario,
+            base,
             policy,
-            trace=trace,
-            columns=columns,
-            seed=seed,
             out=None if out is None else out / policy,
             overwrite=True,
             progress=None if progress is None else (lambda t, p=policy: progress(p, t)),
+            alone_s=comparison.alone_jct_s or None,
         )
-        summaries[policy] = result.summary
-        run_dirs[policy] = result.run_dir
-    comparison = Comparison(summaries, run_dirs=run_dirs)
-    if alone:
-        _run_alone(comparison, scenario, trace, columns, seed, progress)
+        comparison.summaries[policy] = result.summary
+        comparison.run_dirs[policy] = result.run_dir
     return comparison
 
 
 def _run_alone(
-    comparison: Comparison,
-    scenario: Scenario,
-    trace: str | None,
-    columns: dict[str, str] | None,
-    seed: int | None,
-    progress: Callable[[str, float], None] | None,
+    comparison: Comparison, base: Scenario, progress: Callable[[str, float], None] | None
 ) -> None:
-    """Each pipeline alone on its home, then alone with every GPU its mappings allow."""
-    from rlix.sim.api import resolve_scenario
-
-    base = resolve_scenario(scenario, None, trace, columns, seed)
+    """Each pipeline alone on its home, then alone with every GPU its mappings allow; runs
+    shared by pipelines of one signature."""
+    home_runs: dict[str, dict[str, Any]] = {}
+    pool_runs: dict[str, dict[str, Any]] = {}
 
     def run(alone: Scenario, label: str) -> dict[str, Any]:
         report = None if progress is None else (lambda t: progress(label, t))
@@ -187,12 +216,19 @@ def _run_alone(
 
     for pipeline in base.pipelines:
         pid = pipeline.id
+        key = signature(base, pid)
         comparison.arrival_s[pid] = pipeline.arrival_s
-        home = run(alone_on_home(base, pid), f"{pid} alone")
-        comparison.alone_step_s[pid] = home["pipelines"].get(pid, {}).get("mean_step_time_s") or float("nan")
-        pool = run(alone_on_pool(base, pid), f"{pid} unshared")
-        if pid in pool["pipelines"]:
-            comparison.unshared[pid] = Unshared(int(pool["pipelines"][pid]["steps"]), float(pool["makespan_s"]))
+        if key not in home_runs:
+            home_runs[key] = run(alone_on_home(base, pid), f"{pid} alone")
+            pool_runs[key] = run(alone_on_pool(base, pid), f"{pid} unshared")
+        home, pool = home_runs[key], pool_runs[key]
+        (alone_figures,) = home["pipelines"].values()
+        comparison.alone_step_s[pid] = alone_figures.get("mean_step_time_s") or float("nan")
+        comparison.alone_jct_s[pid] = float(home["makespan_s"])
+        if pool["pipelines"]:
+            (unshared,) = pool["pipelines"].values()
+            busy_gpu_s = (pool["overall"].get("busy_share") or 0.0) * pool["num_gpus"] * pool["makespan_s"]
+            comparison.unshared[pid] = Unshared(int(unshared["steps"]), float(pool["makespan_s"]), busy_gpu_s)
 
 
 def plot_comparison(comparison: Comparison, path: Path) -> Path:

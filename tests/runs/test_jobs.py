@@ -81,3 +81,14 @@ def test_the_jobs_table_is_written_and_read_back(tmp_path: Path) -> None:
     assert list(jobs.index) == ["A", "B"]
     assert jobs.loc["B", "queueing_s"] == pytest.approx(90.0)
     assert jobs.loc["B", "slowdown"] == pytest.approx(2.8)
+
+
+def test_queue_length_and_the_job_plot(tmp_path: Path) -> None:
+    from rlix.runs.jobs_plot import plot_jobs, queue_length
+
+    figures = summary(tables_from_recorder(two_jobs()), alone_s=ALONE)
+    times, waiting = queue_length(figures["pipelines"])
+    # A arrives and starts at 0; B arrives at 10 and starts at 100
+    assert times.tolist() == [0.0, 0.0, 10.0, 100.0] and waiting.tolist() == [1, 0, 1, 0]
+    path = plot_jobs({"static": figures}, tmp_path / "jobs.png")
+    assert path.stat().st_size > 10_000

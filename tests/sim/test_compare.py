@@ -83,3 +83,29 @@ def test_alone_runs_of_a_cut_scenario_stop_at_the_cut() -> None:
     assert comparison.ceiling_steps_per_hour() == pytest.approx(
         (runs["ft"].steps + runs["lora"].steps) * 3600.0 / 85.0
     )
+
+
+def test_the_ceiling_bounds_an_oversubscribed_pool_by_its_work() -> None:
+    """By hand: two jobs of 10 steps arrive at 0 and 30 on 8 GPUs; alone with every GPU each
+    takes 100 s busy for 800 GPU-s. Critical path: 30 + 100 = 130 s; work: 0 + 1,600 / 8 =
+    200 s; the bound is the larger, 200 s, so 20 steps in 200 s: 360 steps/h."""
+    from rlix.sim.compare import Comparison, Unshared
+
+    comparison = Comparison({}, num_gpus=8, arrival_s={"a": 0.0, "b": 30.0},
+                            unshared={"a": Unshared(10, 100.0, 800.0), "b": Unshared(10, 100.0, 800.0)})
+    assert comparison.makespan_bound_s() == pytest.approx(200.0)
+    assert comparison.ceiling_steps_per_hour() == pytest.approx(360.0)
+    comparison.num_gpus = 32  # a larger pool: the critical path binds
+    assert comparison.makespan_bound_s() == pytest.approx(130.0)
+
+
+def test_compare_json_has_job_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    assert main(["compare", "tiny", "--policies", "rlix,static-backfill", "--json", "--quiet",
+                 "--out", str(tmp_path / "cmp")]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    for policy in ("rlix", "static-backfill"):
+        jobs = figures[policy]["jobs"]
+        assert jobs["count"] == 2 and jobs["finished"] == 2 and jobs["mean_slowdown"] > 0
+        assert figures[policy]["ceiling_steps_per_hour"] >= figures[policy]["steps_per_hour"] * 0.999
