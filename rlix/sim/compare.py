@@ -12,8 +12,12 @@ The *ceiling* is total steps over a lower bound on the makespan, the larger of t
 
 - each pipeline's critical path: its arrival plus its unshared duration (it cannot go faster
   than alone with every GPU it may use);
-- the work: the first arrival plus every pipeline's busy GPU-seconds when unshared over the
+- the work: the first arrival plus every pipeline's gang-stage GPU-seconds (training, log-
+  probs, values: each takes its whole mapping for a duration no sharing changes) over the
   pool's GPUs (an oversubscribed pool cannot do more GPU-work per second than it has GPUs).
+  Rollout GPU-time is left out: it depends on how trajectories are packed on ranks (spread
+  over more ranks, a step's tail keeps more GPUs busy), so it is no conserved amount of work,
+  and the bound stays a bound.
 
 Set against it, a policy's steps per hour says how much sharing left on the table. It is a
 ceiling in practice, not a proof: more GPUs also mean more of a pipeline's own rank moves
@@ -66,7 +70,7 @@ class Unshared:
 
     steps: int
     duration_s: float  # from its arrival to its end (its last step, or the scenario's cut)
-    busy_gpu_s: float = 0.0  # GPU-seconds busy (a stage or a rollout running)
+    gang_gpu_s: float = 0.0  # GPU-seconds of its gang stages (training, log-probs, values)
 
     @property
     def steps_per_hour(self) -> float | None:
@@ -91,7 +95,7 @@ class Comparison:
         path_s = max(self.arrival_s[pid] + run.duration_s for pid, run in self.unshared.items())
         work_s = 0.0
         if self.num_gpus:
-            work_s = min(self.arrival_s.values()) + sum(r.busy_gpu_s for r in self.unshared.values()) / self.num_gpus
+            work_s = min(self.arrival_s.values()) + sum(r.gang_gpu_s for r in self.unshared.values()) / self.num_gpus
         return max(path_s, work_s)
 
     def ceiling_steps_per_hour(self) -> float | None:
@@ -211,7 +215,10 @@ def _run_alone(
 
     def run(alone: Scenario, label: str) -> dict[str, Any]:
         report = None if progress is None else (lambda t: progress(label, t))
-        summary: dict[str, Any] = simulate(alone, plots=False, progress=report).summary
+        result = simulate(alone, plots=False, progress=report)
+        activity = result.tables["activity"]
+        gang = activity[(activity["cluster"] != "actor_infer") & (activity["kind"] == "busy")]
+        summary: dict[str, Any] = dict(result.summary, gang_gpu_s=float((gang["t_end"] - gang["t_start"]).sum()))
         return summary
 
     for pipeline in base.pipelines:
@@ -227,8 +234,7 @@ def _run_alone(
         comparison.alone_jct_s[pid] = float(home["makespan_s"])
         if pool["pipelines"]:
             (unshared,) = pool["pipelines"].values()
-            busy_gpu_s = (pool["overall"].get("busy_share") or 0.0) * pool["num_gpus"] * pool["makespan_s"]
-            comparison.unshared[pid] = Unshared(int(unshared["steps"]), float(pool["makespan_s"]), busy_gpu_s)
+            comparison.unshared[pid] = Unshared(int(unshared["steps"]), float(pool["makespan_s"]), pool["gang_gpu_s"])
 
 
 def plot_comparison(comparison: Comparison, path: Path) -> Path:

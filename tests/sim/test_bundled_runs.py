@@ -21,7 +21,6 @@ from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.scenarios.load import validate_scenario
 from rlix.sim import simulate
 
-
 #: A stream's first jobs (lab-day has ~270): enough to queue and share, in seconds.
 MAX_PIPELINES = 12
 

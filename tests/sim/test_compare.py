@@ -87,8 +87,8 @@ def test_alone_runs_of_a_cut_scenario_stop_at_the_cut() -> None:
 
 def test_the_ceiling_bounds_an_oversubscribed_pool_by_its_work() -> None:
     """By hand: two jobs of 10 steps arrive at 0 and 30 on 8 GPUs; alone with every GPU each
-    takes 100 s busy for 800 GPU-s. Critical path: 30 + 100 = 130 s; work: 0 + 1,600 / 8 =
-    200 s; the bound is the larger, 200 s, so 20 steps in 200 s: 360 steps/h."""
+    takes 100 s, its gang stages 800 GPU-s. Critical path: 30 + 100 = 130 s; work: 0 + 1,600 /
+    8 = 200 s; the bound is the larger, 200 s, so 20 steps in 200 s: 360 steps/h."""
     from rlix.sim.compare import Comparison, Unshared
 
     comparison = Comparison({}, num_gpus=8, arrival_s={"a": 0.0, "b": 30.0},
