@@ -24,22 +24,15 @@ from tqdm import tqdm
 
 from rlix.policy import POLICIES
 from rlix.scenarios import bundled_scenarios, load_scenario
-from rlix.sim.compare import compare, overall_figure
+from rlix.sim.compare import OVERALL_COLUMNS, compare, overall_figure
 from rlix.sim.report import format_table
 
 SKIPPED = ("cluster-1024", "cpu-demo")
-COLUMNS = (
-    ("steps_per_hour", "steps/h", "{:.1f}"),
-    ("jobs.experiments_per_hour", "exp/h", "{:.2f}"),
-    ("jobs.mean_jct_s", "mean JCT s", "{:,.0f}"),
-    ("jobs.p95_jct_s", "p95 JCT s", "{:,.0f}"),
-    ("jobs.mean_queueing_s", "mean queue s", "{:,.0f}"),
-    ("jobs.p95_queueing_s", "p95 queue s", "{:,.0f}"),
-    ("jobs.mean_slowdown", "mean slowdown", "{:.2f}"),
-    ("jobs.p95_slowdown", "p95 slowdown", "{:.2f}"),
-    ("idle_share", "idle", "{:.1%}"),
-    ("loading_share", "loading", "{:.1%}"),
-)
+#: The figures of compare's table that this bench reports (same labels and formats).
+KEYS = ("steps_per_hour", "jobs.experiments_per_hour", "jobs.mean_jct_s", "jobs.p95_jct_s",
+        "jobs.mean_queueing_s", "jobs.p95_queueing_s", "jobs.mean_slowdown", "jobs.p95_slowdown",
+        "idle_share", "loading_share")
+COLUMNS = tuple(column for key in KEYS for column in OVERALL_COLUMNS if column[0] == key)
 
 
 def bench(scenarios: list[str], policies: list[str], quiet: bool) -> list[dict[str, Any]]:

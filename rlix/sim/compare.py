@@ -22,8 +22,7 @@ The *ceiling* is total steps over a lower bound on the makespan, the larger of t
 Set against it, a policy's steps per hour says how much sharing left on the table. It is a
 ceiling in practice, not a proof: more GPUs also mean more of a pipeline's own rank moves
 (weight loads, its training preempting its own rollout), so a shared pipeline can run a little
-faster than unshared (up to 1.4% in the bundled scenarios: mixed-lora's lora-b under rlix),
-and a shared pool can do a job's work in less busy GPU-time than that job alone.
+faster than unshared (up to 1.4% in the bundled scenarios: mixed-lora's lora-b under rlix).
 
 Pipelines that differ only in id and arrival (a stream's jobs of one template) share their
 alone runs (rlix.sim.alone.signature).
