@@ -37,7 +37,6 @@ from rlix.policy.state import (
     RANK_INACTIVE,
     ClusterHold,
     HoldStatus,
-    PipelineState,
     Rank,
     RankStatus,
     Request,
@@ -171,7 +170,7 @@ class Ledger:
         donor = sched.pipelines[victim.pipeline_id]
         donor.num_active_gpus -= num_gpus
         del donor.active[victim.dp_rank]
-        _requeue_in_flight(donor, victim.dp_rank)
+        donor.requeue_rank(victim.dp_rank)
         rank.status = RANK_EXPANDING
         rank.decision_id = expand_id
         receiver = sched.pipelines[rank.pipeline_id]
@@ -189,7 +188,7 @@ class Ledger:
         pipeline = sched.pipelines[rank.pipeline_id]
         pipeline.num_active_gpus -= len(rank.gpus)
         del pipeline.active[rank.dp_rank]
-        _requeue_in_flight(pipeline, rank.dp_rank)
+        pipeline.requeue_rank(rank.dp_rank)
 
     def hold(self, request: Request, reason: str) -> None:
         if request.hold_reason != reason:
@@ -308,10 +307,3 @@ class Ledger:
         out, self.out = self.out, []
         return out
 
-
-def _requeue_in_flight(pipeline: PipelineState, dp_rank: int) -> None:
-    """A rank stopped: what it ran, by the last report, is queued again (until the next report
-    says where it went), so the pipeline is no longer in its tail if it had any."""
-    in_flight = pipeline.in_flight
-    if in_flight:
-        pipeline.queued += in_flight.pop(dp_rank, 0)

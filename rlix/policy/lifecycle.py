@@ -38,6 +38,7 @@ def on_registered(sched: Scheduler, event: ev.PipelineRegistered) -> None:
     if spec.pipeline_id in sched.pipelines:
         raise EventError("pipeline_id", spec.pipeline_id, "already registered")
     pipeline = PipelineState(spec=spec, registered_seq=sched.new_seq())
+    pipeline.placed = spec.placed
     for adapter in spec.adapter_names:
         pipeline.versions[adapter] = 0
     sched.pipelines[spec.pipeline_id] = pipeline
@@ -70,6 +71,7 @@ def place(sched: Scheduler, pipeline: PipelineState, home: tuple[int, ...], conf
     assert not pipeline.spec.placed and not pipeline.ranks
     spec = resolve(pipeline.spec, home, sched.topology, confine)
     pipeline.spec = spec
+    pipeline.placed = True
     _add_ranks(sched, pipeline)
     mappings = {name: c.mapping for name, c in spec.clusters.items() if c.scope}
     sched.ledger.place(pipeline.pipeline_id, spec.home, mappings)
@@ -249,8 +251,7 @@ def on_ranks_progressed(sched: Scheduler, event: ev.RanksProgressed) -> None:
         if rank >= len(pipeline.ranks) or rank in in_flight:
             raise EventError("in_flight", pair, f"names rank {rank} twice or a rank pipeline {pipeline.pipeline_id} does not have")
         in_flight[rank] = count
-    pipeline.in_flight = in_flight
-    pipeline.queued = event.queued
+    pipeline.report_ranks(in_flight, event.queued)
 
 
 def on_step_finished(sched: Scheduler, event: ev.TrainStepFinished) -> None:

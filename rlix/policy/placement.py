@@ -106,10 +106,12 @@ class RoundPlanner:
         keep_tail = self.sched.config.keep_busy_tail
         for donor in donors:
             ranks: Iterable[Rank] = donor.active.values()
+            kept: frozenset[int] = frozenset()
             if keep_tail and donor.in_flight:
                 ranks = _idle_first(donor)
+                kept = donor.busy if donor.in_tail else kept
             for donor_rank in ranks:
-                if keep_tail and _kept(donor_rank, self.sched):
+                if kept and donor_rank.dp_rank in kept:
                     continue
                 slot = donor_rank.slot
                 if slot not in partial:
@@ -267,4 +269,4 @@ def _idle_first(donor: PipelineState) -> Iterable[Rank]:
 def _kept(rank: Rank, sched: Scheduler) -> bool:
     """A busy rank of a pipeline in its tail: a rebalance does not cut it (keep_busy_tail)."""
     pipeline = sched.pipelines[rank.pipeline_id]
-    return pipeline.in_tail and (pipeline.in_flight or {}).get(rank.dp_rank, 0) > 0
+    return pipeline.in_tail and rank.dp_rank in pipeline.busy

@@ -50,8 +50,11 @@ class Policy:
     guarantees: ClassVar[frozenset[int]] = ALL_INVARIANTS
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
+        pipelines = sched.pipelines.values()
+        if all(p.placed for p in pipelines):  # the common case: no sized home waits
+            return frozenset(p.pipeline_id for p in pipelines if p.admitted)
         place_admitted(sched)
-        return frozenset(p.pipeline_id for p in sched.pipelines.values() if p.admitted and p.spec.placed)
+        return frozenset(p.pipeline_id for p in pipelines if p.admitted and p.placed)
 
     def round_ready(self, sched: Scheduler, event: Event) -> bool:
         """Whether a decision round runs after `event` (else the event is only applied)."""

@@ -120,7 +120,10 @@ def _tail_targets(sched: Scheduler, rollers: list[PipelineState], budget: int) -
         if not pipeline.in_tail:
             others += pipeline.tp if pipeline.demand > 0 else 0
             continue
-        busy = sum(len(r.gpus) for r in pipeline.busy_ranks() if not reserved or reserved.keys().isdisjoint(r.gpus))
+        if reserved:
+            busy = sum(len(r.gpus) for n, r in pipeline.active.items() if n in pipeline.busy and reserved.keys().isdisjoint(r.gpus))
+        else:
+            busy = pipeline.busy_gpus()
         fixed[pipeline.pipeline_id] = max(busy, pipeline.tp if pipeline.demand > 0 else 0)
     return fixed if sum(fixed.values()) + others <= budget else {}
 

@@ -108,6 +108,13 @@ class PipelineState:
     #: (None: no report since the rollout started).
     in_flight: dict[int, int] | None = None
     queued: int = 0
+    #: dp_ranks the last report found running trajectories (kept with `in_flight`).
+    busy: frozenset[int] = frozenset()
+    #: Nothing queued by the last report: every trajectory left runs on a rank (kept in step
+    #: with `in_flight` and `queued` by the core; read on every round).
+    in_tail: bool = False
+    #: The spec maps every cluster (false only for a sized home not placed yet).
+    placed: bool = True
     num_active_gpus: int = 0  # GPUs of EXPANDING or ACTIVE ranks
     active: dict[int, Rank] = field(default_factory=dict)  # EXPANDING or ACTIVE, by dp_rank
     versions: dict[str, int] = field(default_factory=dict)
@@ -135,6 +142,7 @@ class PipelineState:
         self.remaining = {}
         self.reported_total = None
         self.in_flight = None
+        self.in_tail = False
         # A rank released while its Expand was in flight is wanted again: keep it.
         for rank in self.active.values():
             rank.release_when_applied = False
@@ -146,17 +154,31 @@ class PipelineState:
         self.remaining = {}
         self.reported_total = None
         self.in_flight = None
+        self.in_tail = False
 
-    @property
-    def in_tail(self) -> bool:
-        """Rolling with nothing queued: every trajectory left is already running on a rank
-        (as last reported), so more ranks cannot help it and idle ranks are free to go."""
-        return self.rolling and self.in_flight is not None and self.queued == 0
+    def report_ranks(self, in_flight: dict[int, int], queued: int) -> None:
+        """A RanksProgressed: where the rollout work is. In its tail when nothing is queued:
+        every trajectory left already runs on a rank, so more ranks cannot help it and idle
+        ranks are free to go."""
+        self.in_flight = in_flight
+        self.queued = queued
+        self.busy = frozenset(rank for rank, count in in_flight.items() if count)
+        self.in_tail = self.rolling and queued == 0
 
-    def busy_ranks(self) -> list[Rank]:
-        """Active or expanding ranks that run trajectories (by the last report)."""
-        in_flight = self.in_flight or {}
-        return [rank for rank in self.active.values() if in_flight.get(rank.dp_rank, 0) > 0]
+    def requeue_rank(self, dp_rank: int) -> None:
+        """A rank stopped: what it ran, by the last report, is queued again (until the next
+        report says where it went), so the pipeline is out of its tail if it had any."""
+        if self.in_flight:
+            count = self.in_flight.pop(dp_rank, 0)
+            if count:
+                self.queued += count
+                self.busy = self.busy - {dp_rank}
+                self.in_tail = False
+
+    def busy_gpus(self) -> int:
+        """GPUs of the active ranks that run trajectories (by the last report)."""
+        active = self.active
+        return self.tp * sum(1 for rank in self.busy if rank in active)
 
     @property
     def admitted(self) -> bool:

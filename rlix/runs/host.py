@@ -80,7 +80,7 @@ class Host(Generic[F]):
         self._outstanding: set[tuple[str, int]] = set()
         self._remaining: dict[str, int] = {}
         #: What the last RanksProgressed said (see ranks_progress); reset with each rollout.
-        self._ranks_key: tuple[bool, tuple[tuple[int, int], ...] | None] | None = None
+        self._ranks_key: tuple[bool, tuple[int, ...] | None] | None = None
         self._steps: dict[tuple[str, int], dict[str, Any]] = {}
 
     # --- life cycle -----------------------------------------------------------------------
@@ -263,13 +263,18 @@ class Host(Generic[F]):
                 name = None if adapter == BASE_ADAPTER else adapter
                 self.loop.send(ev.RolloutProgressed(now, self.pipeline_id, float(count), name))
 
+    @property
+    def ranks_queued(self) -> bool:
+        """Whether the last report said work was queued (then only its end needs a report)."""
+        return self._ranks_key is not None and self._ranks_key[0]
+
     def ranks_progress(self, in_flight: dict[int, int], queued: int) -> None:
         """Where the rollout work is: trajectories running per active rank, and queued. Sent
-        when it changes what the policy reads from it: whether anything is queued, and while
-        nothing is, which ranks are busy and how many trajectories each runs."""
+        when it changes what the policy acts on: whether anything is queued, and while nothing
+        is, which ranks are busy (a report per completion would be a decision round each)."""
         if not self.rolling or not self.alive:
             return
-        key = (queued > 0, None if queued else tuple(sorted(in_flight.items())))
+        key = (queued > 0, None if queued else tuple(sorted(r for r, n in in_flight.items() if n)))
         if key == self._ranks_key:
             return
         self._ranks_key = key

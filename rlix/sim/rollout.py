@@ -266,7 +266,9 @@ class PipelineRollout:
             self._reported_total = total
             self.host.progress(dict(self.remaining))
         if total:
-            self.host.ranks_progress(group.running_by_rank(), group.num_queued)
+            queued = group.num_queued
+            if not (queued and self.host.ranks_queued):  # nothing new to say while work queues
+                self.host.ranks_progress(group.running_by_rank(), queued)
         for batch_id in finished:
             adapter, step = self._batch_keys[batch_id]
             self.host.batch_done(adapter, step, {"num_trajectories": self._batch_size[batch_id]})
