@@ -1,10 +1,11 @@
 """Policy ablation: the rlix policy with each of its switchable rules turned off in turn.
 
-Rules (rlix.policy.PolicyConfig): `keep_busy_tail` (a pipeline with nothing queued keeps its
-busy ranks and gives its idle ones), `home_floor` (a rolling pipeline's share is at least the
-GPUs of its home it can use), and the no-reversal interval `min_rebalance_interval_s` (30 s; off
-is 0). For each scenario: rlix with every rule, rlix without each one, rlix without any, and
-gap-ratio and static for reference. Figures: steps/h, mean JCT, idle and loading shares, and
+Rules (rlix.policy.PolicyConfig): `keep_busy_tail` (on by default: a pipeline with nothing
+queued keeps its busy ranks and gives its idle ones), `home_floor` (off by default: a rolling
+pipeline's share is at least the GPUs of its home it can use), and the no-reversal interval
+`min_rebalance_interval_s` (30 s; off is 0). For each scenario: rlix as it is, with each rule
+switched the other way (-rule: off, +rule: on), with all three off, and gap-ratio and static
+for reference. Figures: steps/h, mean JCT, idle and loading shares, and
 recomputed over generated tokens. Deterministic simulator figures.
 
     python bench/policy_ablation.py                  # the table
@@ -26,14 +27,17 @@ from rlix.sim import simulate
 from rlix.sim.report import format_table
 
 DEFAULT_SCENARIOS = ("agentic-4x32", "math-rlvr", "mixed-lora", "blog-4on12")
-RULES = {"keep_busy_tail": False, "home_floor": False, "min_rebalance_interval_s": 0.0}
+#: Each rule switched from its default: (label, override).
+SWITCHED = {"keep_busy_tail": ("-keep_busy_tail", False), "home_floor": ("+home_floor", True),
+            "min_rebalance_interval_s": ("-min_rebalance_interval_s", 0.0)}
+ALL_OFF = {"keep_busy_tail": False, "home_floor": False, "min_rebalance_interval_s": 0.0}
 
 
 def variants() -> list[tuple[str, str, dict[str, Any]]]:
     """(label, policy, config overrides)."""
     out: list[tuple[str, str, dict[str, Any]]] = [("rlix", "rlix", {})]
-    out += [(f"rlix -{rule}", "rlix", {rule: off}) for rule, off in RULES.items()]
-    out += [("rlix -all", "rlix", dict(RULES)), ("gap-ratio", "gap-ratio", {}), ("static", "static", {})]
+    out += [(f"rlix {label}", "rlix", {rule: value}) for rule, (label, value) in SWITCHED.items()]
+    out += [("rlix, all off", "rlix", dict(ALL_OFF)), ("gap-ratio", "gap-ratio", {}), ("static", "static", {})]
     return out
 
 

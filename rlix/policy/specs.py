@@ -295,9 +295,10 @@ class PolicyConfig:
     keep_busy_tail: bool = True
     #: A rolling pipeline's share is at least the GPUs of its home it can use (its rollout
     #: bundles inside its home, at most one bundle per trajectory left), when these floors fit
-    #: the GPUs rollout may use together: sharing lends what owners leave idle and never
-    #: leaves a pipeline with less than it would have alone on its home.
-    home_floor: bool = True
+    #: the GPUs rollout may use together: sharing lends only what owners leave idle. Off by
+    #: default: on the bundled scenarios it cost steps/h (agentic-4x32 41.2 -> 40.3, math-rlvr
+    #: 191.7 -> 190.7) and won nothing (bench/policy_ablation.py).
+    home_floor: bool = False
 
     def validate(self) -> None:
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s"):
