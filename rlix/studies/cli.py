@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out} is a file, not a folder")
     grid = parse_grid(args.grid, spec.get("grid"))
     base = load_scenario(scenario_ref)
+    grid.points(base)  # a bad axis is one line before anything else is shown
     bar = None
     if not args.quiet:
         from tqdm import tqdm
