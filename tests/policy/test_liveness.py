@@ -1,4 +1,9 @@
-"""Liveness (invariant 10): random finite workloads driven to completion finish, no deadlock."""
+"""Liveness (invariant 10): random finite workloads driven to completion finish, no deadlock.
+
+Besides the core's own checker, every round is replayed by `tests.policy.replay_model` (GPU
+conservation against the core's owner table, gang and bundle shapes, the pacing bound), and at
+the end the decisions must have handed every GPU back.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from hypothesis import strategies as st
 
 from rlix.policy import POLICIES, Scheduler, Topology
 from tests.policy.builders import pipeline_specs, topologies
+from tests.policy.replay_model import DecisionReplay
 from tests.policy.toy_driver import Job, Loop, sequential_bound_s
 
 EXAMPLES = int(os.environ.get("RLIX_HYPOTHESIS_EXAMPLES", "500")) // 5
@@ -36,12 +42,15 @@ def workloads(draw: st.DrawFn) -> tuple[Topology, list[Job]]:
 def test_every_pipeline_finishes(policy: str, workload: tuple[Topology, list[Job]], fail_every: int) -> None:
     topology, jobs = workload
     loop = Loop(Scheduler(topology, policy, check_invariants=True), jobs, fail_every=fail_every)
+    replay = DecisionReplay(topology.num_gpus)
+    loop.observers.append(lambda event, decisions: replay.observe(event, decisions, loop.sched))
     bound = sequential_bound_s(jobs) * (3 if fail_every else 1)
     finished = loop.run(max_time_s=bound)
     stuck = {j.pipeline_id: (j.phase, j.step) for j in jobs if j.pipeline_id not in finished}
     assert not stuck, f"not finished by t={bound}: {stuck}"
     assert not loop.sched.pipelines
     assert loop.sched.cluster.num_free == topology.num_gpus
+    assert not replay.owner and not replay.inflight
 
 
 def test_sharing_beats_running_one_after_another() -> None:

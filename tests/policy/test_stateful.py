@@ -1,7 +1,10 @@
 """Hypothesis stateful tests: random interleavings of every event kind, for every policy.
 
 The scheduler runs with `check_invariants=True`, so each of the ten invariants a policy
-guarantees is checked after every event. Bad events must raise a typed error and leave the
+guarantees is checked after every event. The machine checks the main ones again its own way,
+from the decisions alone (`tests.policy.replay_model`: GPU conservation against the core's owner
+table, gang and bundle shapes, the pacing bound), so a checker that stopped checking would not
+leave these runs unguarded. Bad events must raise a typed error and leave the
 state exactly as it was. RLIX_HYPOTHESIS_EXAMPLES sets the examples per policy (default 500).
 """
 
@@ -47,6 +50,7 @@ from rlix.policy import (
 from rlix.policy.state import HoldStatus
 from tests.policy.builders import pipeline_specs, topologies
 from tests.policy.digest import digest
+from tests.policy.replay_model import DecisionReplay
 
 EXAMPLES = int(os.environ.get("RLIX_HYPOTHESIS_EXAMPLES", "500"))
 #: The defaults, and the corners: retry and rebalance at once, a margin with a short interval.
@@ -68,11 +72,15 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.num_registered = 0
         self.outstanding: dict[int, Grant | Expand | Shrink] = {}
         self.failed: set[int] = set()
+        self.replay = DecisionReplay(topology.num_gpus)
 
     # --- plumbing ---------------------------------------------------------------------------
 
     def send(self, event: Event) -> None:
-        for decision in self.sched.handle(event):
+        decisions = self.sched.handle(event)
+        # Conservation, gang wholeness and pacing, from the decisions alone (replay_model.py).
+        self.replay.observe(event, decisions, self.sched)
+        for decision in decisions:
             if isinstance(decision, Grant | Expand | Shrink):
                 self.outstanding[decision.decision_id] = decision
             elif isinstance(decision, Revoke):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlix.policy import (
@@ -86,9 +87,14 @@ class Loop:
         self.log: list[tuple[float, Decision]] = []
         self.failed_ids: set[int] = set()
         self.to_carry_out: deque[Decision] = deque()
+        #: Called with every accepted event and its round's decisions (independent checks).
+        self.observers: list[Callable[[Event, list[Decision]], None]] = []
 
     def send(self, event: Event) -> None:
-        for decision in self.sched.handle(event):
+        decisions = self.sched.handle(event)
+        for observe in self.observers:
+            observe(event, decisions)
+        for decision in decisions:
             self.log.append((self.now, decision))
             self.to_carry_out.append(decision)
 
