@@ -9,6 +9,8 @@ function alone, also catches a check that is no longer called.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from rlix.policy import (
@@ -16,6 +18,7 @@ from rlix.policy import (
     ClusterRequested,
     ClusterSpec,
     DecisionFailed,
+    Event,
     InvariantViolation,
     PipelineRemoved,
     PolicyConfig,
@@ -33,11 +36,11 @@ from tests.policy.drive import Driver
 FAKE = 900
 
 
-def breaks(sched: Scheduler, decisions: list[Decision], event: object = None) -> int | None:
+def breaks(sched: Scheduler, decisions: Sequence[Decision], event: Event | None = None) -> int | None:
     """The invariant `after_round` reports for `decisions` on the state as it is, or None."""
     checker = InvariantChecker(sched)
     try:
-        checker.after_round(event if event is not None else Tick(sched.now), decisions)  # type: ignore[arg-type]
+        checker.after_round(event if event is not None else Tick(sched.now), list(decisions))
     except InvariantViolation as violation:
         return violation.number
     return None
