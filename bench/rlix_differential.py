@@ -1,0 +1,199 @@
+"""Differential check of the `gap-ratio` policy against RLix's own planner.
+
+Draws random situations (seeded): a pool of 4-16 GPUs in nodes of 4 or 8, one to five
+pipelines registered in order, each with a rollout TP of 1, 2 or 4 and a random set of bundles
+(sometimes offset so bundles of different pipelines overlap in part), some holding their
+training gang, and each in one of four rollout states as RLix sees it:
+
+- pending: a rollout request waits, with an estimate, and no progress report yet;
+- reported: its rollout allocation exists (some of its ranks active, maybe none) and its
+  progress report says R trajectories of T are left;
+- silent: rolling, its request answered, nothing reported yet (RLix leaves it out);
+- idle: not rolling out at all.
+
+Each situation goes to RLix's `plan_generation_gap_ratio` stand-alone (bench/rlix_planner_side.py,
+in its own process, on the checkout given with --rlix) and, by the same events a driver would
+send, into rlix's `Scheduler` with the `gap-ratio` policy, whose next round is then planned.
+Same allocations = every pipeline ends with the same active dp ranks.
+
+    python bench/rlix_differential.py --rlix ../rlix             # 2,000 situations, one line
+    python bench/rlix_differential.py --rlix ../rlix --json      # one JSON line, first differences
+    python bench/rlix_differential.py --rlix ../rlix --situations 500 --seed 3
+
+RLix: github.com/rlops/rlix (its planner needs only the standard library; nothing is installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlix.policy import (
+    ClusterRequested,
+    ClusterSpec,
+    DecisionApplied,
+    PipelineAdmitted,
+    PipelineKind,
+    PipelineRegistered,
+    PipelineSpec,
+    RolloutProgressed,
+    Scheduler,
+    Tick,
+    Topology,
+)
+from rlix.policy.decisions import Expand, Grant
+from rlix.policy.gap_ratio import plan_gap_ratio
+from rlix.policy.policies import GapRatioPolicy
+
+PLANNER = "rlix/scheduler/planner.py"
+STATES = ("pending", "pending", "reported", "reported", "reported", "reported", "silent", "idle")
+
+
+def situation(rng: random.Random) -> dict[str, Any]:
+    gpn = rng.choice((4, 8))
+    num_gpus = gpn * rng.choice((1, 2))
+    taken: set[int] = set()  # GPUs under a training gang or an active rank
+    pipelines: list[dict[str, Any]] = []
+    for i in range(rng.randint(1, 6)):
+        tp = rng.choice([t for t in (1, 2, 4) if t <= gpn])
+        offset = rng.randrange(0, gpn - tp + 1) if rng.random() < 0.3 else 0
+        bundles = [list(range(n * gpn + s, n * gpn + s + tp))
+                   for n in range(num_gpus // gpn) for s in range(offset, gpn - tp + 1, tp)]
+        chosen = sorted(rng.sample(bundles, rng.randint(1, len(bundles))))
+        train = sorted(rng.sample(range(num_gpus), rng.randint(1, 2)))
+        holds = rng.random() < 0.3 and taken.isdisjoint(train)
+        if holds:
+            taken |= set(train)
+        total = rng.randint(1, rng.choice((8, 40, 500)))  # small totals make ties and halves
+        pipelines.append({"id": f"p{i}", "tp": tp, "rollout": [g for b in chosen for g in b], "train": train,
+                          "holds_train": holds, "state": rng.choice(STATES), "estimate": rng.randint(1, total),
+                          "total": total, "remaining": rng.randint(0, total), "active": []})
+    if rng.random() < 0.25:  # equal demands: shares that split a bundle in half, ties in the order
+        for p in pipelines:
+            p["total"] = p["remaining"] = p["estimate"] = pipelines[0]["total"]
+    for p in rng.sample(pipelines, len(pipelines)):  # ranks of rolling pipelines, on what is left
+        if p["state"] in ("reported", "silent"):
+            for rank in range(len(p["rollout"]) // p["tp"]):
+                bundle = p["rollout"][rank * p["tp"]:(rank + 1) * p["tp"]]
+                if rng.random() < 0.7 and taken.isdisjoint(bundle):
+                    taken |= set(bundle)
+                    p["active"].append(rank)
+    return {"num_gpus": num_gpus, "gpus_per_node": gpn, "pipelines": pipelines}
+
+
+class StagedGapRatio(GapRatioPolicy):
+    """The RLix model, except while a situation is being set up: then a round plans nothing
+    but the expansions it is told to make (`script`), so the state is exactly the situation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.script: dict[str, list[int]] | None = {}
+
+    def round_ready(self, sched: Scheduler, event: Any) -> bool:
+        return True if self.script is not None else super().round_ready(sched, event)
+
+    def plan_rollout(self, sched: Scheduler) -> None:
+        if self.script is None:
+            plan_gap_ratio(sched)
+            return
+        for pipeline_id, ranks in self.script.items():
+            for rank in ranks:
+                sched.ledger.expand(sched.pipelines[pipeline_id].ranks[rank])
+        self.script.clear()
+
+
+def staged(s: dict[str, Any]) -> Scheduler:
+    """The situation set up in a `Scheduler` (gap-ratio) by the events a driver would send."""
+    policy = StagedGapRatio()
+    sched = Scheduler(Topology(s["num_gpus"] // s["gpus_per_node"], s["gpus_per_node"]), policy)
+
+    def send(event: Any) -> None:
+        for decision in sched.handle(event):
+            if isinstance(decision, Grant | Expand):
+                sched.handle(DecisionApplied(0.0, decision.decision_id))
+
+    for p in s["pipelines"]:
+        clusters = {"actor_infer": ClusterSpec(p["tp"], tuple(p["rollout"])),
+                    "actor_train": ClusterSpec(1, tuple(p["train"]))}
+        send(PipelineRegistered(0.0, PipelineSpec(p["id"], PipelineKind.FULL_FINETUNE, clusters)))
+        send(PipelineAdmitted(0.0, p["id"]))
+    for p in s["pipelines"]:
+        if p["holds_train"]:
+            send(ClusterRequested(0.0, p["id"], "actor_train", 1))
+    for p in s["pipelines"]:
+        if p["state"] in ("reported", "silent"):  # a request RLix has answered, and its ranks
+            policy.script = {p["id"]: p["active"]}
+            send(ClusterRequested(0.0, p["id"], "actor_infer", 6, estimate=p["total"]))
+            sched.pipelines[p["id"]].rollout_request_pending = False
+        if p["state"] == "reported":
+            send(RolloutProgressed(0.0, p["id"], p["remaining"]))
+        elif p["state"] == "pending":
+            send(ClusterRequested(0.0, p["id"], "actor_infer", 6, estimate=p["estimate"]))
+    policy.script = None
+    return sched
+
+
+def rlix_model(s: dict[str, Any]) -> dict[str, list[int]]:
+    """The situation staged, then one gap-ratio cycle: each pipeline's active ranks after it."""
+    sched = staged(s)
+    sched.handle(Tick(1.0))  # wakes the next cycle (nothing is in flight)
+    return {p["id"]: sorted(sched.pipelines[p["id"]].active) for p in s["pipelines"]}
+
+
+def rlix_planner(checkout: Path, situations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    side = Path(__file__).with_name("rlix_planner_side.py")
+    lines = "".join(json.dumps(s) + "\n" for s in situations)
+    done = subprocess.run([sys.executable, str(side), str(checkout)], input=lines, capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"rlix_differential: RLix's planner did not run: {done.stderr.strip().splitlines()[-1:]}")
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def compare(checkout: Path, num_situations: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    situations = [situation(rng) for _ in range(num_situations)]
+    theirs = rlix_planner(checkout, situations)
+    differ = []
+    moved = 0  # situations where the planner changed anything (the ones that test it)
+    for index, (s, answer) in enumerate(zip(situations, theirs, strict=True)):
+        ours = rlix_model(s)
+        moved += any(ours[p["id"]] != sorted(p["active"]) for p in s["pipelines"])
+        reference = answer.get("active")
+        if reference is None or {pid: reference.get(pid, []) for pid in ours} != ours:
+            differ.append({"index": index, "situation": s, "rlix_planner": answer, "gap_ratio": ours})
+    return {"situations": num_situations, "seed": seed, "same": num_situations - len(differ),
+            "differ": len(differ), "moved": moved, "first_differences": differ[:3]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rlix", type=Path, help="a checkout of RLix (github.com/rlops/rlix)")
+    parser.add_argument("--situations", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="one JSON line, with the first differences")
+    args = parser.parse_args()
+    if args.rlix is None:
+        print("rlix_differential: needs an RLix checkout to compare with: --rlix PATH "
+              "(git clone https://github.com/rlops/rlix PATH)", file=sys.stderr)
+        sys.exit(2)
+    if not (args.rlix / PLANNER).is_file():
+        print(f"rlix_differential: {args.rlix} is not an RLix checkout (no {PLANNER})", file=sys.stderr)
+        sys.exit(2)
+    result = compare(args.rlix, args.situations, args.seed)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"gap-ratio makes the same allocations as RLix's planner in {result['same']:,} of "
+              f"{result['situations']:,} random situations (seed {result['seed']}; in {result['moved']:,} of "
+              f"them the model moved ranks)")
+    sys.exit(0 if result["differ"] == 0 else 1)
+
+
+if __name__ == "__main__":
+    main()

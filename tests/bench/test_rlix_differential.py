@@ -1,0 +1,76 @@
+"""bench/rlix_differential.py: the situations it draws are what the model is given, the model's
+side reproduces hand-checked RLix decisions, and without a checkout it says so in one line.
+With RLIX_CHECKOUT set to a checkout of RLix, a short comparison runs too."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlix.policy.state import RankStatus
+from tests.bench.bench_module import BENCH, load
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(BENCH / "rlix_differential.py"), *args], capture_output=True,
+                          text=True, check=False)
+
+
+def test_without_a_checkout_it_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    for args in ((), ("--rlix", str(tmp_path))):
+        done = run(*args)
+        assert done.returncode == 2 and done.stdout == ""
+        assert len(done.stderr.strip().splitlines()) == 1 and "RLix checkout" in done.stderr
+
+
+def test_the_model_is_given_exactly_the_situation() -> None:
+    bench = load("rlix_differential")
+    rng = random.Random(5)
+    for _ in range(200):
+        s = bench.situation(rng)
+        sched = bench.staged(s)
+        assert not sched.ledger.inflight
+        for p in s["pipelines"]:
+            state = sched.pipelines[p["id"]]
+            assert sorted(state.active) == sorted(p["active"])
+            assert all(r.status is RankStatus.ACTIVE for r in state.active.values())
+            assert ("actor_train" in state.holdings) == p["holds_train"]
+            assert state.rolling == (p["state"] != "idle")
+            assert state.rollout_request_pending == (p["state"] == "pending")
+            assert state.remaining == ({"base": p["remaining"]} if p["state"] == "reported" else {})
+
+
+def pipeline(pid: str, tp: int, state: str, **fields: Any) -> dict[str, Any]:
+    base = {"id": pid, "tp": tp, "rollout": [0, 1, 2, 3], "train": [0], "holds_train": False, "state": state,
+            "estimate": 100, "total": 100, "remaining": 0, "active": []}
+    return {**base, **fields}
+
+
+@pytest.mark.parametrize(("remaining", "expected"), [
+    # D (TP 1) holds all 4 GPUs with 1,200 left; A (TP 2) asks with an estimate of 100: R_A =
+    # 200 (the pending boost), targets D 3 and A 2, and each of A's bundles needs two of D's
+    # ranks while D may give up only one: nothing moves (tests/policy/test_gap_ratio.py).
+    (1200, {"D": [0, 1, 2, 3], "A": []}),
+    # With 400 left, D's target is 2 ranks, so it may give up 2: A's rank 0 takes D0 and D1.
+    (400, {"D": [2, 3], "A": [0]}),
+])
+def test_the_model_side_makes_rlix_hand_checked_decisions(remaining: int, expected: dict[str, list[int]]) -> None:
+    bench = load("rlix_differential")
+    s = {"num_gpus": 4, "gpus_per_node": 4, "pipelines": [
+        pipeline("D", 1, "reported", total=remaining, remaining=remaining, active=[0, 1, 2, 3]),
+        pipeline("A", 2, "pending", estimate=100),
+    ]}
+    assert bench.rlix_model(s) == expected
+
+
+@pytest.mark.skipif(not os.environ.get("RLIX_CHECKOUT"), reason="RLIX_CHECKOUT (a checkout of RLix) not set")
+def test_against_rlix_itself() -> None:
+    done = run("--rlix", os.environ["RLIX_CHECKOUT"], "--situations", "300")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "in 300 of 300" in done.stdout
