@@ -1,16 +1,24 @@
 """`rlix-exec`: run a scenario on Ray, or kill a pipeline of a running one.
 
-    rlix-exec run SCENARIO [--out DIR] [--address ADDR] [--quiet] [--policy NAME]
+    rlix-exec run SCENARIO [--out DIR] [--overwrite] [--address ADDR] [--quiet] [--policy NAME]
     rlix-exec kill PIPELINE_ID [--address ADDR]
 
 `run` takes a bundled scenario name (e.g. cpu-demo) or a YAML file. Without `--address` Ray
-starts locally with the scenario's GPUs declared (every listener on loopback); with it, the
-run joins that cluster. A bad scenario, model, task or reward is one error line, before any
-actor starts. The run folder (default `runs/exec-<scenario>-<time>`) holds the same tables as
-a simulator run; `rlix-sim replay` reproduces its decisions.
+starts locally with the scenario's GPUs declared (every listener on loopback, Ray's token
+auth as Ray sets it); with it, the run joins that cluster. A bad scenario, model, task,
+reward or output folder is one error line, before any actor starts. The run folder (default
+`runs/exec-<scenario>-<time>`) holds the same tables as a simulator run; `rlix-sim replay`
+reproduces its decisions. `--overwrite` replaces only a folder rlix wrote.
 
-`kill` reaches the orchestrator of the run (the last local one, or the cluster at `--address`)
-and removes the pipeline: its actors are killed and confirmed dead, then its GPUs go back.
+Ctrl-C or SIGTERM stops a run within seconds and writes the record so far (`summary.json`:
+`finished: false` and why); so does the death of the orchestrator. `summary.json` gives each
+pipeline's final state (finished / failed / killed / stopped, with the reason) and the faults
+the run survived. Of a scenario's faults the executor carries out `kill` only (lost GPUs and
+failed decisions are the simulator's).
+
+`kill` reaches the orchestrator of the run (the one on this machine, or the cluster at
+`--address`) and removes the pipeline: its actors are killed and confirmed dead, then its GPUs
+go back. With no run going it says so within seconds.
 """
 
 from __future__ import annotations
@@ -23,26 +31,47 @@ from typing import Any
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from rlix.policy import POLICIES
+
     parser = argparse.ArgumentParser(prog="rlix-exec", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a scenario on Ray")
     run.add_argument("scenario", help="bundled scenario name or YAML file")
-    run.add_argument("--out", help="run folder (default runs/exec-<scenario>-<time>)")
+    run.add_argument("--out", help="run folder (default runs/exec-<scenario>-<time>); checked before the run starts")
     run.add_argument("--address", help="join this Ray cluster instead of starting one locally")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
-    run.add_argument("--policy", help="override the scenario's policy")
-    run.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
+    run.add_argument("--policy", choices=sorted(POLICIES), help="override the scenario's policy")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace --out if it is a run folder rlix wrote (anything else is refused)")
     run.add_argument("--check-invariants", action="store_true", help="check the core's invariants after every event")
     kill = commands.add_parser("kill", help="kill a pipeline of the running scenario")
     kill.add_argument("pipeline_id")
-    kill.add_argument("--address", help="the Ray cluster (default: the last local run)")
+    kill.add_argument("--address", help="the Ray cluster (default: the run on this machine)")
     args = parser.parse_args(argv)
+    missing = _missing_extra()
+    if missing:
+        return _fail(f"the executor needs {missing}, which is not installed: "
+                     f"pip install torch=={TORCH_CPU} && pip install 'rlix[exec]' (on NVIDIA GPUs: 'rlix[gpu]')")
     try:
         return run_command(args) if args.command == "run" else kill_command(args)
     except KeyboardInterrupt:
         print("rlix-exec: interrupted", file=sys.stderr)
         return 130
+
+
+#: The CPU build of torch the `exec` extra pins (an unpinned torch is a multi-GB CUDA build).
+TORCH_CPU = "2.13.0"
+
+
+def _missing_extra() -> str | None:
+    """The first package of the executor's extra that cannot be imported, if any."""
+    import importlib.util
+
+    for module in ("ray", "psutil", "torch", "transformers", "peft"):
+        if importlib.util.find_spec(module) is None:
+            return module
+    return None
 
 
 def _fail(message: str) -> int:
@@ -51,27 +80,36 @@ def _fail(message: str) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from rlix.executor.run import ExecutorInputError, execute, plan
+    from rlix.executor.live import execute
+    from rlix.executor.run import ExecutorInputError, plan
+    from rlix.executor.session import SessionError
+    from rlix.runs.errors import RunError
+    from rlix.runs.paths import check_out_dir
     from rlix.scenarios import ScenarioError
 
     try:
         the_plan = plan(args.scenario, policy=args.policy)
-    except (ScenarioError, ExecutorInputError) as exc:
-        return _fail(str(exc))
-    out = args.out or f"runs/exec-{the_plan.scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    from rlix.executor.session import SessionError
-
-    try:
+        out = args.out or f"runs/exec-{the_plan.scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        check_out_dir(out, args.overwrite)  # here, not after hours of training
         result = execute(the_plan, out_dir=out, address=args.address, quiet=args.quiet,
                          check_invariants=args.check_invariants, overwrite=args.overwrite)
-    except (ExecutorInputError, SessionError) as exc:
+    except (ScenarioError, ExecutorInputError, SessionError, RunError) as exc:
         return _fail(str(exc))
     _print_summary(result, the_plan.setups)
+    if result.write_error:
+        print(f"rlix-exec: error: could not write {result.write_error}; the run is in {result.out_dir}",
+              file=sys.stderr)
+        return 1
+    if not result.finished:
+        print(f"rlix-exec: {result.stop_reason}; the record so far is in {result.out_dir}", file=sys.stderr)
+        return 130 if "SIG" in result.stop_reason else 1
     return 1 if any(s["status"] == "failed" for s in result.status.values()) else 0
 
 
 def _print_summary(result: Any, setups: list[Any]) -> None:
     print(f"\nrun folder: {result.out_dir}   wall time {result.wall_s:.1f} s")
+    for fault in result.faults:
+        print(f"  survived at {fault['t_s']:.1f} s: {fault['pipeline_id']} {fault['detail']}")
     rewards: dict[str, list[float]] = {}
     for row in result.recorder.steps:
         if "reward_mean" in row:
@@ -83,34 +121,72 @@ def _print_summary(result: Any, setups: list[Any]) -> None:
         reward = f"reward {r[0]:.3f} -> {r[-1]:.3f}" if r else "no steps"
         error = f"  ({status['error']})" if status.get("error") else ""
         print(f"  {pid:<12} {status['status']:<9} {len(r):>3} steps  {reward}{error}")
-    counts = result.snapshot.get("trajectories", {})
-    print(f"  trajectories: {counts.get('completed', 0)} completed, "
-          f"{sum(v for k, v in counts.items() if k != 'completed')} not")
+    statuses = result.recorder.rollouts["status"]
+    completed = sum(1 for status in statuses if status == "completed")
+    print(f"  trajectories: {completed} completed; {len(statuses) - completed} attempts cut short and re-queued")
 
 
 def kill_command(args: argparse.Namespace) -> int:
+    """Reach the run's orchestrator and kill one pipeline; answer within seconds either way.
+
+    The connection runs in a helper thread: Ray's client can block in C for minutes on an
+    address whose cluster is gone, where Python's Ctrl-C handler never runs. The main thread
+    only waits, so Ctrl-C and the deadline always work.
+    """
+    import threading
+
+    from rlix.executor import session
+
+    local = session.running_local_run()
+    address = args.address or (local.address if local is not None else None)
+    if address is None:
+        return _fail("no running rlix run on this machine (for a run on another Ray cluster, give its --address)")
+    if not session.reachable(address):
+        return _fail(f"no running rlix run at {address}: nothing answers there")
+    auth_mode = local.auth_mode if local is not None and local.address == address else None
+    outcome: dict[str, Any] = {}
+    worker = threading.Thread(target=_kill_remote, args=(address, auth_mode, args.pipeline_id, outcome),
+                              daemon=True)
+    worker.start()
+    worker.join(KILL_TIMEOUT_S)
+    if worker.is_alive():
+        return _fail(f"the Ray cluster at {address} did not answer within {KILL_TIMEOUT_S:.0f} s")
+    if "failure" in outcome:
+        return _fail(outcome["failure"])
+    print(f"pipeline {outcome['pipeline_id']}: {outcome['status']}")
+    return 0
+
+
+#: How long `kill` waits for the cluster (joining takes ~2-5 s on a loaded 2-core machine).
+KILL_TIMEOUT_S = 60.0
+
+
+def _kill_remote(address: str, auth_mode: str | None, pipeline_id: str, outcome: dict[str, Any]) -> None:
     import ray
 
     from rlix.executor import session
     from rlix.executor.orchestrator import ORCHESTRATOR_NAME
 
-    address = args.address or session.last_local_address()
-    if address is None:
-        return _fail("no local run found; give --address of the Ray cluster")
     try:
-        session.start(num_gpus=0, address=address)
+        session.start(num_gpus=0, address=address, auth_mode=auth_mode, quiet=True)
+        try:
+            handle = ray.get_actor(ORCHESTRATOR_NAME, namespace=session.NAMESPACE)
+        except ValueError:
+            outcome["failure"] = f"no rlix run in the Ray cluster at {address} (no orchestrator)"
+            return
+        outcome.update(ray.get(handle.kill_pipeline.remote(pipeline_id)))
     except session.SessionError as exc:
-        return _fail(str(exc))
-    try:
-        handle = ray.get_actor(ORCHESTRATOR_NAME, namespace=session.NAMESPACE)
-    except ValueError:
-        return _fail(f"no rlix orchestrator runs in the Ray cluster at {address}")
-    try:
-        result = ray.get(handle.kill_pipeline.remote(args.pipeline_id))
+        outcome["failure"] = str(exc)
     except ray.exceptions.RayTaskError as exc:
-        return _fail(str(exc.cause if exc.cause is not None else exc).splitlines()[0])
-    print(f"pipeline {result['pipeline_id']}: {result['status']}")
-    return 0
+        cause = exc.cause if exc.cause is not None else exc
+        if isinstance(cause, SystemExit | KeyboardInterrupt):  # the orchestrator was shut down meanwhile
+            outcome["failure"] = "the run ended before the kill was confirmed"
+            return
+        # KeyError's str() is the repr of its message: take the message itself.
+        message = cause.args[0] if isinstance(cause, KeyError) and cause.args else str(cause)
+        outcome["failure"] = str(message).splitlines()[0]
+    except ray.exceptions.RayActorError:
+        outcome["failure"] = "the run's orchestrator is gone (the run is ending or ended)"
 
 
 if __name__ == "__main__":

@@ -155,6 +155,11 @@ class MlTrainer:
         finally:
             self.model.offload()
 
+    def save_final(self, folder: str) -> None:
+        """The trained model as a loadable folder (`from_pretrained`), from its host copy: the
+        cluster's GPUs are not held after the last step, so nothing is onloaded."""
+        self.model.save(folder)
+
     def export_weights(self, adapter: str) -> Any:
         if hasattr(self.model, "adapter_state"):
             return self.model.adapter_state(adapter)
@@ -267,6 +272,17 @@ class MlWorkload:
         else:
             raise ValueError(f"ML workload: unknown stage {stage.stage!r}")
         return None
+
+    async def save_models(self, trainers: Mapping[str, Any], folder: str) -> None:
+        """`folder` gets the actor (a model folder; for multi-LoRA a PEFT adapter folder per
+        adapter, `folder/<adapter>/`) and, for PPO, the critic in `folder/critic/`."""
+        import os
+
+        os.makedirs(folder, exist_ok=True)
+        if "actor_train" in trainers:
+            await trainers["actor_train"].call.remote("save_final", folder)
+        if "critic" in trainers:
+            await trainers["critic"].call.remote("save_final", os.path.join(folder, "critic"))
 
     def _gae(self, state: _StepState) -> None:
         """PPO advantages and returns (as `local_loop.ppo_step`): KL-folded token rewards, GAE."""

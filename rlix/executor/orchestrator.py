@@ -66,6 +66,8 @@ class Orchestrator(ExternalApi):
         self.lost_nodes: set[int] = set()
         self._ids = itertools.count(1)
         self._background: list[asyncio.Task[None]] = []
+        #: Faults the run survived (a rollout worker replaced), for the run's summary.
+        self.faults: list[dict[str, Any]] = []
 
     def now(self) -> float:
         """Seconds since the orchestrator started (wall clock, never decreasing), the clock of
@@ -201,7 +203,8 @@ class Orchestrator(ExternalApi):
         """End a pipeline now: its actors are killed and confirmed dead, then its GPUs go back."""
         record = self.pipelines.get(pipeline_id)
         if record is None:
-            raise KeyError(f"no pipeline {pipeline_id!r} (known: {sorted(self.pipelines)})")
+            launched = ", ".join(sorted(self.pipelines)) or "none launched yet"
+            raise KeyError(f"no pipeline {pipeline_id} in this run (its pipelines: {launched})")
         if record.alive:
             await self._remove(record, "killed", "killed on request")
         return self.describe(pipeline_id)
@@ -276,15 +279,24 @@ class Orchestrator(ExternalApi):
             "decision_failures": list(self.actuator.failures),
         }
 
-    def run_progress(self) -> dict[str, Any]:
-        """Per pipeline: status, train steps done, mean reward of its last step."""
+    def note_fault(self, pipeline_id: str, kind: str, detail: str) -> None:
+        self.faults.append({"t_s": round(self.now(), 3), "pipeline_id": pipeline_id, "kind": kind, "detail": detail})
+
+    def run_progress(self, cursor: list[int] | None = None) -> dict[str, Any]:
+        """Per pipeline: status (and why it ended), train steps done, mean reward of its last
+        step; the faults so far; with `cursor`, the record beyond it (the driver's copy)."""
         steps: dict[str, int] = {}
         reward: dict[str, float] = {}
         for row in self.recorder.steps:
             steps[row["pipeline_id"]] = steps.get(row["pipeline_id"], 0) + 1
             if "reward_mean" in row:
                 reward[row["pipeline_id"]] = row["reward_mean"]
-        return {"status": {pid: r.status for pid, r in self.pipelines.items()}, "steps": steps, "reward": reward}
+        progress = {"status": {pid: r.status for pid, r in self.pipelines.items()}, "steps": steps,
+                    "reward": reward, "pipelines": {pid: self.describe(pid) for pid in self.pipelines},
+                    "faults": list(self.faults), "now": self.now()}
+        if cursor is not None:
+            progress["record"] = self.recorder.since(cursor)
+        return progress
 
     def tables(self, pipeline_ids: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
         """The record so far as rows (closed allocations only), for tests and the CLI."""

@@ -132,6 +132,9 @@ class PipelineActor:
             self._prestart.cancel()
             await asyncio.gather(self._prestart, return_exceptions=True)
         await self.ranks.stop_all()
+        save = getattr(self.workload, "save_models", None)
+        if self.setup.models_dir is not None and save is not None:
+            await save(self.trainers, self.setup.models_dir)
         left = await kill_and_confirm(list(self.trainers.values()))
         if left:
             log.warning("pipeline %s: %d trainer(s) not confirmed dead", self.pipeline_id, len(left))
@@ -220,6 +223,11 @@ class PipelineActor:
     async def adopt(self, handle: Any) -> None:
         """Tell the orchestrator about an actor of ours, so a kill can end it for sure."""
         await self.orch.adopt.remote(self.pipeline_id, [handle])
+
+    def fault(self, kind: str, detail: str) -> None:
+        """A fault this pipeline survived (a rollout worker died and was replaced): for the run's
+        summary, which lists what a run went through."""
+        self.orch.note_fault.remote(self.pipeline_id, kind, detail)
 
     def record(self, attempts: list[Attempt]) -> None:
         self._rows.extend(attempts)

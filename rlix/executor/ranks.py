@@ -65,6 +65,7 @@ class Ranks:
         except ACTOR_GONE:  # the sleeping worker died meanwhile: replace it once
             self.workers.pop(dp_rank, None)
             self.num_restarts += 1
+            self.p.fault("rollout_worker_died", f"rank {dp_rank}: its sleeping worker died; replaced")
             rank.worker = await self._new_worker(dp_rank, gpus)
             await self._wake(rank)
         self.active[dp_rank] = rank
@@ -209,6 +210,8 @@ class Ranks:
                 attempts: list[Attempt] = await rank.worker.generate.remote(items)
         except ACTOR_GONE as exc:
             log.warning("%s rank %d: worker died mid-call (%s)", self.p.pipeline_id, rank.dp_rank, exc)
+            self.p.fault("rollout_worker_died", f"rank {rank.dp_rank}: its worker died mid-call "
+                         f"({type(exc).__name__}); its {len(items)} trajectories re-queued, worker replaced")
             return None
         self.p.activity(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "busy", "rollout", t0)
         return attempts

@@ -3,17 +3,13 @@
 Everything that can be wrong with the input is checked before any actor starts: the scenario
 (its loader's field-named errors), the model (`prepare_model`: "tiny" is built, a folder must
 load), the task and reward names (the ML registry), the backend, and that every training
-cluster lies on one node. Then Ray starts (or is joined), the orchestrator reserves the
-topology's GPUs, each pipeline is launched at its arrival time, progress is shown per
-pipeline, pipeline kills of the scenario's faults are carried out at their times, and the
-finished record is written as a run folder (`rlix.runs.folder.write_run`), the same tables the
-simulator writes.
+cluster lies on one node. What happens then, from Ray's start to the
+run folder, is `rlix.executor.live`.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,79 +118,3 @@ def _ml_params(ex: Any, params: dict[str, Any]) -> Any:
         "task": task_name, "reward": ex.reward, "task_object": task, "reward_fn": reward_fn,
     })
     return MlWorkload
-
-
-@dataclass
-class RunResult:
-    out_dir: Path | None
-    status: dict[str, dict[str, Any]]
-    recorder: Any
-    wall_s: float
-    snapshot: dict[str, Any]
-
-
-def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | None = None,
-            quiet: bool = False, check_invariants: bool = False, timeout_s: float | None = None,
-            overwrite: bool = False) -> RunResult:
-    """Run a checked plan on Ray and write its run folder (when `out_dir` is given)."""
-    import ray
-
-    from rlix.executor import session
-    from rlix.executor.api import start_orchestrator
-
-    topology = the_plan.topology
-    if address is None and topology.num_nodes > 1:
-        raise ExecutorInputError(f"topology has {topology.num_nodes} nodes: start a Ray cluster of them "
-                                 "and pass its --address (a local run is one node)")
-    ex = the_plan.scenario.executor
-    started = not ray.is_initialized()
-    session.start(num_gpus=topology.num_gpus, num_cpus=ex.num_cpus if ex is not None else None, address=address)
-    t0 = time.monotonic()
-    handle = start_orchestrator(topology, the_plan.scenario.policy.name, the_plan.scenario.policy_config(),
-                                check_invariants=check_invariants)
-    try:
-        _drive(handle, the_plan, quiet, timeout_s)
-        status = ray.get(handle.wait_done.remote(None))
-        snapshot = ray.get(handle.snapshot.remote())
-        recorder = ray.get(handle.finish_run.remote())
-    finally:
-        ray.get(handle.shutdown.remote())
-        ray.kill(handle)
-        if started:
-            session.stop()
-    wall_s = time.monotonic() - t0
-    folder = None
-    if out_dir is not None:
-        from rlix.runs.folder import write_run
-
-        folder = write_run(recorder, out_dir, scenario_yaml=the_plan.scenario.to_yaml(),
-                           overwrite=overwrite)  # specs as registered and placed (event log)
-    return RunResult(folder, status, recorder, wall_s, snapshot)
-
-
-def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None) -> None:
-    """Launch pipelines at their arrival times, carry out kills, show progress until done."""
-    import ray
-
-    from rlix.executor.progress import Progress
-
-    start = time.monotonic()
-    to_launch = sorted(the_plan.setups, key=lambda s: the_plan.arrivals[s.pipeline_id])
-    kills = list(the_plan.kills)
-    progress = Progress(the_plan.setups, quiet)
-    try:
-        while True:
-            elapsed = time.monotonic() - start
-            while to_launch and the_plan.arrivals[to_launch[0].pipeline_id] <= elapsed:
-                ray.get(handle.launch.remote(to_launch.pop(0)))
-            while kills and kills[0][0] <= elapsed:
-                ray.get(handle.kill_pipeline.remote(kills.pop(0)[1]))
-            snapshot = ray.get(handle.run_progress.remote())
-            progress.update(snapshot)
-            if not to_launch and all(s != "running" for s in snapshot["status"].values()):
-                return
-            if timeout_s is not None and elapsed > timeout_s:
-                raise TimeoutError(f"the run did not finish within {timeout_s} s")
-            time.sleep(0.5)
-    finally:
-        progress.close()

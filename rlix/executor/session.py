@@ -16,6 +16,8 @@ the cluster's network settings alone.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +29,8 @@ LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 LOOPBACK_ADDRESSES = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
 #: Where a local session writes its GCS address, so `rlix-exec kill` can find the run.
 ADDRESS_FILE = os.path.join(os.path.expanduser("~"), ".rlix", "ray_address")
+#: Ray's switch for token authentication (on by default for a new local cluster since Ray 2.5x).
+AUTH_MODE_VARIABLE = "RAY_AUTH_MODE"
 
 
 class SessionError(RuntimeError):
@@ -50,12 +54,24 @@ def _loopback_switch(on: bool) -> None:
 
 
 def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None,
-          log_to_driver: bool = False, record_address: bool = True) -> Session:
+          log_to_driver: bool = False, record_address: bool = True, auth_mode: str | None = None,
+          quiet: bool = False) -> Session:
     """Start Ray locally with `num_gpus` declared GPUs, or join the cluster at `address`.
 
     Reuses a session this process already has (tests start one per module). A local session
     writes its address for `rlix-exec kill` unless `record_address` is false (a sweep).
+    `auth_mode` is the joined cluster's (from its address file): Ray turns token auth on for a
+    new local cluster, but a client given an explicit address must be told, or every call is
+    refused as `InvalidAuthToken`; the token itself is found where Ray keeps it. `quiet` keeps
+    Ray's own log lines (connecting, signal handlers) off a short command's output.
     """
+    if auth_mode == "token" and AUTH_MODE_VARIABLE not in os.environ:
+        os.environ[AUTH_MODE_VARIABLE] = "token"
+        # Ray reads its config at import: if it was imported already, have it read again (what
+        # Ray does itself when it turns token auth on for a new local cluster).
+        from ray._raylet import Config
+
+        Config.initialize("")
     # Joining a local session by its loopback address needs the switch too: without it Ray
     # rewrites "127.0.0.1" to the machine's routable address, where nothing listens.
     local = address is None or address.split(":")[0] in ("127.0.0.1", "localhost")
@@ -65,6 +81,8 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
     if ray.is_initialized():
         return Session(ray.get_runtime_context().gcs_address, local)
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": log_to_driver}
+    if quiet:
+        kwargs["logging_level"] = logging.ERROR
     if address is None:
         ray.init(num_gpus=num_gpus, num_cpus=num_cpus, include_dashboard=False, **kwargs)
         bad = [a for a in listening_addresses(ray_process_ids()) if a[0] not in LOOPBACK_ADDRESSES]
@@ -83,27 +101,87 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
 
 
 def stop() -> None:
+    """Shut Ray down; the address file goes too if this process wrote it (the run is over)."""
     import ray
 
     ray.shutdown()
+    mine = read_address_file()
+    if mine is not None and mine.pid == os.getpid():
+        forget_address()
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """What a local run leaves in ADDRESS_FILE for `rlix-exec kill`: where its Ray session is,
+    which process drives it, and whether Ray's token auth is on (a client must then say so)."""
+
+    address: str
+    pid: int
+    auth_mode: str
 
 
 def _write_address(gcs_address: str) -> None:
+    record = {"address": gcs_address, "pid": os.getpid(),
+              "auth_mode": os.environ.get(AUTH_MODE_VARIABLE, "disabled").lower()}
     try:
         os.makedirs(os.path.dirname(ADDRESS_FILE), exist_ok=True)
         with open(ADDRESS_FILE, "w") as f:
-            f.write(gcs_address + "\n")
+            f.write(json.dumps(record) + "\n")
     except OSError:
         pass  # only `rlix-exec kill` without --address needs it
 
 
-def last_local_address() -> str | None:
-    """The GCS address of the last local session started on this machine, if any."""
+def read_address_file() -> LocalRun | None:
+    """The record of the last local run, as written (alive or not); None if absent or unreadable."""
     try:
         with open(ADDRESS_FILE) as f:
-            return f.read().strip() or None
-    except OSError:
+            data = json.loads(f.read())
+        return LocalRun(str(data["address"]), int(data["pid"]), str(data.get("auth_mode", "disabled")))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def forget_address() -> None:
+    try:
+        os.remove(ADDRESS_FILE)
+    except OSError:
+        pass
+
+
+def running_local_run() -> LocalRun | None:
+    """The local run whose driver is still alive; a stale record (its driver gone, e.g. killed
+    before it could clean up) is removed, so nothing ever waits on a dead address."""
+    run = read_address_file()
+    if run is None:
+        if os.path.exists(ADDRESS_FILE):
+            forget_address()  # unreadable: written by another version, or cut short
+        return None
+    if not _process_alive(run.pid):
+        forget_address()
+        return None
+    return run
+
+
+def _process_alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def reachable(address: str, timeout_s: float = 2.0) -> bool:
+    """Does something accept TCP connections at `address` (host:port)? A dead Ray address makes
+    `ray.init` retry for minutes; this answers in at most `timeout_s`."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def ray_process_ids() -> list[int]:

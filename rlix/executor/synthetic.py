@@ -116,6 +116,9 @@ class SyntheticWorkload:
     async def run_stage(self, stage: Stage, trainers: Mapping[str, Any], batch: list[Trajectory] | None) -> Any:
         return await trainers[stage.cluster].call.remote("stage", stage.stage, stage.adapter, stage.step)
 
+    async def save_models(self, trainers: Mapping[str, Any], folder: str) -> None:
+        """Synthetic stages train nothing: there is no model to keep."""
+
     def batch_result(self, batch: list[Trajectory]) -> dict[str, Any]:
         high = float(self.params["max_tokens"])
         for t in batch:

@@ -43,6 +43,8 @@ class PipelineSetup:
     prestart_workers: bool = True
     #: Report rollout progress to the core when this share of a batch is done (and at the end).
     progress_every: float = 0.1
+    #: Where the trained models go after the last step (on the trainers' node); None: nowhere.
+    models_dir: str | None = None
 
     @property
     def pipeline_id(self) -> str:
@@ -73,3 +75,7 @@ class Workload(Protocol):
 
     def batch_result(self, batch: list[Trajectory]) -> dict[str, Any]:
         """Score a complete batch (e.g. rewards into `extra`) and sum it up (`reward_mean`)."""
+
+    async def save_models(self, trainers: Mapping[str, Any], folder: str) -> None:
+        """Save what the pipeline trained into `folder` (its `models/<pipeline>/`), after its
+        last step; a workload without models to keep does nothing."""

@@ -30,6 +30,7 @@ from rlix.runs.eventlog import EVENTS_FILE
 from rlix.runs.frames import RunTables, tables_from_recorder
 from rlix.runs.jobs import job_rows
 from rlix.runs.metrics import summary
+from rlix.runs.paths import check_out_dir
 from rlix.runs.recorder import Recorder
 from rlix.runs.timeline import write_timeline
 from rlix.traces.schema import TABLE_NAMES
@@ -51,18 +52,23 @@ def write_run(
     extra_summary: Mapping[str, Any] | None = None,
     tables: RunTables | None = None,
     alone_s: Mapping[str, float] | None = None,
+    run_state: Mapping[str, Any] | None = None,
+    folders: Mapping[str, Path] | None = None,
 ) -> Path:
     """Write the run folder of a finished recorder (`finish` called) and return its path.
 
     `specs` give each pipeline's kind and staleness bound for the summary; by default they are
     taken from the pipelines registered in the event log. An existing, non-empty `out_dir` is
-    replaced only with `overwrite=True`. Raises RunError (or TraceError for a table that breaks
+    replaced only with `overwrite=True`, and only if it is a run folder (`rlix.runs.paths`).
+    Raises RunError (or TraceError for a table that breaks
     its schema) before anything is written. `tables`, when the caller has them already
     (`tables_from_recorder` of this recorder), are written as they are rather than built again:
-    a large run's rollouts table is gigabytes.
+    a large run's rollouts table is gigabytes. `run_state` is how a live run ended
+    (`finished`, `stop_reason`, `faults`, and `states`: pipeline -> (state, reason)); a run
+    without one finished. `folders` are moved into the run folder under their names (the
+    executor's trained `models`), last, so a failure before leaves them where they were.
     """
-    out_dir = Path(out_dir)
-    check_target(out_dir, overwrite)
+    out_dir = check_out_dir(out_dir, overwrite)
     if format not in FORMATS:
         raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
     if plots and importlib.util.find_spec("matplotlib") is None:
@@ -73,29 +79,35 @@ def write_run(
         tables = tables_from_recorder(recorder, dict(specs) if specs is not None else None)
     figures = summary(tables, alone_s=alone_s)
     figures.update(extra_summary or {})
+    _add_run_state(figures, run_state or {})
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    moved: list[tuple[Path, Path]] = []
     try:
         _write_all(staging, recorder, tables, figures, scenario_yaml, format, plots)
         write_table(job_rows(tables, alone_s), staging, "jobs", format)
+        for name, folder in (folders or {}).items():
+            shutil.move(str(folder), str(staging / name))
+            moved.append((staging / name, Path(folder)))
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)
     except BaseException:
+        for inside, origin in moved:  # what was the caller's goes back before the staging goes
+            shutil.move(str(inside), str(origin))
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out_dir
 
 
-def check_target(out_dir: Path, overwrite: bool) -> None:
-    """RunError unless `out_dir` can take a run folder (absent, empty, or `overwrite`): a driver
-    checks before a long run, not only when it writes at the end."""
-    if not out_dir.exists():
-        return
-    if not out_dir.is_dir():
-        raise RunError("exists and is not a folder", file=out_dir)
-    if not overwrite and any(out_dir.iterdir()):
-        raise RunError("run folder exists and is not empty; choose another or overwrite it", file=out_dir)
+def _add_run_state(figures: dict[str, Any], state: Mapping[str, Any]) -> None:
+    """How the run ended, at the top of the summary, and each pipeline's final state."""
+    figures["finished"] = bool(state.get("finished", True))
+    figures["stop_reason"] = state.get("stop_reason")
+    figures["faults"] = list(state.get("faults", []))
+    for pipeline_id, (name, reason) in state.get("states", {}).items():
+        if pipeline_id in figures.get("pipelines", {}):
+            figures["pipelines"][pipeline_id].update({"state": name, "state_reason": reason})
 
 
 def _write_all(folder: Path, recorder: Recorder, tables: RunTables, figures: dict[str, object],

@@ -120,6 +120,35 @@ class Recorder:
         for name in ROLLOUT_COLUMNS:
             self.rollouts[name].extend(columns[name])
 
+    # --- a copy kept elsewhere ------------------------------------------------------------
+    # The executor's record lives in the orchestrator actor; the driver keeps a copy, pulled a
+    # piece at a time, so that if the orchestrator dies the record so far is not lost with it.
+
+    def cursor(self) -> tuple[int, ...]:
+        """How much of each part this recorder holds (what `since` of another takes from)."""
+        return (len(self.event_lines), len(self.allocations), len(self.activity), len(self.waits),
+                len(self.steps), len(self.rollouts[ROLLOUT_COLUMNS[0]]))
+
+    def since(self, cursor: Sequence[int]) -> dict[str, Any]:
+        """What this recorder holds beyond `cursor`, plus its open holdings (a copy's `extend`)."""
+        events, allocations, activity, waits, steps, rollouts = cursor
+        return {
+            "event_lines": self.event_lines[events:], "allocations": self.allocations[allocations:],
+            "activity": self.activity[activity:], "waits": self.waits[waits:], "steps": self.steps[steps:],
+            "rollouts": {name: self.rollouts[name][rollouts:] for name in ROLLOUT_COLUMNS},
+            "open": dict(self._open),
+        }
+
+    def extend(self, piece: dict[str, Any]) -> None:
+        """Add a piece of another recorder's `since(self.cursor())`."""
+        self.event_lines.extend(piece["event_lines"])
+        self.allocations.extend(piece["allocations"])
+        self.activity.extend(piece["activity"])
+        self.waits.extend(piece["waits"])
+        self.steps.extend(piece["steps"])
+        self.add_rollouts(piece["rollouts"])
+        self._open = dict(piece["open"])
+
     def finish(self, now: float) -> None:
         """Close whatever is still held at the end of the run."""
         for key in list(self._open):

@@ -138,7 +138,7 @@ def _scenario(args: argparse.Namespace) -> Any:
 
 def run_main(args: argparse.Namespace) -> int:
     from rlix.runs.errors import RunError
-    from rlix.runs.folder import check_target
+    from rlix.runs.paths import check_out_dir
     from rlix.sim.api import collect, new_simulation
     from rlix.sim.report import print_run
 
@@ -146,9 +146,9 @@ def run_main(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / scenario.name / scenario.policy.name
     overwrite = args.out is None or args.overwrite
     try:  # before the run, which can take long, not after it
-        check_target(out, overwrite)
+        check_out_dir(out, overwrite)
     except RunError as error:
-        raise UsageError(f"{error} (--overwrite replaces it)") from error
+        raise UsageError(str(error)) from error
     sim = new_simulation(scenario)
     update, close = _progress(
         not args.quiet, f"{scenario.name} [{scenario.policy.name}]", scenario.max_time_s
@@ -167,6 +167,19 @@ def run_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_compare_out(out: Path, policies: list[str]) -> None:
+    """compare replaces each policy's run folder in `out`: check them all before any run."""
+    from rlix.runs.errors import RunError
+    from rlix.runs.paths import check_out_dir, check_writable
+
+    try:
+        check_writable(out)
+        for policy in policies:
+            check_out_dir(out / policy, overwrite=True)
+    except RunError as error:
+        raise UsageError(str(error)) from None
+
+
 def compare_main(args: argparse.Namespace) -> int:
     from rlix.sim.compare import compare, plot_comparison
     from rlix.sim.report import print_comparison
@@ -179,6 +192,7 @@ def compare_main(args: argparse.Namespace) -> int:
             f"--policies: unknown {unknown} (known: {', '.join(sorted(POLICIES))})"
         )
     out = Path(args.out) if args.out else Path("runs") / scenario.name / "compare"
+    _check_compare_out(out, policies)
     bars: dict[str, Any] = {}
 
     def progress(label: str, t: float) -> None:

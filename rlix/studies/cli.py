@@ -51,6 +51,8 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlix.runs.errors import RunError
+    from rlix.runs.paths import check_writable
     from rlix.scenarios import load_scenario
     from rlix.studies.grid import parse_grid
     from rlix.studies.plots import plot_sweep
@@ -62,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("name a SCENARIO (or give `scenario:` in --file)")
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
-    if args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {args.out} is a file, not a folder")
+    try:
+        check_writable(args.out)
+    except RunError as error:
+        raise UsageError(str(error)) from None
     grid = parse_grid(args.grid, spec.get("grid"))
     base = load_scenario(scenario_ref)
     grid.points(base)  # a bad axis is one line before anything else is shown

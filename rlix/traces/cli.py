@@ -166,7 +166,16 @@ def _run_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_out(file: str) -> None:
+    """The output file, checked before any work: a bad path is one line, nothing written."""
+    # The CLI's layer may look up; the rlix.traces library itself stays below rlix.runs.
+    from rlix.runs.paths import check_out_file
+
+    check_out_file(file)
+
+
 def _run_generate(args: argparse.Namespace) -> int:
+    _check_out(args.out)
     trace = generate(
         args.kind, args.rows, args.seed, pipeline=args.pipeline, max_tokens=args.max_tokens
     )
@@ -176,6 +185,7 @@ def _run_generate(args: argparse.Namespace) -> int:
 
 
 def _run_fit(args: argparse.Namespace) -> int:
+    _check_out(args.out)
     trace = fit_trace(
         args.summary,
         samples_per_step=args.samples_per_step,

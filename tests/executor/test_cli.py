@@ -30,7 +30,6 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     ("args", "needle"),
     [
         (["run", "no-such-scenario"], "no-such-scenario"),
-        (["run", "cpu-demo", "--policy", "nope"], "nope"),
     ],
 )
 def test_bad_scenario_is_one_line(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,7 @@ rollout worker is killed mid-call; its trajectories are re-queued and finish els
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,8 @@ import pandas as pd
 import pytest
 import ray
 
-from rlix.executor.run import RunResult, execute, plan
+from rlix.executor.live import RunResult, execute
+from rlix.executor.run import plan
 from rlix.runs.verify import check, replay
 from rlix.scenarios import load_scenario
 
@@ -116,3 +118,28 @@ def test_killed_rollout_worker_had_its_trajectories_requeued(demo: tuple[RunResu
     assert len(lost), "the dead worker's trajectories were re-queued"
     done = rollouts[(rollouts.pipeline_id == "ft") & (rollouts.status == "completed")]
     assert set(lost.trajectory_id) <= set(done.trajectory_id)
+
+
+def test_the_summary_says_how_the_run_ended_and_what_it_survived(demo: tuple[RunResult, dict[str, Any]]) -> None:
+    result, killed = demo
+    assert result.out_dir is not None
+    summary = json.loads((Path(result.out_dir) / "summary.json").read_text())
+    assert summary["finished"] is True and summary["stop_reason"] is None
+    assert {pid: p["state"] for pid, p in summary["pipelines"].items()} == {"ft": "finished", "lora": "finished"}
+    died = [f for f in summary["faults"] if f["kind"] == "rollout_worker_died"]
+    assert [f["pipeline_id"] for f in died] == ["ft"], summary["faults"]
+    assert f"rank {killed['rank']}" in died[0]["detail"]
+
+
+def test_the_trained_models_are_in_the_run_folder(demo: tuple[RunResult, dict[str, Any]]) -> None:
+    from peft import PeftConfig
+    from transformers import AutoModelForCausalLM
+
+    result, _ = demo
+    assert result.out_dir is not None
+    models = Path(result.out_dir) / "models"
+    assert sorted(p.name for p in models.iterdir()) == ["ft", "lora"]
+    AutoModelForCausalLM.from_pretrained(models / "ft")  # loadable as it is
+    for adapter in ("a0", "a1"):
+        assert PeftConfig.from_pretrained(models / "lora" / adapter).r > 0
+    assert not [p for p in Path(result.out_dir).parent.iterdir() if p.name.startswith(".")]  # no staging left

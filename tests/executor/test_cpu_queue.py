@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from rlix.executor.run import ExecutorInputError, RunResult, execute, plan
+from rlix.executor.live import RunResult, execute
+from rlix.executor.run import ExecutorInputError, plan
 from rlix.runs import load
 from rlix.runs.verify import check, replay
 

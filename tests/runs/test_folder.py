@@ -49,13 +49,14 @@ def test_load_round_trips_every_table(run_dir: Path, recorder: Recorder) -> None
     for name, want in _recorded(recorder).items():
         _same_table(getattr(run, name), want)
     assert run.scenario == SCENARIO
-    assert run.summary == json.loads(json.dumps(summary(recorder)))
+    ended = {"finished": True, "stop_reason": None, "faults": []}  # a run without a run_state finished
+    assert run.summary == json.loads(json.dumps({**summary(recorder), **ended}))
     assert (run.policy, run.topology, run.config) == ("rlix", Topology(1, 4), PolicyConfig())
     assert sorted(run.specs) == ["p0", "p1"]
     events = list(run.events())
     assert len(events) == len(recorder.event_lines) - 1
     assert events[0]["event"]["type"] == "PipelineRegistered"
-    assert summary(run.tables()) == run.summary
+    assert {**summary(run.tables()), **ended} == run.summary
 
 
 def test_csv_tables_round_trip(tmp_path: Path, recorder: Recorder) -> None:
@@ -96,11 +97,17 @@ def test_refuses_a_non_empty_folder_unless_overwrite(tmp_path: Path, recorder: R
     out = tmp_path / "run"
     out.mkdir()
     (out / "keep.txt").write_text("x")
+    for overwrite in (False, True):  # not written by rlix: never replaced
+        with pytest.raises(RunError, match="not an rlix run folder"):
+            write_run(recorder, out, scenario_yaml=SCENARIO, plots=False, overwrite=overwrite)
+    assert (out / "keep.txt").exists()
+    (out / "keep.txt").unlink()
+    write_run(recorder, out, scenario_yaml=SCENARIO, plots=False)
     with pytest.raises(RunError, match="not empty"):
         write_run(recorder, out, scenario_yaml=SCENARIO, plots=False)
-    assert (out / "keep.txt").exists()
+    (out / "extra.txt").write_text("x")
     write_run(recorder, out, scenario_yaml=SCENARIO, plots=False, overwrite=True)
-    assert not (out / "keep.txt").exists() and (out / "events.jsonl").exists()
+    assert not (out / "extra.txt").exists() and (out / "events.jsonl").exists()
 
 
 def test_bad_requests_write_nothing(tmp_path: Path) -> None:

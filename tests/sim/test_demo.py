@@ -31,7 +31,7 @@ def test_run_refuses_a_non_empty_out_folder_before_simulating(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run can take half an hour: a folder it could not write is refused before it starts
-    (nothing simulated, nothing written), and the error names --overwrite."""
+    (nothing simulated, nothing written); --overwrite replaces only a run folder."""
     import rlix.sim.api as api
 
     (tmp_path / "mine.txt").write_text("keep")
@@ -40,7 +40,11 @@ def test_run_refuses_a_non_empty_out_folder_before_simulating(
         raise AssertionError("simulated although the folder was refused")
 
     monkeypatch.setattr(api, "new_simulation", no_simulation)
+    for overwrite in ([], ["--overwrite"]):  # not a run folder: never replaced
+        assert main(["run", "tiny", "--quiet", "--out", str(tmp_path), *overwrite]) == 2
+        err = capsys.readouterr().err
+        assert "is not an rlix run folder" in err and "--overwrite replaces only folders rlix wrote" in err
+        assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+    (tmp_path / "summary.json").write_text("{}")  # now it looks like a run: --overwrite is named
     assert main(["run", "tiny", "--quiet", "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert "run folder exists and is not empty" in err and "--overwrite replaces it" in err
-    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+    assert "run folder exists and is not empty; choose another or --overwrite it" in capsys.readouterr().err

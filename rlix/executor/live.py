@@ -1,0 +1,241 @@
+"""Running a checked plan live, start to run folder, and stopping it without losing the record.
+
+`execute` starts (or joins) Ray, starts the orchestrator, launches each pipeline at its arrival,
+carries out the scenario's kills, shows progress, and writes the run folder. The record lives
+in the orchestrator actor; the driver keeps a copy (`Recorder.extend` of each poll's piece,
+every half second), so however the run ends something complete up to that moment is written:
+
+- it finishes: the orchestrator's own record, `summary.json` `finished: true`;
+- Ctrl-C or SIGTERM: the orchestrator's record if it still answers within seconds, else the
+  copy; `finished: false` and `stop_reason`, pipelines still running marked `stopped`;
+- the orchestrator dies: the copy, and the reason names it.
+
+Each pipeline's trainers save what they trained after its last step (`Workload.save_models`)
+into a hidden sibling of the run folder, moved in as `models/<pipeline>/` when the folder is
+written (on a multi-node cluster that sibling must be on a file system every node shares).
+
+`summary.json` also gets each pipeline's final `state` (finished / failed / killed / stopped)
+with its `state_reason`, and `faults`: what the run survived (rollout workers replaced).
+
+The output folder is checked before Ray starts (`rlix.runs.paths`). If writing it still fails
+at the end (a full disk), the run goes to a fallback folder named in the result, never nowhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlix.executor.run import ExecutorInputError, Plan, cache_dir
+from rlix.runs.recorder import Recorder
+
+#: How often the driver polls the orchestrator (progress bars, kills, its copy of the record).
+POLL_S = 0.5
+#: How long a stopping driver waits for the orchestrator's last word before using its copy.
+LAST_WORD_S = 5.0
+
+
+class RunStopped(Exception):
+    """The run was asked to stop (a signal) before its end."""
+
+
+@dataclass
+class RunResult:
+    out_dir: Path | None
+    status: dict[str, dict[str, Any]]
+    recorder: Any
+    wall_s: float
+    snapshot: dict[str, Any]
+    finished: bool = True
+    stop_reason: str = ""
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    #: Set when the run folder could not be written where asked; `out_dir` is the fallback.
+    write_error: str = ""
+
+
+@dataclass
+class _Copy:
+    """The driver's copy of the orchestrator's record and of its last progress poll."""
+
+    recorder: Recorder
+    progress: dict[str, Any] = field(default_factory=dict)
+
+    def take(self, progress: dict[str, Any]) -> dict[str, Any]:
+        self.recorder.extend(progress.pop("record"))
+        self.progress = progress
+        return progress
+
+
+def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | None = None,
+            quiet: bool = False, check_invariants: bool = False, timeout_s: float | None = None,
+            overwrite: bool = False) -> RunResult:
+    """Run a checked plan on Ray and write its run folder (when `out_dir` is given)."""
+    import ray
+
+    from rlix.executor import session
+    from rlix.executor.actors import ACTOR_GONE
+    from rlix.executor.api import start_orchestrator
+    from rlix.runs.paths import check_out_dir
+
+    models = None
+    if out_dir is not None:
+        check_out_dir(out_dir, overwrite)  # before the run, which can take hours
+        models = _models_staging(Path(out_dir))
+        the_plan = dataclasses.replace(the_plan, setups=[
+            dataclasses.replace(s, models_dir=str(models / s.pipeline_id)) for s in the_plan.setups])
+    topology = the_plan.topology
+    if address is None and topology.num_nodes > 1:
+        raise ExecutorInputError(f"topology has {topology.num_nodes} nodes: start a Ray cluster of them "
+                                 "and pass its --address (a local run is one node)")
+    scenario = the_plan.scenario
+    ex = scenario.executor
+    started = not ray.is_initialized()
+    session.start(num_gpus=topology.num_gpus, num_cpus=ex.num_cpus if ex is not None else None, address=address)
+    t0 = time.monotonic()
+    copy = _Copy(Recorder(topology, scenario.policy.name, scenario.policy_config()))
+    stop_reason, status, snapshot, recorder = "", {}, {}, None
+    handle = start_orchestrator(topology, scenario.policy.name, scenario.policy_config(),
+                                check_invariants=check_invariants)
+    try:
+        with _stop_on_signals():
+            _drive(handle, the_plan, quiet, timeout_s, copy)
+            status = ray.get(handle.wait_done.remote(None))
+            snapshot = ray.get(handle.snapshot.remote())
+            recorder = ray.get(handle.finish_run.remote())
+    except KeyboardInterrupt:
+        stop_reason = "interrupted (SIGINT)"
+    except RunStopped as exc:
+        stop_reason = str(exc)
+    except ACTOR_GONE as exc:
+        stop_reason = f"the orchestrator actor died ({type(exc).__name__})"
+    finally:
+        if stop_reason or recorder is None:
+            _last_word(handle, copy)
+        _shut_down(handle, started)
+    if recorder is None:
+        recorder, status = _stopped_record(copy, stop_reason or "the run ended early")
+    faults = copy.progress.get("faults", [])
+    result = RunResult(None, status, recorder, time.monotonic() - t0, snapshot, not stop_reason, stop_reason, faults)
+    if out_dir is not None:
+        _write(result, Path(out_dir), the_plan, overwrite, models)
+    return result
+
+
+def _models_staging(out_dir: Path) -> Path:
+    """Where trainers save the final models during the run (moved into the run folder's
+    `models/` when it is written): a hidden sibling, emptied of any earlier attempt's."""
+    models = out_dir.parent / f".{out_dir.name}.models"
+    shutil.rmtree(models, ignore_errors=True)
+    return models
+
+
+def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, copy: _Copy) -> None:
+    """Launch pipelines at their arrival times, carry out kills, show progress until done."""
+    import ray
+
+    from rlix.executor.progress import Progress
+
+    start = time.monotonic()
+    to_launch = sorted(the_plan.setups, key=lambda s: the_plan.arrivals[s.pipeline_id])
+    kills = list(the_plan.kills)
+    progress = Progress(the_plan.setups, quiet)
+    try:
+        while True:
+            elapsed = time.monotonic() - start
+            while to_launch and the_plan.arrivals[to_launch[0].pipeline_id] <= elapsed:
+                ray.get(handle.launch.remote(to_launch.pop(0)))
+            while kills and kills[0][0] <= elapsed:
+                ray.get(handle.kill_pipeline.remote(kills.pop(0)[1]))
+            snapshot = copy.take(ray.get(handle.run_progress.remote(list(copy.recorder.cursor()))))
+            progress.update(snapshot)
+            if not to_launch and all(s != "running" for s in snapshot["status"].values()):
+                return
+            if timeout_s is not None and elapsed > timeout_s:
+                raise TimeoutError(f"the run did not finish within {timeout_s} s")
+            time.sleep(POLL_S)
+    finally:
+        progress.close()
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM stop the run the same way. Taken explicitly: a process started in the
+    background of a script inherits SIGINT ignored, and Ray's own SIGTERM handler prints a stack
+    dump instead of stopping cleanly."""
+    def stop(signum: int, frame: Any) -> None:
+        raise RunStopped(f"{'interrupted' if signum == signal.SIGINT else 'stopped'} ({signal.Signals(signum).name})")
+
+    try:
+        previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: signals are not ours to take
+        yield
+        return
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _last_word(handle: Any, copy: _Copy) -> None:
+    """The record's last piece, if the orchestrator still answers within seconds."""
+    import ray
+
+    try:
+        copy.take(ray.get(handle.run_progress.remote(list(copy.recorder.cursor())), timeout=LAST_WORD_S))
+    except Exception:  # noqa: BLE001 - gone, hung or interrupted: the copy is what there is
+        pass
+
+
+def _shut_down(handle: Any, started: bool) -> None:
+    import ray
+
+    from rlix.executor import session
+
+    try:
+        ray.get(handle.shutdown.remote(), timeout=30)
+        ray.kill(handle)
+    except Exception:  # noqa: BLE001 - a dead orchestrator has nothing left to shut down
+        pass
+    if started:
+        session.stop()
+
+
+def _stopped_record(copy: _Copy, reason: str) -> tuple[Recorder, dict[str, dict[str, Any]]]:
+    """The copy, closed at the last time the orchestrator told; pipelines still running are
+    `stopped`."""
+    recorder = copy.recorder
+    recorder.finish(float(copy.progress.get("now", 0.0)))
+    status = {}
+    for pid, described in copy.progress.get("pipelines", {}).items():
+        if described["status"] == "running":
+            described = {**described, "status": "stopped", "error": reason}
+        status[pid] = described
+    return recorder, status
+
+
+def _write(result: RunResult, out_dir: Path, the_plan: Plan, overwrite: bool, models: Path | None = None) -> None:
+    """The run folder where asked; if that fails now, in a fallback folder (named in the result)."""
+    from rlix.runs.errors import RunError
+    from rlix.runs.folder import write_run
+
+    state = {
+        "finished": result.finished, "stop_reason": result.stop_reason or None, "faults": result.faults,
+        "states": {pid: (s["status"], s.get("error") or None) for pid, s in result.status.items()},
+    }
+    yaml = the_plan.scenario.to_yaml()
+    folders = {"models": models} if models is not None and models.is_dir() else {}
+    try:
+        result.out_dir = write_run(result.recorder, out_dir, scenario_yaml=yaml, overwrite=overwrite,
+                                   run_state=state, folders=folders)
+    except (OSError, RunError) as error:
+        fallback = cache_dir() / "unsaved" / f"{out_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        result.write_error = f"{out_dir}: {error}"
+        result.out_dir = write_run(result.recorder, fallback, scenario_yaml=yaml, run_state=state, folders=folders)

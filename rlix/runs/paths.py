@@ -1,0 +1,99 @@
+"""Output paths, checked before any work starts, and replaced only when they are rlix's own.
+
+A run can take hours (a live run) or minutes (a simulated day); finding at its end that its
+folder cannot be written throws the run away. So every CLI checks its output path first:
+`check_out_dir` for folders (run folders, compare and sweep folders), `check_out_file` for
+single files (traces). Both raise `RunError` naming the path, and write nothing: whether the
+place can be written is tried by creating and removing a probe folder in the nearest existing
+ancestor, which is what the real write will need (permission bits alone do not say: `/proc`
+is mode 555 yet root may not create there).
+
+`--overwrite` replaces a folder only if rlix wrote it (`is_run_folder`: it holds a
+`summary.json` or an `events.jsonl` whose first line is an rlix header); anything else is
+refused, so a mistyped path never deletes someone's data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from rlix.runs.errors import RunError
+
+#: Files whose presence marks a folder as a run folder written by rlix.
+MARKER_FILES = ("summary.json", "events.jsonl")
+
+
+def is_run_folder(folder: Path) -> bool:
+    """True when `folder` was written by rlix: a marker file that looks like rlix's."""
+    for name in MARKER_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            with path.open(encoding="utf-8") as handle:
+                record = json.loads(handle.readline() if name == "events.jsonl" else handle.read())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and (name != "events.jsonl" or "header" in record):
+            return True
+    return False
+
+
+def check_out_dir(folder: str | Path, overwrite: bool = False) -> Path:
+    """The run folder a command will write, checked: RunError unless it is absent, empty or an
+    rlix folder with `overwrite`, and unless it can be written."""
+    folder = Path(folder)
+    check_writable(folder)
+    if folder.is_dir() and any(folder.iterdir()):
+        if not is_run_folder(folder):
+            raise RunError("exists, is not empty and is not an rlix run folder; choose another path "
+                           "(--overwrite replaces only folders rlix wrote)", file=folder)
+        if not overwrite:
+            raise RunError("run folder exists and is not empty; choose another or --overwrite it",
+                           file=folder)
+    return folder
+
+
+def check_writable(folder: str | Path) -> Path:
+    """A folder that will be written (created if absent): RunError if it is a file, lies under
+    a file, or cannot be written."""
+    folder = Path(folder)
+    if folder.exists() or folder.is_symlink():
+        if not folder.is_dir():
+            raise RunError("exists and is not a folder", file=folder)
+        _probe(folder, folder)
+    else:
+        _probe(_existing_ancestor(folder), folder)
+    return folder
+
+
+def check_out_file(file: str | Path) -> Path:
+    """A single output file (a trace): its folder must exist or be creatable, and writable."""
+    file = Path(file)
+    if file.is_dir():
+        raise RunError("is a folder; give a file name", file=file)
+    parent = file.parent
+    _probe(_existing_ancestor(parent), file)
+    return file
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """The nearest ancestor that exists; RunError if it is a file (`file/sub`)."""
+    for ancestor in [path, *path.absolute().parents]:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise RunError(f"{ancestor} is a file, so nothing can be written under it", file=path)
+            return ancestor
+    return Path("/")  # pragma: no cover - the root always exists
+
+
+def _probe(folder: Path, target: Path) -> None:
+    """Create and remove a hidden folder in `folder`: can `target` be written there at all?"""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rlix-probe-", dir=folder))
+    except OSError as error:
+        where = "" if folder == target else f" (in {folder})"
+        raise RunError(f"cannot be written{where}: {error.strerror or error}", file=target) from None

@@ -1,0 +1,226 @@
+"""Operating `rlix-exec` safely: output paths checked before Ray starts, `--overwrite` that only
+replaces run folders, `kill` that answers within seconds, Ctrl-C / SIGTERM / a dead
+orchestrator that leave the record so far, faults and final states in `summary.json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from rlix.executor.cli import main
+
+RLIX_EXEC = [sys.executable, "-m", "rlix.executor.cli"]
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rlix-exec: error: "), err
+    return err[0]
+
+
+def _entries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("make", ["file", "under_file", "proc", "not_a_run", "not_a_run_overwrite", "run_no_overwrite"])
+def test_a_bad_out_is_one_line_before_ray_starts(tmp_path: Path, make: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "afile").write_text("keep")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "results.csv").write_text("precious")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "summary.json").write_text("{}")
+    out, extra = {
+        "file": (tmp_path / "afile", []), "under_file": (tmp_path / "afile" / "sub", []),
+        "proc": (Path("/proc/rlix-test/x"), []), "not_a_run": (tmp_path / "data", []),
+        "not_a_run_overwrite": (tmp_path / "data", ["--overwrite"]), "run_no_overwrite": (tmp_path / "run", []),
+    }[make]
+    before = {p: sorted(os.listdir(p)) for p in (tmp_path, tmp_path / "data", tmp_path / "run")}
+    started = time.monotonic()
+    assert main(["run", "cpu-demo", "--out", str(out), *extra]) == 2
+    line = _one_error_line(capsys)
+    assert str(out) in line
+    assert not ray.is_initialized()
+    assert time.monotonic() - started < 30  # the model check only; no training
+    assert {p: sorted(os.listdir(p)) for p in before} == before
+    assert (tmp_path / "data" / "results.csv").read_text() == "precious"
+
+
+def test_a_missing_executor_extra_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert main(["run", "cpu-demo"]) == 2
+    line = _one_error_line(capsys)
+    assert "torch" in line and "pip install" in line and "rlix[exec]" in line
+
+
+def test_a_bad_policy_blames_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "cpu-demo", "--policy", "nope"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--policy" in err and "nope" in err and "scenario" not in err.split("error:")[-1]
+
+
+def _env(home: Path) -> dict[str, str]:
+    """A child's environment with its own home (its own ~/.rlix) and Ray's auth left to Ray."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["HOME"] = str(home)
+    env.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))  # the tiny model, built once
+    return env
+
+
+def _kill(home: Path, *args: str) -> tuple[int, str, float]:
+    started = time.monotonic()
+    done = subprocess.run([*RLIX_EXEC, "kill", *args], env=_env(home), capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stderr.strip(), time.monotonic() - started
+
+
+def test_kill_with_no_run_says_so_within_seconds(tmp_path: Path) -> None:
+    code, err, took = _kill(tmp_path, "ft")
+    assert code == 2 and err.startswith("rlix-exec: error: no running rlix run") and took < 15, (err, took)
+    # a run that ended without cleaning up (its driver was killed): a dead pid, an address
+    (tmp_path / ".rlix").mkdir()
+    address_file = tmp_path / ".rlix" / "ray_address"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    address_file.write_text(json.dumps({"address": "127.0.0.1:9", "pid": dead.pid, "auth_mode": "token"}))
+    code, err, took = _kill(tmp_path, "ft")
+    assert code == 2 and "no running rlix run" in err and took < 15, (err, took)
+    assert not address_file.exists()
+    # a live driver whose Ray address answers nothing (its cluster is gone)
+    address_file.write_text(json.dumps({"address": "127.0.0.1:9", "pid": os.getpid(), "auth_mode": "token"}))
+    code, err, took = _kill(tmp_path, "ft")
+    assert code == 2 and "nothing answers there" in err and took < 15, (err, took)
+
+
+def _start_run(tmp_path: Path, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([*RLIX_EXEC, "run", "cpu-demo", "--quiet", "--out", str(out)], env=_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_file(path: Path, process: subprocess.Popen[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_run_and_leaves_the_record(tmp_path: Path, signum: int) -> None:
+    from rlix.runs.verify import replay
+
+    out = tmp_path / "run"
+    process = _start_run(tmp_path, out)
+    _wait_for_file(tmp_path / ".rlix" / "ray_address", process, 120)  # Ray is up
+    time.sleep(8)
+    sent = time.monotonic()
+    process.send_signal(signum)
+    output, _ = process.communicate(timeout=90)
+    took = time.monotonic() - sent
+    name = signal.Signals(signum).name
+    assert process.returncode == 130, output
+    assert took < 30, took
+    assert "Traceback" not in output and f"{name}); the record so far is in {out}" in output, output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] is False and name in summary["stop_reason"]
+    assert {p["state"] for p in summary["pipelines"].values()} <= {"stopped", "finished"}
+    assert replay(out).identical
+    assert not (tmp_path / ".rlix" / "ray_address").exists()  # the run is over: its address goes
+
+
+def test_kill_reaches_a_live_run_with_token_auth_on(tmp_path: Path) -> None:
+    """Ray turns token auth on for a new local cluster; `kill` must join with it, not around it."""
+    out = tmp_path / "run"
+    process = _start_run(tmp_path, out)
+    try:
+        _wait_for_file(tmp_path / ".rlix" / "ray_address", process, 120)
+        assert json.loads((tmp_path / ".rlix" / "ray_address").read_text())["auth_mode"] == "token"
+        deadline = time.monotonic() + 120
+        while True:  # until both pipelines are launched
+            code, err, took = _kill(tmp_path, "nosuch")
+            assert code == 2 and "InvalidAuthToken" not in err and took < 30, (err, took)
+            if err == "rlix-exec: error: no pipeline nosuch in this run (its pipelines: ft, lora)":
+                break
+            assert err.startswith("rlix-exec: error: no pipeline nosuch in this run"), err
+            assert time.monotonic() < deadline, err
+        done = subprocess.run([*RLIX_EXEC, "kill", "lora"], env=_env(tmp_path), capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0 and done.stdout.strip() == "pipeline lora: killed", done
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=90)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pipelines"]["lora"]["state"] == "killed"
+    assert summary["pipelines"]["lora"]["state_reason"] == "killed on request"
+
+
+def test_a_dead_orchestrator_leaves_the_record_so_far(ray_session: Any, tmp_path: Path) -> None:
+    from rlix.executor.live import execute
+    from rlix.executor.orchestrator import ORCHESTRATOR_NAME
+    from rlix.executor.run import plan
+    from rlix.executor.session import NAMESPACE
+    from rlix.runs.verify import replay
+
+    def kill_orchestrator() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                handle = ray.get_actor(ORCHESTRATOR_NAME, namespace=NAMESPACE)
+                if sum(ray.get(handle.run_progress.remote())["steps"].values()) >= 1:
+                    time.sleep(2.0)  # the driver's copy is pulled every half second
+                    ray.kill(handle)
+                    return
+            except (ValueError, ray.exceptions.RayActorError):
+                pass
+            time.sleep(0.5)
+
+    killer = threading.Thread(target=kill_orchestrator, daemon=True)
+    killer.start()
+    result = execute(plan("cpu-demo"), out_dir=tmp_path / "run", quiet=True, timeout_s=300)
+    killer.join()
+    assert not result.finished and "orchestrator" in result.stop_reason
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["finished"] is False and "orchestrator" in summary["stop_reason"]
+    assert sum(p["steps"] for p in summary["pipelines"].values()) >= 1  # what was done is kept
+    assert replay(tmp_path / "run").identical
+
+
+def test_a_run_folder_that_cannot_be_written_at_the_end_goes_to_a_fallback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlix.executor import live
+    from rlix.runs import folder
+    from rlix.scenarios import load_scenario
+    from tests.runs.fake_run import two_pipeline_run
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    real = folder.write_run
+    calls: list[Path] = []
+
+    def full_disk_once(recorder: Any, out_dir: Path, **kwargs: Any) -> Path:
+        calls.append(Path(out_dir))
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real(recorder, out_dir, **kwargs)
+
+    monkeypatch.setattr(folder, "write_run", full_disk_once)
+    result = live.RunResult(None, {}, two_pipeline_run(), 1.0, {})
+    the_plan = type("P", (), {"scenario": load_scenario("cpu-demo")})()
+    live._write(result, tmp_path / "wanted", the_plan, overwrite=False)  # type: ignore[arg-type]
+    assert "No space left" in result.write_error and str(tmp_path / "wanted") in result.write_error
+    assert result.out_dir is not None and result.out_dir.parent == tmp_path / "cache" / "rlix" / "unsaved"
+    assert (result.out_dir / "summary.json").exists()

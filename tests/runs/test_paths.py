@@ -1,0 +1,106 @@
+"""Output paths are checked before any work and only rlix's own folders are ever replaced."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rlix.runs.errors import RunError
+from rlix.runs.paths import check_out_dir, check_out_file, check_writable, is_run_folder
+
+
+def _entries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _run_folder(folder: Path, marker: str = "summary.json") -> Path:
+    folder.mkdir(parents=True)
+    if marker == "summary.json":
+        (folder / marker).write_text(json.dumps({"overall": {}}))
+    else:
+        (folder / marker).write_text(json.dumps({"header": {"policy": "rlix"}}) + "\n")
+    return folder
+
+
+def test_absent_and_empty_folders_pass_and_nothing_is_left(tmp_path: Path) -> None:
+    assert check_out_dir(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"
+    (tmp_path / "empty").mkdir()
+    check_out_dir(tmp_path / "empty")
+    assert _entries(tmp_path) == ["empty"]  # the probe is gone, nothing was created
+    assert _entries(tmp_path / "empty") == []
+
+
+@pytest.mark.parametrize("make", ["file", "under_file"])
+def test_a_file_in_the_way_is_one_line(tmp_path: Path, make: str) -> None:
+    (tmp_path / "afile").write_text("keep me")
+    target = tmp_path / "afile" if make == "file" else tmp_path / "afile" / "sub"
+    with pytest.raises(RunError) as error:
+        check_out_dir(target, overwrite=True)
+    assert str(target) in str(error.value) and "\n" not in str(error.value)
+    assert (tmp_path / "afile").read_text() == "keep me"
+
+
+def test_an_unwritable_place_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RunError, match="cannot be written"):
+        check_out_dir("/proc/rlix-test/run")
+    if os.geteuid() != 0:  # root writes anywhere: only the /proc case holds for it
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(RunError, match="cannot be written"):
+            check_out_dir(locked / "run")
+
+
+def test_a_folder_that_is_not_a_run_is_never_replaced(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "results.csv").write_text("precious")
+    for overwrite in (False, True):
+        with pytest.raises(RunError, match="not an rlix run folder"):
+            check_out_dir(data, overwrite=overwrite)
+    # a look-alike: a summary.json that is not JSON, an events.jsonl without rlix's header
+    (data / "summary.json").write_text("not json")
+    (data / "events.jsonl").write_text('{"event": 1}\n')
+    assert not is_run_folder(data)
+    with pytest.raises(RunError, match="not an rlix run folder"):
+        check_out_dir(data, overwrite=True)
+
+
+@pytest.mark.parametrize("marker", ["summary.json", "events.jsonl"])
+def test_a_run_folder_needs_overwrite(tmp_path: Path, marker: str) -> None:
+    run = _run_folder(tmp_path / "run", marker)
+    assert is_run_folder(run)
+    with pytest.raises(RunError, match="--overwrite"):
+        check_out_dir(run)
+    check_out_dir(run, overwrite=True)
+
+
+def test_writable_and_file_checks(tmp_path: Path) -> None:
+    check_writable(tmp_path / "a" / "b")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(RunError, match="not a folder"):
+        check_writable(tmp_path / "f")
+    check_out_file(tmp_path / "new" / "trace.parquet")
+    with pytest.raises(RunError, match="is a folder"):
+        check_out_file(tmp_path)
+    with pytest.raises(RunError, match="is a file"):
+        check_out_file(tmp_path / "f" / "trace.parquet")
+    assert _entries(tmp_path) == ["f"]
+
+
+def test_write_run_refuses_to_replace_a_folder_it_did_not_write(tmp_path: Path) -> None:
+    from rlix.runs.folder import write_run
+    from tests.runs.fake_run import two_pipeline_run as finished_recorder
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "keep.txt").write_text("precious")
+    with pytest.raises(RunError, match="not an rlix run folder"):
+        write_run(finished_recorder(), data, scenario_yaml="", overwrite=True, plots=False)
+    assert _entries(data) == ["keep.txt"]
+    run = write_run(finished_recorder(), tmp_path / "run", scenario_yaml="", plots=False)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["finished"] is True and summary["faults"] == []
+    write_run(finished_recorder(), run, scenario_yaml="", overwrite=True, plots=False)  # its own: replaced
