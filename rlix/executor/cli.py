@@ -133,10 +133,13 @@ def kill_command(args: argparse.Namespace) -> int:
     address whose cluster is gone, where Python's Ctrl-C handler never runs. The main thread
     only waits, so Ctrl-C and the deadline always work.
     """
+    import signal
     import threading
 
     from rlix.executor import session
 
+    # Ctrl-C must work even when this process was started with SIGINT ignored (from a script).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     local = session.running_local_run()
     address = args.address or (local.address if local is not None else None)
     if address is None:
@@ -151,8 +154,8 @@ def kill_command(args: argparse.Namespace) -> int:
     worker.join(KILL_TIMEOUT_S)
     if worker.is_alive():
         return _fail(f"the Ray cluster at {address} did not answer within {KILL_TIMEOUT_S:.0f} s")
-    if "failure" in outcome:
-        return _fail(outcome["failure"])
+    if "failure" in outcome or "status" not in outcome:
+        return _fail(outcome.get("failure", "the kill gave no answer"))
     print(f"pipeline {outcome['pipeline_id']}: {outcome['status']}")
     return 0
 
@@ -187,6 +190,11 @@ def _kill_remote(address: str, auth_mode: str | None, pipeline_id: str, outcome:
         outcome["failure"] = str(message).splitlines()[0]
     except ray.exceptions.RayActorError:
         outcome["failure"] = "the run's orchestrator is gone (the run is ending or ended)"
+    except ray.exceptions.AuthenticationError:
+        outcome["failure"] = (f"the Ray cluster at {address} uses token authentication and no token was "
+                              "found (~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)")
+    except Exception as exc:  # noqa: BLE001 - whatever Ray raises, one line, not a thread's traceback
+        outcome["failure"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 if __name__ == "__main__":

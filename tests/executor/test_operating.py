@@ -107,6 +107,42 @@ def test_kill_with_no_run_says_so_within_seconds(tmp_path: Path) -> None:
     assert code == 2 and "nothing answers there" in err and took < 15, (err, took)
 
 
+def test_kill_without_the_token_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        (tmp_path / ".rlix").mkdir()
+        record = {"address": f"127.0.0.1:{listener.getsockname()[1]}", "pid": os.getpid(), "auth_mode": "token"}
+        (tmp_path / ".rlix" / "ray_address").write_text(json.dumps(record))
+        code, err, _took = _kill(tmp_path, "ft")
+    assert code == 2 and err.count("\n") == 0 and "no token was found" in err, err
+
+
+def test_kill_obeys_ctrl_c_while_the_cluster_does_not_answer(tmp_path: Path) -> None:
+    """Something listens at the address but never speaks Ray: joining would hang for minutes."""
+    import socket
+
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        (tmp_path / ".rlix").mkdir()
+        record = {"address": f"127.0.0.1:{mute.getsockname()[1]}", "pid": os.getpid(), "auth_mode": "token"}
+        (tmp_path / ".rlix" / "ray_address").write_text(json.dumps(record))
+        (tmp_path / ".ray").mkdir()
+        (tmp_path / ".ray" / "auth_token").write_text("0" * 64)
+        process = subprocess.Popen([*RLIX_EXEC, "kill", "ft"], env=_env(tmp_path), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        time.sleep(6)  # well into joining
+        assert process.poll() is None
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _out, err = process.communicate(timeout=30)
+    assert process.returncode == 130 and time.monotonic() - sent < 10, err
+    assert err.strip().splitlines()[-1] == "rlix-exec: interrupted"
+
+
 def _start_run(tmp_path: Path, out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([*RLIX_EXEC, "run", "cpu-demo", "--quiet", "--out", str(out)], env=_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
