@@ -40,8 +40,9 @@ RemoteOrchestrator = ray.remote(Orchestrator)
 
 def start_orchestrator(topology: Topology, policy: str = "rlix", config: PolicyConfig | None = None,
                        name: str = ORCHESTRATOR_NAME, check_invariants: bool = False,
-                       tick_s: float = 1.0) -> Any:
-    """Start the named orchestrator on this driver's node and reserve the topology's GPUs."""
+                       tick_s: float = 1.0, record: Any = None) -> Any:
+    """Start the named orchestrator on this driver's node and reserve the topology's GPUs.
+    `record`: the Recorder of a cut run that this one continues (see Orchestrator)."""
     try:
         ray.get_actor(name, namespace=session.NAMESPACE)
     except ValueError:
@@ -50,7 +51,7 @@ def start_orchestrator(topology: Topology, policy: str = "rlix", config: PolicyC
         raise RuntimeError(f"an orchestrator named {name!r} is already running in this Ray cluster")
     handle = RemoteOrchestrator.options(
         name=name, namespace=session.NAMESPACE, max_concurrency=10_000, **control_options()
-    ).remote(topology, policy, config, check_invariants)
+    ).remote(topology, policy, config, check_invariants, record)
     ray.get(handle.setup.remote(tick_s))
     return handle
 

@@ -1,6 +1,7 @@
 """`rlix-exec`: run a scenario on Ray, or kill a pipeline of a running one.
 
     rlix-exec run SCENARIO [--out DIR] [--overwrite] [--address ADDR] [--quiet] [--policy NAME]
+    rlix-exec resume RUN_DIR [--address ADDR] [--quiet]
     rlix-exec kill PIPELINE_ID [--address ADDR]
 
 `run` takes a bundled scenario name (e.g. cpu-demo) or a YAML file. Without `--address` Ray
@@ -11,7 +12,9 @@ reward or output folder is one error line, before any actor starts. The run fold
 reproduces its decisions. `--overwrite` replaces only a folder rlix wrote.
 
 Ctrl-C or SIGTERM stops a run within seconds and writes the record so far (`summary.json`:
-`finished: false` and why); so does the death of the orchestrator. `summary.json` gives each
+`finished: false` and why); so does the death of the orchestrator. `resume` continues such a
+run, or one whose driver was killed outright, from each pipeline's newest checkpoint
+(`checkpoint_every` in the scenario's `executor:` section) in the same folder. `summary.json` gives each
 pipeline's final state (finished / failed / killed / stopped, with the reason) and the faults
 the run survived. Of a scenario's faults the executor carries out `kill` only (lost GPUs and
 failed decisions are the simulator's).
@@ -45,6 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--overwrite", action="store_true",
                      help="replace --out if it is a run folder rlix wrote (anything else is refused)")
     run.add_argument("--check-invariants", action="store_true", help="check the core's invariants after every event")
+    resume = commands.add_parser("resume", help="continue a cut run from its pipelines' last checkpoints")
+    resume.add_argument("run_dir", help="the run folder (written or not: a SIGKILLed run leaves .RUN_DIR.live)")
+    resume.add_argument("--address", help="join this Ray cluster instead of starting one locally")
+    resume.add_argument("--quiet", action="store_true", help="no progress bars")
+    resume.add_argument("--check-invariants", action="store_true", help="check the core's invariants after every event")
     kill = commands.add_parser("kill", help="kill a pipeline of the running scenario")
     kill.add_argument("pipeline_id")
     kill.add_argument("--address", help="the Ray cluster (default: the run on this machine)")
@@ -54,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"the executor needs {missing}, which is not installed: "
                      f"pip install torch=={TORCH_CPU} && pip install 'rlix[exec]' (on NVIDIA GPUs: 'rlix[gpu]')")
     try:
-        return run_command(args) if args.command == "run" else kill_command(args)
+        command = {"run": run_command, "resume": resume_command, "kill": kill_command}[args.command]
+        return command(args)
     except KeyboardInterrupt:
         print("rlix-exec: interrupted", file=sys.stderr)
         return 130
@@ -95,7 +104,29 @@ def run_command(args: argparse.Namespace) -> int:
                          check_invariants=args.check_invariants, overwrite=args.overwrite)
     except (ScenarioError, ExecutorInputError, SessionError, RunError) as exc:
         return _fail(str(exc))
-    _print_summary(result, the_plan.setups)
+    return _report(result, [s.pipeline_id for s in the_plan.setups])
+
+
+def resume_command(args: argparse.Namespace) -> int:
+    from rlix.executor.live import execute
+    from rlix.executor.resume import ResumeError, prepare_resume
+    from rlix.executor.run import ExecutorInputError
+    from rlix.executor.session import SessionError
+    from rlix.runs.errors import RunError
+
+    try:
+        the_plan, cut = prepare_resume(args.run_dir)
+        result = execute(the_plan, out_dir=args.run_dir, address=args.address, quiet=args.quiet,
+                         check_invariants=args.check_invariants, cut=cut)
+    except (ResumeError, ExecutorInputError, SessionError, RunError) as exc:
+        return _fail(str(exc))
+    return _report(result, [s.pipeline_id for s in the_plan.setups])
+
+
+def _report(result: Any, pipeline_ids: list[str]) -> int:
+    """The run's summary lines; its exit status (0 finished, 1 a pipeline failed or the run
+    was cut by a failure, 130 stopped by a signal)."""
+    _print_summary(result, pipeline_ids)
     if result.write_error:
         print(f"rlix-exec: error: could not write {result.write_error}; the run is in {result.out_dir}",
               file=sys.stderr)
@@ -106,7 +137,7 @@ def run_command(args: argparse.Namespace) -> int:
     return 1 if any(s["status"] == "failed" for s in result.status.values()) else 0
 
 
-def _print_summary(result: Any, setups: list[Any]) -> None:
+def _print_summary(result: Any, pipeline_ids: list[str]) -> None:
     print(f"\nrun folder: {result.out_dir}   wall time {result.wall_s:.1f} s")
     for fault in result.faults:
         print(f"  survived at {fault['t_s']:.1f} s: {fault['pipeline_id']} {fault['detail']}")
@@ -114,8 +145,7 @@ def _print_summary(result: Any, setups: list[Any]) -> None:
     for row in result.recorder.steps:
         if "reward_mean" in row:
             rewards.setdefault(row["pipeline_id"], []).append(float(row["reward_mean"]))
-    for setup in setups:
-        pid = setup.pipeline_id
+    for pid in dict.fromkeys([*result.status, *pipeline_ids]):
         status = result.status.get(pid, {"status": "not started", "error": ""})
         r = rewards.get(pid, [])
         reward = f"reward {r[0]:.3f} -> {r[-1]:.3f}" if r else "no steps"

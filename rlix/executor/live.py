@@ -10,9 +10,11 @@ every half second), so however the run ends something complete up to that moment
   copy; `finished: false` and `stop_reason`, pipelines still running marked `stopped`;
 - the orchestrator dies: the copy, and the reason names it.
 
-Each pipeline's trainers save what they trained after its last step (`Workload.save_models`)
-into a hidden sibling of the run folder, moved in as `models/<pipeline>/` when the folder is
-written (on a multi-node cluster that sibling must be on a file system every node shares).
+Each pipeline's trainers save what they trained after its last step (`Workload.save_models`),
+and a checkpoint every `executor.checkpoint_every` steps (`rlix.executor.checkpoints`), into a
+hidden sibling of the run folder, moved in as `models/<pipeline>/` and
+`checkpoints/<pipeline>/` when the folder is written (on a multi-node cluster that sibling must
+be on a file system every node shares).
 
 `summary.json` also gets each pipeline's final `state` (finished / failed / killed / stopped)
 with its `state_reason`, and `faults`: what the run survived (rollout workers replaced).
@@ -24,6 +26,7 @@ at the end (a full disk), the run goes to a fallback folder named in the result,
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import signal
 import time
@@ -33,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import rlix
+from rlix.executor.journal import JOURNAL_FILE, JournalWriter
 from rlix.executor.run import ExecutorInputError, Plan, cache_dir
 from rlix.runs.recorder import Recorder
 
@@ -61,51 +66,89 @@ class RunResult:
 
 
 @dataclass
+class Cut:
+    """What a resumed run continues (rlix.executor.resume): the cut run's record, finished at
+    the cut and reopened after a segment line; the final states of its pipelines that are not
+    started again; the faults it survived."""
+
+    recorder: Recorder
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
 class _Copy:
-    """The driver's copy of the orchestrator's record and of its last progress poll."""
+    """The driver's copy of the orchestrator's record and of its last progress poll, appended
+    to the journal on disk as it comes (rlix.executor.journal)."""
 
     recorder: Recorder
     progress: dict[str, Any] = field(default_factory=dict)
+    journal: JournalWriter | None = None
 
     def take(self, progress: dict[str, Any]) -> dict[str, Any]:
-        self.recorder.extend(progress.pop("record"))
+        piece = progress.pop("record")
+        self.recorder.extend(piece)
         self.progress = progress
+        if self.journal is not None:
+            self.journal.write(piece, progress)
         return progress
 
 
 def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | None = None,
             quiet: bool = False, check_invariants: bool = False, timeout_s: float | None = None,
-            overwrite: bool = False) -> RunResult:
-    """Run a checked plan on Ray and write its run folder (when `out_dir` is given)."""
-    import ray
-
+            overwrite: bool = False, cut: Cut | None = None) -> RunResult:
+    """Run a checked plan on Ray and write its run folder (when `out_dir` is given); with
+    `cut`, continue that cut run (its folder's live sibling prepared by the caller)."""
     from rlix.executor import session
-    from rlix.executor.actors import ACTOR_GONE
-    from rlix.executor.api import start_orchestrator
     from rlix.runs.paths import check_out_dir
 
-    models = None
+    live = None
     if out_dir is not None:
-        check_out_dir(out_dir, overwrite)  # before the run, which can take hours
-        models = _models_staging(Path(out_dir))
-        the_plan = dataclasses.replace(the_plan, setups=[
-            dataclasses.replace(s, models_dir=str(models / s.pipeline_id)) for s in the_plan.setups])
+        if cut is None:
+            check_out_dir(out_dir, overwrite)  # before the run, which can take hours
+        live = _live_folder(Path(out_dir), fresh=cut is None)
+        the_plan = _with_folders(the_plan, live)
     topology = the_plan.topology
     if address is None and topology.num_nodes > 1:
         raise ExecutorInputError(f"topology has {topology.num_nodes} nodes: start a Ray cluster of them "
                                  "and pass its --address (a local run is one node)")
     scenario = the_plan.scenario
     ex = scenario.executor
+    import ray
+
     started = not ray.is_initialized()
     session.start(num_gpus=topology.num_gpus, num_cpus=ex.num_cpus if ex is not None else None, address=address)
     t0 = time.monotonic()
-    copy = _Copy(Recorder(topology, scenario.policy.name, scenario.policy_config()))
+    copy = _Copy(cut.recorder if cut is not None else Recorder(topology, scenario.policy.name, scenario.policy_config()))
+    if live is not None:
+        owner = {"driver_pid": os.getpid(), "raylet_pids": session.raylet_pids() if address is None else []}
+        copy.journal = JournalWriter(live / JOURNAL_FILE, scenario.to_yaml(), rlix.__version__, owner)
+    try:
+        result = _run(the_plan, copy, cut, quiet, check_invariants, timeout_s, started)
+    finally:
+        if copy.journal is not None:
+            copy.journal.close()
+    result.wall_s = time.monotonic() - t0
+    if out_dir is not None:
+        _write(result, Path(out_dir), the_plan, overwrite or cut is not None, live)
+    return result
+
+
+def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invariants: bool,
+         timeout_s: float | None, started: bool) -> RunResult:
+    """The run itself, from the orchestrator's start to a record (finished or cut short)."""
+    import ray
+
+    from rlix.executor.actors import ACTOR_GONE
+    from rlix.executor.api import start_orchestrator
+
+    scenario = the_plan.scenario
     stop_reason, status, snapshot, recorder = "", {}, {}, None
-    handle = start_orchestrator(topology, scenario.policy.name, scenario.policy_config(),
-                                check_invariants=check_invariants)
+    handle = start_orchestrator(the_plan.topology, scenario.policy.name, scenario.policy_config(),
+                                check_invariants=check_invariants, record=cut.recorder if cut is not None else None)
     try:
         with _stop_on_signals():
-            _drive(handle, the_plan, quiet, timeout_s, copy)
+            _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0)
             status = ray.get(handle.wait_done.remote(None))
             snapshot = ray.get(handle.snapshot.remote())
             recorder = ray.get(handle.finish_run.remote())
@@ -121,30 +164,45 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
         _shut_down(handle, started)
     if recorder is None:
         recorder, status = _stopped_record(copy, stop_reason or "the run ended early")
-    faults = copy.progress.get("faults", [])
-    result = RunResult(None, status, recorder, time.monotonic() - t0, snapshot, not stop_reason, stop_reason, faults)
-    if out_dir is not None:
-        _write(result, Path(out_dir), the_plan, overwrite, models)
-    return result
+    faults = (cut.faults if cut is not None else []) + copy.progress.get("faults", [])
+    status = {**(cut.states if cut is not None else {}), **status}
+    return RunResult(None, status, recorder, 0.0, snapshot, not stop_reason, stop_reason, faults)
 
 
-def _models_staging(out_dir: Path) -> Path:
-    """Where trainers save the final models during the run (moved into the run folder's
-    `models/` when it is written): a hidden sibling, emptied of any earlier attempt's."""
-    models = out_dir.parent / f".{out_dir.name}.models"
-    shutil.rmtree(models, ignore_errors=True)
-    return models
+def live_folder(out_dir: Path) -> Path:
+    """Where the run writes as it goes (`journal.jsonl`, `models/`, `checkpoints/`), moved into
+    the run folder when it is written: a hidden sibling of it."""
+    return out_dir.parent / f".{out_dir.name}.live"
 
 
-def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, copy: _Copy) -> None:
-    """Launch pipelines at their arrival times, carry out kills, show progress until done."""
+def _live_folder(out_dir: Path, fresh: bool) -> Path:
+    live = live_folder(out_dir)
+    if fresh:  # an earlier, abandoned attempt's
+        shutil.rmtree(live, ignore_errors=True)
+    return live
+
+
+def _with_folders(the_plan: Plan, live: Path) -> Plan:
+    ex = the_plan.scenario.executor
+    keep = ex.keep_checkpoints if ex is not None else 2
+    setups = [dataclasses.replace(s, models_dir=str(live / "models" / s.pipeline_id),
+                                  checkpoints_dir=str(live / "checkpoints" / s.pipeline_id), keep_checkpoints=keep)
+              for s in the_plan.setups]
+    return dataclasses.replace(the_plan, setups=setups)
+
+
+def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, copy: _Copy,
+           clock_start: float = 0.0) -> None:
+    """Launch pipelines at their arrival times, carry out kills, show progress until done (a
+    resumed run's clock starts at the cut: what was due before is due at once, earlier kills
+    were carried out)."""
     import ray
 
     from rlix.executor.progress import Progress
 
-    start = time.monotonic()
+    start = time.monotonic() - clock_start
     to_launch = sorted(the_plan.setups, key=lambda s: the_plan.arrivals[s.pipeline_id])
-    kills = list(the_plan.kills)
+    kills = [kill for kill in the_plan.kills if kill[0] >= clock_start]
     progress = Progress(the_plan.setups, quiet)
     try:
         while True:
@@ -221,7 +279,7 @@ def _stopped_record(copy: _Copy, reason: str) -> tuple[Recorder, dict[str, dict[
     return recorder, status
 
 
-def _write(result: RunResult, out_dir: Path, the_plan: Plan, overwrite: bool, models: Path | None = None) -> None:
+def _write(result: RunResult, out_dir: Path, the_plan: Plan, overwrite: bool, live: Path | None = None) -> None:
     """The run folder where asked; if that fails now, in a fallback folder (named in the result)."""
     from rlix.runs.errors import RunError
     from rlix.runs.folder import write_run
@@ -231,7 +289,9 @@ def _write(result: RunResult, out_dir: Path, the_plan: Plan, overwrite: bool, mo
         "states": {pid: (s["status"], s.get("error") or None) for pid, s in result.status.items()},
     }
     yaml = the_plan.scenario.to_yaml()
-    folders = {"models": models} if models is not None and models.is_dir() else {}
+    if live is not None and result.finished:  # a finished run needs no journal to resume from
+        (live / JOURNAL_FILE).unlink(missing_ok=True)
+    folders = {p.name: p for p in live.iterdir()} if live is not None and live.is_dir() else {}
     try:
         result.out_dir = write_run(result.recorder, out_dir, scenario_yaml=yaml, overwrite=overwrite,
                                    run_state=state, folders=folders)
@@ -239,3 +299,5 @@ def _write(result: RunResult, out_dir: Path, the_plan: Plan, overwrite: bool, mo
         fallback = cache_dir() / "unsaved" / f"{out_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         result.write_error = f"{out_dir}: {error}"
         result.out_dir = write_run(result.recorder, fallback, scenario_yaml=yaml, run_state=state, folders=folders)
+    if live is not None:
+        shutil.rmtree(live, ignore_errors=True)  # emptied by the moves

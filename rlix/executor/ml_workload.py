@@ -34,6 +34,8 @@ from rlix.executor.workload import PipelineSetup
 from rlix.pipelines import Stage
 from rlix.policy.specs import PipelineKind
 
+#: The RNG states in a checkpoint folder (torch and Python's `random` of the trainer process).
+RNG_FILE = "rng.pt"
 #: Parameters a scenario's `executor:` section (and the pipeline) give the ML workload.
 DEFAULTS: dict[str, Any] = {
     "model_path": None, "backend": "hf", "actor_lr": 1e-5, "critic_lr": 1e-5, "lora_lr": 1e-4,
@@ -160,6 +162,33 @@ class MlTrainer:
         cluster's GPUs are not held after the last step, so nothing is onloaded."""
         self.model.save(folder)
 
+    def save_checkpoint(self, folder: str) -> dict[str, int]:
+        """`save_final` plus this process's RNG states; returns the weight version of each
+        adapter ({"base": v} for a full finetune)."""
+        import os
+        import random
+
+        import torch
+
+        self.model.save(folder)
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, os.path.join(folder, RNG_FILE))
+        versions = getattr(self.model, "versions", None)
+        return dict(versions) if versions is not None else {"base": int(getattr(self.model, "version", 0))}
+
+    def load_checkpoint(self, folder: str) -> None:
+        """What `save_checkpoint` wrote: weights, optimizer state, versions, RNG states."""
+        import os
+        import random
+
+        import torch
+
+        self.model.load(folder)
+        rng = os.path.join(folder, RNG_FILE)
+        if os.path.exists(rng):
+            states = torch.load(rng, weights_only=False)
+            torch.set_rng_state(states["torch"])
+            random.setstate(states["python"])
+
     def export_weights(self, adapter: str) -> Any:
         if hasattr(self.model, "adapter_state"):
             return self.model.adapter_state(adapter)
@@ -276,13 +305,32 @@ class MlWorkload:
     async def save_models(self, trainers: Mapping[str, Any], folder: str) -> None:
         """`folder` gets the actor (a model folder; for multi-LoRA a PEFT adapter folder per
         adapter, `folder/<adapter>/`) and, for PPO, the critic in `folder/critic/`."""
+        await self._save(trainers, folder, "save_final")
+
+    async def save_checkpoint(self, trainers: Mapping[str, Any], folder: str) -> dict[str, int]:
+        """The same folders with RNG states; returns each adapter's weight version."""
+        return await self._save(trainers, folder, "save_checkpoint")
+
+    async def restore(self, cluster: str, trainer: Any, folder: str) -> None:
+        """The actor's state from `folder`, the critic's from `folder/critic` (the reference is
+        frozen: nothing to load)."""
+        import os
+
+        if cluster == "actor_train":
+            await trainer.call.remote("load_checkpoint", folder)
+        elif cluster == "critic":
+            await trainer.call.remote("load_checkpoint", os.path.join(folder, "critic"))
+
+    async def _save(self, trainers: Mapping[str, Any], folder: str, method: str) -> dict[str, int]:
         import os
 
         os.makedirs(folder, exist_ok=True)
+        versions: dict[str, int] = {}
         if "actor_train" in trainers:
-            await trainers["actor_train"].call.remote("save_final", folder)
+            versions = await trainers["actor_train"].call.remote(method, folder) or {}
         if "critic" in trainers:
-            await trainers["critic"].call.remote("save_final", os.path.join(folder, "critic"))
+            await trainers["critic"].call.remote(method, os.path.join(folder, "critic"))
+        return versions
 
     def _gae(self, state: _StepState) -> None:
         """PPO advantages and returns (as `local_loop.ppo_step`): KL-folded token rewards, GAE."""

@@ -52,12 +52,15 @@ RemotePipelineActor = ray.remote(PipelineActor)
 
 class Orchestrator(ExternalApi):
     def __init__(self, topology: Topology, policy: str = "rlix", config: PolicyConfig | None = None,
-                 check_invariants: bool = False) -> None:
+                 check_invariants: bool = False, record: Recorder | None = None) -> None:
+        """`record`: a cut run's record (ended and reopened with a segment line, see
+        Recorder.resume) that this run continues, its clock going on from the cut; the core
+        starts fresh, as nothing of the cut run still holds a GPU."""
         config = config or PolicyConfig()
-        self.t0_wall = time.time()
-        self._last_now = 0.0
+        self._last_now = record.end_s if record is not None else 0.0
+        self.t0_wall = time.time() - self._last_now
         self.scheduler = Scheduler(topology, policy, config, check_invariants=check_invariants)
-        self.recorder = Recorder(topology, policy, config)
+        self.recorder = record if record is not None else Recorder(topology, policy, config)
         self.rollouts = RolloutBook(self.recorder)
         self.actuator = RayActuator(self)
         self.loop = Loop(self.scheduler, self.recorder, self.actuator, self.now)
@@ -154,7 +157,7 @@ class Orchestrator(ExternalApi):
             return VALUE, await self._wait(pipeline_id, value)
         return kind, value
 
-    async def finish(self, pipeline_id: str, op: ops.Stage | ops.Generate | ops.Publish, result: Any,
+    async def finish(self, pipeline_id: str, op: ops.Work, result: Any,
                      t_start: float) -> tuple[str, Any]:
         kind, value = self._host(pipeline_id).finish(op, result, t_start)
         if kind == RETRY:  # the stage's GPUs were revoked: redo it once granted again
@@ -278,6 +281,10 @@ class Orchestrator(ExternalApi):
             "decision_durations": list(self.actuator.durations),
             "decision_failures": list(self.actuator.failures),
         }
+
+    def num_events(self) -> int:
+        """How many events the record holds (a checkpoint's record position)."""
+        return int(self.loop.num_events)
 
     def note_fault(self, pipeline_id: str, kind: str, detail: str) -> None:
         self.faults.append({"t_s": round(self.now(), 3), "pipeline_id": pipeline_id, "kind": kind, "detail": detail})

@@ -61,6 +61,11 @@ class PipelineActor:
         self._failure: asyncio.Future[None] | None = None
         self._done: asyncio.Future[None] | None = None
         self._prestart: asyncio.Task[None] | None = None
+        self._published: dict[str, int] = {}
+        self._num_checkpoints = 0
+        if setup.resume is not None:  # ids and checkpoint numbers go on from the cut run's
+            self._next_id.update(setup.resume.first_ids)
+            self._num_checkpoints = setup.resume.next_checkpoint - 1
 
     def now(self) -> float:
         return time.time() - self.t0_wall
@@ -142,9 +147,11 @@ class PipelineActor:
 
     # --- work -----------------------------------------------------------------------------
 
-    async def _work(self, op: ops.Stage | ops.Generate | ops.Publish) -> Any:
+    async def _work(self, op: ops.Work) -> Any:
         if isinstance(op, ops.Stage):
             return await self._stage(op)
+        if isinstance(op, ops.Checkpoint):
+            return await self._checkpoint(op)
         if isinstance(op, ops.Generate):
             first = self._next_id.get(op.adapter, 0)
             batch = self.workload.make_batch(op.adapter, op.step, op.num_prompts, op.samples_per_prompt, first)
@@ -154,6 +161,7 @@ class PipelineActor:
             return self._sent_remaining
         trainer = self.trainers[self.workload.weights_cluster]
         ref = await trainer.export.remote(op.adapter)
+        self._published[op.adapter] = op.version
         self.ranks.published(op.adapter, op.version, ref)
         await self.ranks.sync_idle()
         return None
@@ -170,13 +178,18 @@ class PipelineActor:
             )
             self.trainers[op.cluster] = trainer
             await self.adopt(trainer)
+            resume = self.setup.resume
+            if resume is not None and resume.checkpoint is not None:
+                await self.workload.restore(op.cluster, trainer, resume.checkpoint)
         batch = self.queue.batch(op.adapter, op.step) if op.step >= 0 else None
         t0 = self.now()
         result = await self.workload.run_stage(op, self.trainers, batch)
         self.activity(op.cluster, -1, gpus, "busy", op.stage, t0)
         if op.stage == "init" and op.cluster == self.workload.weights_cluster:
-            for name in self.workload.weight_names():
-                self.ranks.published(name, 0, await trainer.export.remote(name))
+            for name in self.workload.weight_names():  # a resumed adapter's weights are a later version
+                version = self.setup.program.first_step(name)
+                self._published[name] = version
+                self.ranks.published(name, version, await trainer.export.remote(name))
         return result
 
     async def attempts_done(self, attempts: list[Attempt]) -> None:
@@ -204,6 +217,31 @@ class PipelineActor:
             # where the work is (the host sends it on only when the tail state changes)
             in_flight = {r: len(rank.in_flight) for r, rank in self.ranks.active.items()}
             self.orch.ranks_progress.remote(self.pipeline_id, in_flight, self.queue.num_waiting)
+
+    async def _checkpoint(self, op: ops.Checkpoint) -> None:
+        """Save before publishing version `op.version` of `op.adapter` (rlix.executor.checkpoints)."""
+        if self.setup.checkpoints_dir is None:
+            return
+        from pathlib import Path
+
+        from rlix.executor.checkpoints import checkpoint_name, write_checkpoint
+
+        self._num_checkpoints += 1
+        save = getattr(self.workload, "save_checkpoint", None)
+        versions: dict[str, int] = {}
+
+        async def fill(folder: Path) -> None:
+            if save is not None:
+                versions.update(await save(self.trainers, str(folder)))
+
+        next_step = {a.name: self._published.get(a.name, 0) for a in self.setup.program.adapters}
+        next_step[op.adapter] = op.version
+        # `versions` is filled by the save, before the metadata is written (last).
+        meta = {"pipeline_id": self.pipeline_id, "adapter": op.adapter, "version": op.version,
+                "versions": versions, "next_step": next_step, "sequence": self._num_checkpoints,
+                "t_s": round(self.now(), 3), "num_events": await self.orch.num_events.remote()}
+        name = checkpoint_name(self._num_checkpoints, op.adapter, op.version)
+        await write_checkpoint(Path(self.setup.checkpoints_dir), name, fill, meta, self.setup.keep_checkpoints)
 
     # --- decisions (called by the orchestrator's actuator) --------------------------------
 

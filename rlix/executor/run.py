@@ -76,7 +76,7 @@ def plan(scenario_ref: str | Any, policy: str | None = None, workload: str = "ml
     setups = []
     for pipeline in scenario.pipelines:
         pipeline_params = {**params, "algorithm": pipeline.algorithm, "kl": pipeline.kl, "seed": scenario.seed}
-        setups.append(PipelineSetup(specs[pipeline.id], program_config(pipeline), workload_class,
+        setups.append(PipelineSetup(specs[pipeline.id], program_config(pipeline, ex.checkpoint_every), workload_class,
                                     pipeline_params, progress_every=scenario.engine.progress_every))
     kills, unsupported = [], []
     for fault in scenario.faults.events:

@@ -184,6 +184,21 @@ def reachable(address: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def raylet_pids() -> list[int]:
+    """The raylet(s) this process started (a local session): its workers carry the pid in
+    their environment (RAY_RAYLET_PID), which is how a resume finds a cut run's stragglers."""
+    import psutil
+
+    found = []
+    for pid in ray_process_ids():
+        try:
+            if psutil.Process(pid).name() == "raylet":
+                found.append(pid)
+        except psutil.Error:
+            continue
+    return found
+
+
 def ray_process_ids() -> list[int]:
     """This process and every process it started (locally: GCS, raylet, agents, workers)."""
     import psutil

@@ -119,6 +119,13 @@ class SyntheticWorkload:
     async def save_models(self, trainers: Mapping[str, Any], folder: str) -> None:
         """Synthetic stages train nothing: there is no model to keep."""
 
+    async def save_checkpoint(self, trainers: Mapping[str, Any], folder: str) -> dict[str, int]:
+        """Nothing to save but the step reached (in the checkpoint's metadata)."""
+        return {}
+
+    async def restore(self, cluster: str, trainer: Any, folder: str) -> None:
+        """Nothing to load: synthetic stages keep no state."""
+
     def batch_result(self, batch: list[Trajectory]) -> dict[str, Any]:
         high = float(self.params["max_tokens"])
         for t in batch:

@@ -27,6 +27,18 @@ from rlix.policy.specs import PipelineSpec
 
 
 @dataclass(frozen=True)
+class ResumeFrom:
+    """Where a pipeline of a resumed run starts again (its program's `start_steps` say which
+    step): the checkpoint its trainers load at init (None: from the start), the first
+    trajectory id of each adapter (ids of the cut run are not reused) and the sequence number
+    of its next checkpoint."""
+
+    checkpoint: str | None
+    first_ids: Mapping[str, int] = field(default_factory=dict)
+    next_checkpoint: int = 1
+
+
+@dataclass(frozen=True)
 class PipelineSetup:
     """Everything a pipeline actor is built from (sent to it through Ray, so picklable)."""
 
@@ -45,6 +57,12 @@ class PipelineSetup:
     progress_every: float = 0.1
     #: Where the trained models go after the last step (on the trainers' node); None: nowhere.
     models_dir: str | None = None
+    #: Where this pipeline's checkpoints go (the program says when); None: not written.
+    checkpoints_dir: str | None = None
+    #: How many checkpoints are kept (the newest).
+    keep_checkpoints: int = 2
+    #: Set when the pipeline continues a cut run from a checkpoint.
+    resume: ResumeFrom | None = None
 
     @property
     def pipeline_id(self) -> str:
@@ -79,3 +97,10 @@ class Workload(Protocol):
     async def save_models(self, trainers: Mapping[str, Any], folder: str) -> None:
         """Save what the pipeline trained into `folder` (its `models/<pipeline>/`), after its
         last step; a workload without models to keep does nothing."""
+
+    async def save_checkpoint(self, trainers: Mapping[str, Any], folder: str) -> dict[str, int]:
+        """Save what continuing needs into `folder` (weights, optimizer and RNG states) and
+        return each adapter's weight version; a workload may save nothing."""
+
+    async def restore(self, cluster: str, trainer: Any, folder: str) -> None:
+        """Load `cluster`'s part of the checkpoint in `folder` into its new trainer actor."""

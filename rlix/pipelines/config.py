@@ -32,6 +32,18 @@ class ProgramConfig:
     has_critic: bool = False
     #: A KL term against a reference model (reference log-probs).
     has_reference: bool = False
+    #: Checkpoint after every this many steps of an adapter (0: never).
+    checkpoint_every: int = 0
+    #: (adapter, first step) of a pipeline resumed from a checkpoint: its earlier steps are
+    #: done and their weight versions exist; adapters not named start at step 0.
+    start_steps: tuple[tuple[str, int], ...] = ()
+
+    def first_step(self, adapter: str) -> int:
+        return dict(self.start_steps).get(adapter, 0)
+
+    def checkpoints_after(self, step: int) -> bool:
+        """Whether step `step` (0-based) of an adapter ends with a checkpoint."""
+        return self.checkpoint_every > 0 and (step + 1) % self.checkpoint_every == 0
 
     @property
     def batch_size(self) -> int:

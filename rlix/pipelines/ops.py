@@ -90,12 +90,25 @@ class Publish:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Save what continuing from weight `version` of `adapter` needs (the trainers' weights and
+    optimizer state, the step reached) before it is published; driver work on host copies, no
+    GPUs: real files in the executor, a storage-bandwidth delay in the simulator."""
+
+    adapter: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class Fork:
     """Start `program` as a concurrent thread of the same pipeline (e.g. a rollout producer)."""
 
     program: Program
 
 
-Op = Request | Release | Stage | Generate | AwaitBatch | AwaitAnyBatch | AwaitAllowed | Publish | Fork
+Op = (Request | Release | Stage | Generate | AwaitBatch | AwaitAnyBatch | AwaitAllowed | Checkpoint | Publish
+      | Fork)
+#: The ops a driver carries out itself (the host answers WORK for them).
+Work = Stage | Generate | Checkpoint | Publish
 #: A pipeline program: yields ops, receives each op's result.
 Program = Generator[Op, Any, None]

@@ -3,12 +3,16 @@
 Full-finetune step s (GRPO, or PPO with a critic; reference log-probs when KL is on):
 
     rollout (6) -> value compute (5, critic) -> old log-probs (3) -> reference log-probs (4, KL)
-    -> critic training (2, critic) -> actor training (1) -> publish weight version s + 1
+    -> critic training (2, critic) -> actor training (1) -> [checkpoint, every N steps]
+    -> publish weight version s + 1
 
 Each stage requests its cluster at its priority and releases it after, so training GPUs are
 free for rollout between stages. Rollout of later steps runs concurrently in a producer thread
 paced by the core (`AwaitAllowed`): with max_staleness k, rollout for step s starts once
 version s - k exists, so k = 0 is on-policy and k >= 1 overlaps rollout with training.
+
+A pipeline resumed from a checkpoint starts each adapter at its `first_step` (the models are
+loaded from the checkpoint at init, and the core already knows the versions that exist).
 
 Multi-LoRA: one base, several adapters, each with its own producer, steps and staleness bound.
 The trainer takes whichever adapter batch is ready first (ties in adapter order) and runs old
@@ -22,6 +26,7 @@ from rlix.pipelines.ops import (
     AwaitAllowed,
     AwaitAnyBatch,
     AwaitBatch,
+    Checkpoint,
     Fork,
     Generate,
     Program,
@@ -50,7 +55,7 @@ def initialize(config: ProgramConfig) -> Program:
 
 def producer(config: ProgramConfig, adapter: AdapterConfig) -> Program:
     """Submits the rollout batch of each step as soon as staleness pacing allows it."""
-    for step in range(adapter.num_steps):
+    for step in range(config.first_step(adapter.name), adapter.num_steps):
         yield AwaitAllowed(adapter.name, step)
         yield Generate(adapter.name, step, config.num_prompts, config.samples_per_prompt)
 
@@ -66,7 +71,7 @@ def full_finetune(config: ProgramConfig) -> Program:
     (adapter,) = config.adapters
     name = adapter.name
     yield Fork(producer(config, adapter))
-    for step in range(adapter.num_steps):
+    for step in range(config.first_step(name), adapter.num_steps):
         yield AwaitBatch(name, step)
         if config.has_critic:
             yield from stage("critic", Priority.VALUE, "values", name, step)
@@ -76,6 +81,8 @@ def full_finetune(config: ProgramConfig) -> Program:
         if config.has_critic:
             yield from stage("critic", Priority.CRITIC_TRAIN, "critic_train", name, step)
         yield from stage("actor_train", Priority.ACTOR_TRAIN, "actor_train", name, step)
+        if config.checkpoints_after(step):
+            yield Checkpoint(name, step + 1)
         yield Publish(name, step + 1)
 
 
@@ -83,7 +90,7 @@ def multi_lora(config: ProgramConfig) -> Program:
     yield from initialize(config)
     for adapter in config.adapters:
         yield Fork(producer(config, adapter))
-    next_step = {a.name: 0 for a in config.adapters}
+    next_step = {a.name: config.first_step(a.name) for a in config.adapters}
     num_steps = {a.name: a.num_steps for a in config.adapters}
     while True:
         keys = tuple((name, step) for name, step in next_step.items() if step < num_steps[name])
@@ -93,4 +100,6 @@ def multi_lora(config: ProgramConfig) -> Program:
         yield from stage("actor_train", Priority.OLD_LOG_PROBS, "old_log_probs", name, step)
         yield from stage("actor_train", Priority.ACTOR_TRAIN, "actor_train", name, step)
         next_step[name] = step + 1
+        if config.checkpoints_after(step):
+            yield Checkpoint(name, step + 1)
         yield Publish(name, step + 1)

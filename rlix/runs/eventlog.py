@@ -3,6 +3,10 @@
 The file is read lazily, line by line, so a long run's log is never held in memory at once.
 Every problem (missing file, bad JSON, a line that is not a record) is a `RunError` naming the
 file and line.
+
+A resumed live run continues its log after a segment line, `{"segment": {"at_s": ...,
+"resumed": {...}}}`: the run was cut there (every actor gone) and went on with a fresh core
+(same header), so a replay starts a new core at each segment line.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from rlix.runs import codec
 from rlix.runs.errors import RunError
 
 EVENTS_FILE = "events.jsonl"
+#: The key of a segment line (see the module docstring).
+SEGMENT = "segment"
 
 
 def events_path(run_dir: str | Path) -> Path:
@@ -41,12 +47,16 @@ def read_header(path: Path) -> dict[str, Any]:
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, {"event": ..., "decisions": [...]}) for every line after the header."""
+    """(line number, {"event": ..., "decisions": [...]}) for every line after the header, and
+    (line number, {"segment": {...}}) for each segment line."""
     records = _records(path)
     first = next(records, None)
     if first is None or "header" not in first[1]:
         raise RunError('the first line is not the header ({"header": ...})', file=path, line=1)
     for number, record in records:
+        if isinstance(record.get(SEGMENT), dict):
+            yield number, record
+            continue
         if not isinstance(record.get("event"), dict) or not isinstance(record.get("decisions"), list):
             raise RunError('not an event record ({"event": {...}, "decisions": [...]})', file=path, line=number)
         yield number, record
@@ -104,8 +114,8 @@ class EventFacts:
         if event.get("type") == "PipelineRegistered":
             spec = codec.spec_from_dict(event["spec"])
             self.specs[spec.pipeline_id] = spec
-        elif event.get("type") == "PipelineAdmitted":
-            self.admitted_s[event["pipeline_id"]] = float(event["now"])
+        elif event.get("type") == "PipelineAdmitted":  # the first admission: a resumed run admits again
+            self.admitted_s.setdefault(event["pipeline_id"], float(event["now"]))
         elif event.get("type") == "PipelineRemoved":
             self.removed_s[event["pipeline_id"]] = float(event["now"])
         for decision in record.get("decisions", ()):

@@ -36,7 +36,7 @@ from rlix.runs.loop import Loop
 WAIT, WORK, VALUE, FORK, RETRY = "wait", "work", "value", "fork", "retry"
 #: The stage columns of the steps table, in the order of a full-finetune step.
 STAGE_COLUMNS = ("rollout_s", "values_s", "old_log_probs_s", "ref_log_probs_s", "critic_train_s",
-                 "actor_train_s", "sync_s")
+                 "actor_train_s", "checkpoint_s", "sync_s")
 
 F = TypeVar("F")
 
@@ -86,11 +86,17 @@ class Host(Generic[F]):
     # --- life cycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Register and admit the pipeline; the driver then starts its main thread."""
+        """Register and admit the pipeline; the driver then starts its main thread. A pipeline
+        resumed from a checkpoint (`config.start_steps`) first tells the core which weight
+        versions exist, so staleness pacing lets its next step roll out."""
         self.alive = True
         self.loop.hosts[self.pipeline_id] = self
         now = self.clock()
         self.loop.send(ev.PipelineRegistered(now, self.spec))
+        for adapter, step in self.config.start_steps:
+            if step > 0:
+                name = None if adapter == BASE_ADAPTER else adapter
+                self.loop.send(ev.TrainStepFinished(now, self.pipeline_id, step, name))
         self.loop.send(ev.PipelineAdmitted(now, self.pipeline_id))
 
     def thread_started(self) -> None:
@@ -124,7 +130,7 @@ class Host(Generic[F]):
         if isinstance(op, ops.Release):
             self._deferred[thread] = [op.cluster]
             return VALUE, None
-        if isinstance(op, ops.Stage | ops.Generate | ops.Publish):
+        if isinstance(op, ops.Work):
             if isinstance(op, ops.Stage):
                 self._revocations.setdefault(op.cluster, 0)
             return WORK, op
@@ -149,7 +155,7 @@ class Host(Generic[F]):
             return FORK, op.program
         raise TypeError(f"not a pipeline op: {op!r}")
 
-    def finish(self, op: ops.Stage | ops.Generate | ops.Publish, result: Any, t_start: float) -> tuple[str, Any]:
+    def finish(self, op: ops.Work, result: Any, t_start: float) -> tuple[str, Any]:
         """The driver finished the work of `op`, started at `t_start`."""
         now = self.clock()
         if isinstance(op, ops.Stage):
@@ -165,6 +171,9 @@ class Host(Generic[F]):
         if isinstance(op, ops.Generate):
             self._submitted(op, result, now)
             return VALUE, None
+        if isinstance(op, ops.Checkpoint):
+            self._step_row(op.adapter, op.version - 1)["checkpoint_s"] += now - t_start
+            return VALUE, result
         row = self._step_row(op.adapter, op.version - 1)
         row["sync_s"] += now - t_start
         row["t_end"] = now

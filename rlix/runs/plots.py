@@ -92,7 +92,25 @@ def gantt(figure: Any, tables: RunTables, colours: dict[str, Any]) -> None:
     handles += [Patch(color=(0.4, 0.4, 0.4), label="other stage (darker)"),
                 Patch(color=(0.15, 0.15, 0.15), label="weight load"),
                 Patch(color=(0.85, 0.85, 0.85), label="held, idle (light)")]
+    handles += _checkpoint_marks(ax, tables, colours)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+
+
+def _checkpoint_marks(ax: Any, tables: RunTables, colours: dict[str, Any]) -> list[Any]:
+    """A checkpoint holds no GPU (it writes host copies): a bar along the top edge, in its
+    pipeline's colour, from its start to its end (just before the step's publish)."""
+    from matplotlib.lines import Line2D
+
+    steps = tables.steps
+    if "checkpoint_s" not in steps.columns:
+        return []
+    done = steps[steps["checkpoint_s"] > 0]
+    for row in done.itertuples():
+        end = row.t_end - row.sync_s
+        ax.plot([end - row.checkpoint_s, end], [-0.5, -0.5], color=colours[row.pipeline_id], linewidth=6,
+                solid_capstyle="butt", clip_on=False)
+        ax.plot([end], [-0.5], marker="v", color=colours[row.pipeline_id], markersize=5, clip_on=False)
+    return [Line2D([], [], color="0.3", marker="v", linewidth=0, label="checkpoint (top edge)")] if len(done) else []
 
 
 def gantt_samples(num_gpus: int) -> int:

@@ -80,9 +80,11 @@ class Run:
         return self.facts.specs
 
     def events(self) -> Iterator[dict[str, Any]]:
-        """The event log after the header, one `{"event": ..., "decisions": [...]}` at a time."""
+        """The event log after the header, one `{"event": ..., "decisions": [...]}` at a time
+        (segment lines of a resumed run left out)."""
         for _number, record in iter_records(self.path / "events.jsonl"):
-            yield record
+            if "event" in record:
+                yield record
 
     def tables(self) -> RunTables:
         """The tables in the form the metrics, timeline and plots take."""

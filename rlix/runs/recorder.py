@@ -149,6 +149,17 @@ class Recorder:
         self.add_rollouts(piece["rollouts"])
         self._open = dict(piece["open"])
 
+    def resume(self, resumed: dict[str, Any]) -> None:
+        """Go on after a cut: the record so far stays, a segment line marks where a fresh core
+        took over (`resumed`: what each pipeline started again from), the clock goes on from
+        `end_s`."""
+        from rlix.runs.eventlog import SEGMENT
+
+        if not self.finished:
+            raise ValueError("finish() the cut record first: its holdings end at the cut")
+        self.event_lines.append(json.dumps({SEGMENT: {"at_s": self.end_s, "resumed": resumed}}))
+        self.finished = False
+
     def finish(self, now: float) -> None:
         """Close whatever is still held at the end of the run."""
         for key in list(self._open):

@@ -1,7 +1,7 @@
 """Verifying a run folder: replay its events through a fresh core, check its invariants.
 
 `replay` feeds every event of `events.jsonl` to a new `Scheduler` built from the log's header
-and compares the decisions it returns with the recorded ones, field by field. Identical
+(another one after each segment line of a resumed run) and compares the decisions it returns with the recorded ones, field by field. Identical
 decisions prove a simulator run deterministic, and an executor run faithful to its core. The
 first divergence is reported with its line, event, and the recorded and replayed decisions.
 
@@ -24,7 +24,7 @@ from rlix.policy.errors import PolicyError
 from rlix.policy.run_checks import check_allocations, check_rollouts
 from rlix.runs import codec
 from rlix.runs.errors import RunError
-from rlix.runs.eventlog import events_path, iter_records, read_header
+from rlix.runs.eventlog import SEGMENT, events_path, iter_records, read_header
 from rlix.runs.reader import Run, load
 from rlix.traces.tables import table_path
 
@@ -77,6 +77,9 @@ def replay(run_dir: str | Path, *, check_invariants: bool = False) -> ReplayResu
         raise RunError(f"bad header: {error}", file=path, line=1) from error
     num_events = num_decisions = 0
     for number, record in iter_records(path):
+        if SEGMENT in record:  # a resumed run went on with a fresh core
+            scheduler = Scheduler(topology, policy, config, check_invariants=check_invariants)
+            continue
         try:
             event = codec.decode_event(record["event"])
         except (KeyError, TypeError, ValueError) as error:

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     from rlix.scenarios.pipelines import PipelineConfig
 
 
-def program_config(pipeline: PipelineConfig) -> ProgramConfig:
+def program_config(pipeline: PipelineConfig, checkpoint_every: int = 0) -> ProgramConfig:
+    """`checkpoint_every` is the scenario's (its `executor:` section): both drivers checkpoint
+    at the same steps, the simulator charging what writing one would cost."""
     kind = PipelineKind(pipeline.kind)
     if kind is PipelineKind.MULTI_LORA:
         adapters = tuple(AdapterConfig(a.name, a.steps, a.max_staleness) for a in pipeline.adapters)
@@ -28,4 +30,5 @@ def program_config(pipeline: PipelineConfig) -> ProgramConfig:
         samples_per_prompt=pipeline.samples_per_prompt,
         has_critic=pipeline.algorithm == "ppo",
         has_reference=pipeline.kl,
+        checkpoint_every=checkpoint_every,
     )

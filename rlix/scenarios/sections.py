@@ -256,3 +256,8 @@ class ExecutorConfig(Section):
     """Reward function by registry name; None: the task's own."""
     num_cpus: int | None = Field(None, gt=0)
     """CPUs Ray may use when it starts locally; None: Ray's default."""
+    checkpoint_every: int = Field(10, ge=0)
+    """Checkpoint each pipeline (each adapter) after every this many steps; 0: never. The
+    simulator charges the same checkpoints (weights and optimizer state written to storage)."""
+    keep_checkpoints: int = Field(2, gt=0)
+    """How many checkpoints of each pipeline are kept (the newest)."""

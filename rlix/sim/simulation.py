@@ -36,7 +36,7 @@ from rlix.sim.batches import Batch, BatchSampler
 from rlix.sim.costs import CostModel
 from rlix.sim.engine import RolloutGroup
 from rlix.sim.rollout import PipelineRollout
-from rlix.sim.stages import publish_seconds, stage_seconds
+from rlix.sim.stages import checkpoint_seconds, publish_seconds, stage_seconds
 
 #: Ticks let the core retry backed-off decisions and end rebalance hold-offs even when no
 #: other event comes (simulated seconds).
@@ -140,7 +140,9 @@ class Simulation:
         spec = self.specs[pipeline_id]
         costs = self.costs[pipeline_id]
         rollout_spec = spec.rollout
-        host: Host[simpy.Event] = Host(self.loop, spec, program_config(pipeline), self.futures)
+        executor = self.scenario.executor
+        program = program_config(pipeline, executor.checkpoint_every if executor is not None else 0)
+        host: Host[simpy.Event] = Host(self.loop, spec, program, self.futures)
         self.hosts[pipeline_id] = host
         engine = self.scenario.engine
         group = RolloutGroup(
@@ -154,7 +156,7 @@ class Simulation:
         self.rollouts[pipeline_id] = PipelineRollout(self, pipeline_id, group, host, engine.progress_every)
         self.threads[pipeline_id] = []
         host.start()
-        self.start_thread(host, program_for(program_config(pipeline)))
+        self.start_thread(host, program_for(program))
 
     def start_thread(self, host: Host[simpy.Event], program: Program) -> None:
         host.thread_started()
@@ -211,7 +213,7 @@ class Simulation:
     # --- work -----------------------------------------------------------------------------
 
     def _work(
-        self, host: Host[simpy.Event], op: ops.Stage | ops.Generate | ops.Publish
+        self, host: Host[simpy.Event], op: ops.Work
     ) -> Generator[simpy.Event, Any, Any]:
         pid = host.pipeline_id
         if isinstance(op, ops.Generate):
@@ -227,6 +229,10 @@ class Simulation:
             key = (pid, op.adapter)
             times = self.publish_times.get(key, np.empty(0))
             self.publish_times[key] = np.append(times, float(self.env.now))
+            return None
+        if isinstance(op, ops.Checkpoint):
+            full = host.spec.kind is PipelineKind.FULL_FINETUNE
+            yield self.env.timeout(checkpoint_seconds(costs, full, "critic" in host.spec.clusters))
             return None
         gpus = host.spec.clusters[op.cluster].mapping  # as placed, for a sized home
         tokens = self.batch_tokens.get((pid, op.adapter, op.step), 0)

@@ -38,3 +38,16 @@ def lora_adapter_bytes(costs: CostModel) -> float:
 def publish_seconds(costs: CostModel, full_model: bool) -> float:
     """Pushing a new version to the active rollout ranks: the whole model, or one adapter."""
     return costs.weight_sync_seconds(None if full_model else lora_adapter_bytes(costs))
+
+
+#: Bytes written per trainable parameter by a checkpoint: BF16 weights (2) and Adam's FP32
+#: master copy and two moments (12), as mixed-precision training keeps them.
+CHECKPOINT_BYTES_PER_PARAM = 14.0
+
+
+def checkpoint_seconds(costs: CostModel, full_model: bool, has_critic: bool) -> float:
+    """Writing a checkpoint to storage: the trained weights with their optimizer state (the
+    actor, and the critic of a PPO pipeline; for multi-LoRA the adapters only)."""
+    weight_bytes = costs.model.weight_bytes if full_model else lora_adapter_bytes(costs)
+    num_bytes = weight_bytes / 2.0 * CHECKPOINT_BYTES_PER_PARAM * (2 if has_critic and full_model else 1)
+    return num_bytes / costs.storage_bytes_per_s

@@ -4,6 +4,7 @@ several seconds on 2 cores), with declared GPUs and every listener on loopback."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,3 +22,12 @@ def ray_session() -> Iterator[object]:
     started = session.start(num_gpus=NUM_GPUS, num_cpus=2)
     yield started
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny model folder per session, built and saved through the normal loading code."""
+    pytest.importorskip("transformers")
+    from rlix.executor.ml.tiny_model import prepare_model
+
+    return prepare_model("tiny", tmp_path_factory.mktemp("models"))

@@ -143,3 +143,26 @@ def test_the_trained_models_are_in_the_run_folder(demo: tuple[RunResult, dict[st
     for adapter in ("a0", "a1"):
         assert PeftConfig.from_pretrained(models / "lora" / adapter).r > 0
     assert not [p for p in Path(result.out_dir).parent.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_checkpoints_every_four_steps_the_newest_two_kept(demo: tuple[RunResult, dict[str, Any]]) -> None:
+    from rlix.executor.checkpoints import list_checkpoints, read_checkpoint
+    from rlix.executor.ml.actor import ActorTrainer
+
+    result, _ = demo
+    assert result.out_dir is not None
+    run = Path(result.out_dir)
+    ft = list_checkpoints(run / "checkpoints" / "ft")
+    assert [read_checkpoint(p)["version"] for p in ft] == [8, 12]
+    lora = [read_checkpoint(p) for p in list_checkpoints(run / "checkpoints" / "lora")]
+    assert len(lora) == 2 and all(m["version"] % 4 == 0 for m in lora)
+    newest = lora[-1]  # every adapter's state is in each: its versions say where each stood
+    assert newest["next_step"][newest["adapter"]] == newest["version"] and set(newest["versions"]) == {"a0", "a1"}
+    assert 0 < read_checkpoint(ft[0])["num_events"] < read_checkpoint(ft[1])["num_events"]
+    trainer = ActorTrainer(run / "models" / "ft")
+    trainer.load(ft[-1])
+    assert trainer.version == 12
+    steps = _table(result, "steps")
+    saved = steps[steps.checkpoint_s > 0]
+    assert sorted(zip(saved.pipeline_id, saved.adapter, saved.step + 1, strict=True)) == sorted(
+        [("ft", "base", v) for v in (4, 8, 12)] + [("lora", a, v) for a in ("a0", "a1") for v in (4, 8, 12)])

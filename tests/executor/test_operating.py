@@ -212,9 +212,11 @@ def test_a_dead_orchestrator_leaves_the_record_so_far(ray_session: Any, tmp_path
     from rlix.executor.session import NAMESPACE
     from rlix.runs.verify import replay
 
+    stop = threading.Event()
+
     def kill_orchestrator() -> None:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not stop.is_set():
             try:
                 handle = ray.get_actor(ORCHESTRATOR_NAME, namespace=NAMESPACE)
                 if sum(ray.get(handle.run_progress.remote())["steps"].values()) >= 1:
@@ -227,8 +229,11 @@ def test_a_dead_orchestrator_leaves_the_record_so_far(ray_session: Any, tmp_path
 
     killer = threading.Thread(target=kill_orchestrator, daemon=True)
     killer.start()
-    result = execute(plan("cpu-demo"), out_dir=tmp_path / "run", quiet=True, timeout_s=300)
-    killer.join()
+    try:
+        result = execute(plan("cpu-demo"), out_dir=tmp_path / "run", quiet=True, timeout_s=300)
+    finally:  # a thread still calling Ray after the test would start Ray again on its own
+        stop.set()
+        killer.join()
     assert not result.finished and "orchestrator" in result.stop_reason
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["finished"] is False and "orchestrator" in summary["stop_reason"]

@@ -64,3 +64,33 @@ def test_multi_lora_trains_the_adapter_whose_batch_is_ready() -> None:
     published = [(op.adapter, op.version) for op in main if isinstance(op, ops.Publish)]
     assert published == [("a", 1), ("a", 2), ("b", 1)]
     assert not any(isinstance(op, ops.Request) and op.cluster == "critic" for op in main)
+
+
+def test_checkpoints_come_every_n_steps_of_each_adapter_before_the_publish() -> None:
+    config = ProgramConfig("p", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 5, 0),), 4, 2, checkpoint_every=2)
+    main = trace(program_for(config))
+    assert [op.version for op in main if isinstance(op, ops.Checkpoint)] == [2, 4]
+    for i, op in enumerate(main):
+        if isinstance(op, ops.Checkpoint):  # after the step's training, before its publish
+            assert main[i - 1] == ops.Release("actor_train") and main[i + 1] == ops.Publish("base", op.version)
+    lora = ProgramConfig("m", PipelineKind.MULTI_LORA, (AdapterConfig("a", 3, 0), AdapterConfig("b", 2, 1)), 2, 2,
+                         checkpoint_every=2)
+    saved = [(op.adapter, op.version) for op in trace(program_for(lora)) if isinstance(op, ops.Checkpoint)]
+    assert sorted(saved) == [("a", 2), ("b", 2)]
+    never = ProgramConfig("p", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 5, 0),), 4, 2)
+    assert not any(isinstance(op, ops.Checkpoint) for op in trace(program_for(never)))
+
+
+def test_a_resumed_program_starts_each_adapter_at_its_first_step() -> None:
+    config = ProgramConfig("p", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 5, 1),), 4, 2,
+                           start_steps=(("base", 3),))
+    main = trace(program_for(config))
+    assert [op.stage for op in main if isinstance(op, ops.Stage)][:1] == ["init"]  # models load first
+    assert [op.step for op in main if isinstance(op, ops.AwaitBatch)] == [3, 4]
+    assert [op.version for op in main if isinstance(op, ops.Publish)] == [4, 5]
+    (fork,) = [op for op in main if isinstance(op, ops.Fork)]
+    assert [op.step for op in trace(fork.program) if isinstance(op, ops.Generate)] == [3, 4]
+    lora = ProgramConfig("m", PipelineKind.MULTI_LORA, (AdapterConfig("a", 3, 0), AdapterConfig("b", 2, 0)), 2, 2,
+                         start_steps=(("a", 2),))
+    published = [(op.adapter, op.version) for op in trace(program_for(lora)) if isinstance(op, ops.Publish)]
+    assert sorted(published) == [("a", 3), ("b", 1), ("b", 2)]

@@ -1,12 +1,10 @@
-"""Shared fixtures for the ML pieces: one tiny model folder per session, one torch thread.
+"""Shared fixtures for the ML pieces: one torch thread (the tiny model: tests/executor/conftest.py).
 
 One thread: the machine has 2 cores shared with other work, and oversubscribed OpenMP threads
 make small CPU kernels many times slower.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -23,9 +21,3 @@ def _quiet_single_thread() -> None:
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
 
-
-@pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlix.executor.ml.tiny_model import prepare_model
-
-    return prepare_model("tiny", tmp_path_factory.mktemp("models"))

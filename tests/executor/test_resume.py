@@ -1,0 +1,125 @@
+"""`rlix-exec resume`: a run whose driver was SIGKILLed goes on from its checkpoints in the same
+folder and ends as a whole run (full step counts, no trajectory lost or consumed twice,
+staleness held, replay identical); bad input is one line and changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("ray")
+pytest.importorskip("transformers")
+
+RLIX_EXEC = [sys.executable, "-m", "rlix.executor.cli"]
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["HOME"] = str(home)
+    env.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))
+    return env
+
+
+def _resume(home: Path, run: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*RLIX_EXEC, "resume", str(run), "--quiet"], env=_env(home), capture_output=True,
+                          text=True, timeout=600)
+
+
+def _sigkilled_run(tmp_path: Path) -> tuple[Path, Path]:
+    """cpu-demo (a checkpoint every 4 steps) with its driver SIGKILLed after ft's first one."""
+    run, live = tmp_path / "run", tmp_path / ".run.live"
+    driver = subprocess.Popen([*RLIX_EXEC, "run", "cpu-demo", "--quiet", "--out", str(run)], env=_env(tmp_path),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not list((live / "checkpoints" / "ft").glob("ckpt-*")):
+        assert driver.poll() is None, driver.communicate()[0]
+        assert time.monotonic() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.2)
+    time.sleep(2.0)  # some steps past the checkpoint, to be lost and redone
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    assert not run.exists() and (live / "journal.jsonl").exists()
+    _wait_for_the_cut_runs_workers(live)
+    return run, live
+
+
+def _wait_for_the_cut_runs_workers(live: Path) -> None:
+    """The killed driver's Ray workers live on for seconds; a resume waits for them (tested
+    here through the journal's owner line), and so does this test before it lists files."""
+    from rlix.executor.resume import _workers_of
+
+    owners = [json.loads(line)["owner"] for line in (live / "journal.jsonl").read_text().splitlines()
+              if line.startswith('{"owner"')]
+    assert owners and owners[-1]["raylet_pids"], "the journal names the run's raylet"
+    deadline = time.monotonic() + 60
+    while _workers_of({str(p) for p in owners[-1]["raylet_pids"]}):
+        assert time.monotonic() < deadline, "the cut run's workers did not exit"
+        time.sleep(0.5)
+
+
+def test_a_sigkilled_run_resumes_to_a_whole_run(tmp_path: Path) -> None:
+    from rlix.runs.verify import check, replay
+
+    run, live = _sigkilled_run(tmp_path)
+    newest = sorted((live / "checkpoints" / "ft").glob("ckpt-*"))[-1] / "checkpoint.json"
+    good = newest.read_text()
+    newest.write_text("{broken")  # a damaged checkpoint: one line, nothing changed
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if ".ray" not in p.parts)
+    refused = _resume(tmp_path, run)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"rlix-exec: error: {newest}: not a readable checkpoint "
+        "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"], refused.stderr
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if ".ray" not in p.parts) == before
+    newest.write_text(good)
+
+    resumed = _resume(tmp_path, run)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["finished"] is True
+    steps = pd.read_parquet(run / "steps.parquet")
+    per_adapter = steps.groupby(["pipeline_id", "adapter"]).step
+    assert per_adapter.nunique().to_dict() == {("ft", "base"): 12, ("lora", "a0"): 12, ("lora", "a1"): 12}
+    assert (per_adapter.count() == per_adapter.nunique()).all()  # redone steps counted once
+    num_allocations, num_attempts = check(run)  # nothing lost or consumed twice, staleness held
+    assert num_allocations > 0 and num_attempts > 0
+    assert replay(run).identical
+    events = (run / "events.jsonl").read_text().splitlines()
+    (segment,) = [json.loads(line)["segment"] for line in events if line.startswith('{"segment"')]
+    assert segment["resumed"]["ft"] == newest.parent.name
+    assert (run / "models" / "ft" / "model.safetensors").exists()
+    assert not live.exists() and not (run / "journal.jsonl").exists()
+
+    again = _resume(tmp_path, run)  # finished: nothing to resume
+    assert again.returncode == 2 and "the run finished; there is nothing to resume" in again.stderr
+
+
+def test_bad_folders_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "keep.txt").write_text("x")
+    for folder, words in ((tmp_path / "nothing", "no such run folder"),
+                          (tmp_path / "data", "not an rlix run folder")):
+        done = _resume(tmp_path, folder)
+        assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert (tmp_path / "data" / "keep.txt").read_text() == "x"
+
+
+def test_a_journal_of_another_version_is_refused(tmp_path: Path) -> None:
+    from rlix.executor.journal import JournalWriter
+    from rlix.scenarios import load_scenario
+
+    live = tmp_path / ".run.live"
+    writer = JournalWriter(live / "journal.jsonl", load_scenario("cpu-demo").to_yaml(), "0.0.1")
+    writer.close()
+    shutil.copy(live / "journal.jsonl", tmp_path / "journal.copy")
+    done = _resume(tmp_path, tmp_path / "run")
+    assert done.returncode == 2 and "written by rlix 0.0.1" in done.stderr
+    assert (live / "journal.jsonl").read_bytes() == (tmp_path / "journal.copy").read_bytes()
