@@ -25,6 +25,7 @@ from rlix.policy import decisions as dec
 from rlix.policy import events as ev
 from rlix.policy.specs import ROLLOUT_CLUSTER, PolicyConfig, Topology
 from rlix.runs import codec
+from rlix.runs.eventlog import SEGMENT
 
 ALLOCATION_COLUMNS = ("pipeline_id", "cluster", "priority", "dp_rank", "gpu", "t_start", "t_end")
 ACTIVITY_COLUMNS = ("pipeline_id", "cluster", "dp_rank", "gpu", "kind", "stage", "t_start", "t_end")
@@ -153,8 +154,6 @@ class Recorder:
         """Go on after a cut: the record so far stays, a segment line marks where a fresh core
         took over (`resumed`: what each pipeline started again from), the clock goes on from
         `end_s`."""
-        from rlix.runs.eventlog import SEGMENT
-
         if not self.finished:
             raise ValueError("finish() the cut record first: its holdings end at the cut")
         self.event_lines.append(json.dumps({SEGMENT: {"at_s": self.end_s, "resumed": resumed}}))
