@@ -104,15 +104,16 @@ class RoundPlanner:
         reserved = self.reserved
         best: tuple[int, Rank, list[Rank]] | None = None
         keep_tail = self.sched.config.keep_busy_tail
+        bits = pipeline.slot_bits
         for donor in donors:
+            if not partial and not (donor.slot_bits & bits):
+                # Every bundle aligned, and none of the donor's mapping in ours: none of its
+                # ranks can be taken (at cluster-1024 scale most donors, so skipped first).
+                continue
             ranks: Iterable[Rank] = donor.active.values()
-            kept: frozenset[int] = frozenset()
             if keep_tail and donor.in_flight:
-                ranks = _idle_first(donor)
-                kept = donor.busy if donor.in_tail else kept
+                ranks = _idle_first(donor)  # without the busy ranks a pipeline in its tail keeps
             for donor_rank in ranks:
-                if kept and donor_rank.dp_rank in kept:
-                    continue
                 slot = donor_rank.slot
                 if slot not in partial:
                     # An aligned bundle: the receiver's rank there (if any) needs exactly it,
@@ -154,18 +155,23 @@ class RoundPlanner:
         GPUs are held by TP-1 or TP-2 ranks of pipelines at their targets: no roller ends
         below its target, and none moves for less than a whole first bundle of another."""
         pid = pipeline.pipeline_id
+        # The search changes nothing, so where a displaced roller could go is the same for
+        # every bundle tried: each roller's candidates are found once (see _make_whole).
+        spots: dict[str, list[tuple[Rank, list[Rank]]]] = {}
         for rank in pipeline.ranks:
             if not self._usable_by(rank, pid):
                 continue
             victims = self._victims(rank.gpus, pid, rollers)
             if not victims:
                 continue  # blocked (or free: free_fit would have found it)
-            move = self._make_whole(rank, victims, rollers)
+            move = self._make_whole(rank, victims, rollers, spots)
             if move is not None:
                 return move
         return None
 
-    def _make_whole(self, rank: Rank, victims: list[Rank], rollers: set[str]) -> Move | None:
+    def _make_whole(
+        self, rank: Rank, victims: list[Rank], rollers: set[str], spots: dict[str, list[tuple[Rank, list[Rank]]]]
+    ) -> Move | None:
         sched = self.sched
         # GPUs of the receiver's bundle and of every rank already displaced: a replacement
         # never lands on them (a displaced rank is shrunk once and counted once).
@@ -179,8 +185,11 @@ class RoundPlanner:
         extra: list[tuple[Rank, list[Rank]]] = []
         for victim_id, short in shortfall.items():
             owner = sched.pipelines[victim_id]
+            places = spots.get(victim_id)
+            if places is None:
+                places = spots[victim_id] = self._spots(owner, rollers)
             while short > 0:
-                found = self._replacement(owner, claimed, spent, rollers)
+                found = self._replacement(places, claimed, spent)
                 if found is None:
                     return None
                 extra.append(found)
@@ -189,21 +198,30 @@ class RoundPlanner:
                 short -= len(found[0].gpus)
         return rank, victims, extra
 
-    def _replacement(
-        self, owner: PipelineState, claimed: set[int], spent: dict[str, int], rollers: set[str]
-    ) -> tuple[Rank, list[Rank]] | None:
-        """A rank of `owner` off `claimed`, on a free bundle (preferred) or on donors' ranks
-        within what they hold above target (counting `spent`, which this updates)."""
+    def _spots(self, owner: PipelineState, rollers: set[str]) -> list[tuple[Rank, list[Rank]]]:
+        """The ranks of `owner` it may start, on bundles free or held only by active ranks of
+        donors (other than itself), each with those ranks, in `owner.ranks` order."""
         oid = owner.pipeline_id
         donors = {
             pid for pid in rollers if pid != oid and is_donor(self.sched, self.sched.pipelines[pid], self.first_bundle)
         }
-        fallback: tuple[Rank, list[Rank]] | None = None
+        spots: list[tuple[Rank, list[Rank]]] = []
         for candidate in owner.ranks:
-            if not claimed.isdisjoint(candidate.gpus) or not self._usable_by(candidate, oid):
-                continue
-            victims = self._victims(candidate.gpus, oid, donors)
-            if victims is None:
+            if self._usable_by(candidate, oid):
+                victims = self._victims(candidate.gpus, oid, donors)
+                if victims is not None:
+                    spots.append((candidate, victims))
+        return spots
+
+    def _replacement(
+        self, spots: list[tuple[Rank, list[Rank]]], claimed: set[int], spent: dict[str, int]
+    ) -> tuple[Rank, list[Rank]] | None:
+        """A rank of an owner (its `_spots`) off `claimed`, on a free bundle (preferred) or on
+        donors' ranks within what they hold above target (counting `spent`, which this
+        updates)."""
+        fallback: tuple[Rank, list[Rank]] | None = None
+        for candidate, victims in spots:
+            if not claimed.isdisjoint(candidate.gpus):
                 continue
             if not victims:
                 return candidate, []
@@ -261,9 +279,17 @@ class RoundPlanner:
 
 def _idle_first(donor: PipelineState) -> Iterable[Rank]:
     """A donor's active ranks, those running fewer trajectories first (by its last report):
-    taking an idle rank re-queues nothing."""
+    taking an idle rank re-queues nothing. In its tail the busy ones are kept (not taken), so
+    only the idle ones come, in their order; otherwise the busy ones follow, fewest first (the
+    stable sort by count, without sorting the idle ones: donor_fit runs once per rank moved).
+    Only with a report (`in_flight`), which `busy` then matches."""
     in_flight = donor.in_flight or {}
-    return sorted(donor.active.values(), key=lambda rank: in_flight.get(rank.dp_rank, 0))
+    busy = donor.busy
+    idle = [rank for n, rank in donor.active.items() if n not in busy]
+    if donor.in_tail or not busy:
+        return idle
+    running = [rank for n, rank in donor.active.items() if n in busy]
+    return idle + sorted(running, key=lambda rank: in_flight[rank.dp_rank])
 
 
 def _kept(rank: Rank, sched: Scheduler) -> bool:

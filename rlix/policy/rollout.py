@@ -81,14 +81,15 @@ def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
     is held at exactly its busy ranks (at least one bundle while it has work) and the others
     split what is left."""
     budget = rollout_budget(sched, rollers)
-    fixed = _tail_targets(sched, rollers, budget) if sched.config.keep_busy_tail else {}
+    demands = [p.demand for p in rollers]  # a property with branches: read once a round
+    fixed = _tail_targets(sched, rollers, demands, budget) if sched.config.keep_busy_tail else {}
     # Positional: keyword arguments cost about a third more, once per roller every round.
     # (pipeline_id, demand, tp, weight, num_active_gpus, max_ranks, order)
     floors = sched.config.home_floor
     claims = [
-        Claim(p.pipeline_id, p.demand, p.tp, p.spec.weight, p.num_active_gpus, len(p.ranks), p.admitted_seq,
-              _home_floor(p) if floors else 0)
-        for p in rollers
+        Claim(p.pipeline_id, demand, p.tp, p.spec.weight, p.num_active_gpus, len(p.ranks), p.admitted_seq,
+              _home_floor(p, demand) if floors else 0)
+        for p, demand in zip(rollers, demands, strict=True)
         if p.pipeline_id not in fixed
     ]
     split = split_rollout(claims, budget - sum(fixed.values()))
@@ -100,15 +101,15 @@ def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
         sched.ideal = split.ideal
 
 
-def _home_floor(pipeline: PipelineState) -> int:
+def _home_floor(pipeline: PipelineState, demand: float) -> int:
     """The GPUs of its home the pipeline can use: its rollout bundles inside the home, at most
-    one bundle per trajectory left."""
+    one bundle per trajectory left (`demand`)."""
     tp = pipeline.tp
-    wanted = math.ceil(pipeline.demand) * tp if pipeline.demand < pipeline.home_rollout_gpus else pipeline.home_rollout_gpus
+    wanted = math.ceil(demand) * tp if demand < pipeline.home_rollout_gpus else pipeline.home_rollout_gpus
     return min(pipeline.home_rollout_gpus, wanted)
 
 
-def _tail_targets(sched: Scheduler, rollers: list[PipelineState], budget: int) -> dict[str, int]:
+def _tail_targets(sched: Scheduler, rollers: list[PipelineState], demands: list[float], budget: int) -> dict[str, int]:
     """Targets of the pipelines in their tail: the GPUs of their busy ranks outside reserved
     GPUs (a reserved one goes to the request that waits for it), one bundle at least while
     they have work. None at all if they would leave too little for every other pipeline with
@@ -116,15 +117,15 @@ def _tail_targets(sched: Scheduler, rollers: list[PipelineState], budget: int) -
     reserved = sched.reservations.reserved_for
     fixed: dict[str, int] = {}
     others = 0  # the first bundles of the pipelines not in their tail
-    for pipeline in rollers:
+    for pipeline, demand in zip(rollers, demands, strict=True):
         if not pipeline.in_tail:
-            others += pipeline.tp if pipeline.demand > 0 else 0
+            others += pipeline.tp if demand > 0 else 0
             continue
         if reserved:
             busy = sum(len(r.gpus) for n, r in pipeline.active.items() if n in pipeline.busy and reserved.keys().isdisjoint(r.gpus))
         else:
             busy = pipeline.busy_gpus()
-        fixed[pipeline.pipeline_id] = max(busy, pipeline.tp if pipeline.demand > 0 else 0)
+        fixed[pipeline.pipeline_id] = max(busy, pipeline.tp if demand > 0 else 0)
     return fixed if sum(fixed.values()) + others <= budget else {}
 
 

@@ -177,8 +177,7 @@ class PipelineState:
 
     def busy_gpus(self) -> int:
         """GPUs of the active ranks that run trajectories (by the last report)."""
-        active = self.active
-        return self.tp * sum(1 for rank in self.busy if rank in active)
+        return self.tp * len(self.active.keys() & self.busy)  # in C (iterates busy): read every round
 
     @property
     def admitted(self) -> bool:
