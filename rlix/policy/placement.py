@@ -158,8 +158,12 @@ class RoundPlanner:
         # The search changes nothing, so where a displaced roller could go is the same for
         # every bundle tried: each roller's candidates are found once (see _make_whole).
         spots: dict[str, list[tuple[Rank, list[Rank]]]] = {}
+        now, reserved = self.now, self.reserved
         for rank in pipeline.ranks:
-            if not self._usable_by(rank, pid):
+            # _usable_by, its common case inlined (once per rank of the receiver, every round)
+            if rank.status is not RANK_INACTIVE or rank.retry_after_s > now:
+                continue
+            if reserved and not self._usable_by(rank, pid):
                 continue
             victims = self._victims(rank.gpus, pid, rollers)
             if not victims:
@@ -173,6 +177,13 @@ class RoundPlanner:
         self, rank: Rank, victims: list[Rank], rollers: set[str], spots: dict[str, list[tuple[Rank, list[Rank]]]]
     ) -> Move | None:
         sched = self.sched
+        for victim in victims:
+            # How nearly every try fails, so checked before anything is built (the search
+            # runs every round while a first bundle waits): a displaced roller with fewer
+            # GPUs to spare than one rank of its own and nowhere else to go.
+            owner = sched.pipelines[victim.pipeline_id]
+            if not self._spots(owner, rollers, spots) and self._excess(owner) < owner.tp:
+                return None
         # GPUs of the receiver's bundle and of every rank already displaced: a replacement
         # never lands on them (a displaced rank is shrunk once and counted once).
         claimed = set(rank.gpus).union(g for victim in victims for g in victim.gpus)
@@ -184,10 +195,7 @@ class RoundPlanner:
         }
         extra: list[tuple[Rank, list[Rank]]] = []
         for victim_id, short in shortfall.items():
-            owner = sched.pipelines[victim_id]
-            places = spots.get(victim_id)
-            if places is None:
-                places = spots[victim_id] = self._spots(owner, rollers)
+            places = self._spots(sched.pipelines[victim_id], rollers, spots)
             while short > 0:
                 found = self._replacement(places, claimed, spent)
                 if found is None:
@@ -198,14 +206,20 @@ class RoundPlanner:
                 short -= len(found[0].gpus)
         return rank, victims, extra
 
-    def _spots(self, owner: PipelineState, rollers: set[str]) -> list[tuple[Rank, list[Rank]]]:
+    def _spots(
+        self, owner: PipelineState, rollers: set[str], found: dict[str, list[tuple[Rank, list[Rank]]]]
+    ) -> list[tuple[Rank, list[Rank]]]:
         """The ranks of `owner` it may start, on bundles free or held only by active ranks of
-        donors (other than itself), each with those ranks, in `owner.ranks` order."""
+        donors (other than itself), each with those ranks, in `owner.ranks` order; kept in
+        `found` for the rest of the search."""
         oid = owner.pipeline_id
+        spots = found.get(oid)
+        if spots is not None:
+            return spots
         donors = {
             pid for pid in rollers if pid != oid and is_donor(self.sched, self.sched.pipelines[pid], self.first_bundle)
         }
-        spots: list[tuple[Rank, list[Rank]]] = []
+        spots = found[oid] = []
         for candidate in owner.ranks:
             if self._usable_by(candidate, oid):
                 victims = self._victims(candidate.gpus, oid, donors)
