@@ -1,4 +1,4 @@
-"""`rlix-exec`: run a scenario on Ray, or kill a pipeline of a running one.
+"""`rlix-exec`: run a scenario on Ray, resume a cut run, or kill a pipeline of a running one.
 
     rlix-exec run SCENARIO [--out DIR] [--overwrite] [--address ADDR] [--quiet] [--policy NAME]
     rlix-exec resume RUN_DIR [--address ADDR] [--quiet]
@@ -14,9 +14,9 @@ reproduces its decisions. `--overwrite` replaces only a folder rlix wrote.
 Ctrl-C or SIGTERM stops a run within seconds and writes the record so far (`summary.json`:
 `finished: false` and why); so does the death of the orchestrator. `resume` continues such a
 run, or one whose driver was killed outright, from each pipeline's newest checkpoint
-(`checkpoint_every` in the scenario's `executor:` section) in the same folder. `summary.json` gives each
-pipeline's final state (finished / failed / killed / stopped, with the reason) and the faults
-the run survived. Of a scenario's faults the executor carries out `kill` only (lost GPUs and
+(`checkpoint_every` in the scenario's `executor:` section) in the same folder. `summary.json`
+gives each pipeline's final state (finished / failed / killed / stopped, with the reason) and
+the faults the run survived. Of a scenario's faults the executor carries out `kill` only (lost GPUs and
 failed decisions are the simulator's).
 
 `kill` reaches the orchestrator of the run (the one on this machine, or the cluster at
