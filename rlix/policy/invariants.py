@@ -109,6 +109,9 @@ def check_ownership(sched: Scheduler) -> None:
         active_gpus = sum(len(r.gpus) for r in pipeline.active.values())
         if active_gpus != pipeline.num_active_gpus:
             _fail(1, f"{pipeline.pipeline_id}: counted {pipeline.num_active_gpus} rollout GPUs, holds {active_gpus}")
+        busy_active = len(pipeline.active.keys() & pipeline.busy)
+        if busy_active != pipeline.num_busy_active:
+            _fail(1, f"{pipeline.pipeline_id}: counted {pipeline.num_busy_active} busy active ranks, has {busy_active}")
         for holder in holders:
             for gpu in holder.gpus:
                 if expected[gpu] is not None:

@@ -126,7 +126,7 @@ class Ledger:
         rank.decision_id = decision_id
         pipeline = sched.pipelines[rank.pipeline_id]
         pipeline.num_active_gpus += num_gpus
-        pipeline.active[rank.dp_rank] = rank
+        pipeline.activate(rank)
         if requires:
             self._track(decision, rank, requires)
         else:
@@ -169,13 +169,12 @@ class Ledger:
         num_gpus = len(gpus)
         donor = sched.pipelines[victim.pipeline_id]
         donor.num_active_gpus -= num_gpus
-        del donor.active[victim.dp_rank]
-        donor.requeue_rank(victim.dp_rank)
+        donor.deactivate(victim.dp_rank)
         rank.status = RANK_EXPANDING
         rank.decision_id = expand_id
         receiver = sched.pipelines[rank.pipeline_id]
         receiver.num_active_gpus += num_gpus
-        receiver.active[rank.dp_rank] = rank
+        receiver.activate(rank)
         self.inflight[shrink_id] = (shrink, victim)
         self.inflight[expand_id] = (expand, rank)
         self.dependents[shrink_id] = [expand_id]
@@ -187,8 +186,7 @@ class Ledger:
         rank.status = RANK_INACTIVE
         pipeline = sched.pipelines[rank.pipeline_id]
         pipeline.num_active_gpus -= len(rank.gpus)
-        del pipeline.active[rank.dp_rank]
-        pipeline.requeue_rank(rank.dp_rank)
+        pipeline.deactivate(rank.dp_rank)
 
     def hold(self, request: Request, reason: str) -> None:
         if request.hold_reason != reason:
@@ -287,7 +285,7 @@ class Ledger:
         rank.status = RankStatus.ACTIVE
         pipeline = sched.pipelines[rank.pipeline_id]
         pipeline.num_active_gpus += len(rank.gpus)
-        pipeline.active[rank.dp_rank] = rank
+        pipeline.activate(rank)
 
     def forget_pipeline(self, pipeline_id: str) -> None:
         """Drop the in-flight decisions of a removed pipeline (its actors are dead, so its

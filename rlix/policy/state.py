@@ -110,13 +110,17 @@ class PipelineState:
     queued: int = 0
     #: dp_ranks the last report found running trajectories (kept with `in_flight`).
     busy: frozenset[int] = frozenset()
+    #: How many of `busy` are in `active`: kept as either changes (report_ranks, activate,
+    #: deactivate), since every round reads it for each pipeline in its tail (busy_gpus).
+    num_busy_active: int = 0
     #: Nothing queued by the last report: every trajectory left runs on a rank (kept in step
     #: with `in_flight` and `queued` by the core; read on every round).
     in_tail: bool = False
     #: The spec maps every cluster (false only for a sized home not placed yet).
     placed: bool = True
     num_active_gpus: int = 0  # GPUs of EXPANDING or ACTIVE ranks
-    active: dict[int, Rank] = field(default_factory=dict)  # EXPANDING or ACTIVE, by dp_rank
+    #: EXPANDING or ACTIVE ranks by dp_rank; changed through activate/deactivate only.
+    active: dict[int, Rank] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
     allowed_step: dict[str, int] = field(default_factory=dict)
     #: GPUs of its rollout ranks that lie inside its home (the most the home floor gives).
@@ -163,11 +167,21 @@ class PipelineState:
         self.in_flight = in_flight
         self.queued = queued
         self.busy = frozenset(rank for rank, count in in_flight.items() if count)
+        self.num_busy_active = len(self.active.keys() & self.busy)
         self.in_tail = self.rolling and queued == 0
 
-    def requeue_rank(self, dp_rank: int) -> None:
-        """A rank stopped: what it ran, by the last report, is queued again (until the next
-        report says where it went), so the pipeline is out of its tail if it had any."""
+    def activate(self, rank: Rank) -> None:
+        """`rank` (EXPANDING or ACTIVE now) joins `active`."""
+        self.active[rank.dp_rank] = rank
+        if rank.dp_rank in self.busy:
+            self.num_busy_active += 1
+
+    def deactivate(self, dp_rank: int) -> None:
+        """The rank leaves `active`: what it ran, by the last report, is queued again (until the
+        next report says where it went), so the pipeline is out of its tail if it had any."""
+        del self.active[dp_rank]
+        if dp_rank in self.busy:
+            self.num_busy_active -= 1
         if self.in_flight:
             count = self.in_flight.pop(dp_rank, 0)
             if count:
@@ -177,7 +191,7 @@ class PipelineState:
 
     def busy_gpus(self) -> int:
         """GPUs of the active ranks that run trajectories (by the last report)."""
-        return self.tp * len(self.active.keys() & self.busy)  # in C (iterates busy): read every round
+        return self.tp * self.num_busy_active
 
     @property
     def admitted(self) -> bool:

@@ -270,3 +270,9 @@ def test_a_stale_rollout_gpu_count_breaks_1() -> None:
     d = rolling()
     d.sched.pipelines["A"].num_active_gpus -= 2
     assert breaks(d.sched, []) == 1
+
+
+def test_a_stale_busy_rank_count_breaks_1() -> None:
+    d = rolling()
+    d.sched.pipelines["A"].num_busy_active += 1
+    assert breaks(d.sched, []) == 1
