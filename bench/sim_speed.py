@@ -1,4 +1,4 @@
-"""How many simulated rollouts per wall-second the whole simulator replays (issue 8's target).
+"""How many simulated rollouts per wall-second the whole simulator replays (target: 250k).
 
 Replays the bundled `cluster-1024` scenario (128 nodes x 8 GPUs, 32 pipelines, 512 prompts x
 16 samples per step, a simulated day via its max_time_s) through `rlix.sim` end to end (the

@@ -93,13 +93,12 @@ def run_command(args: argparse.Namespace) -> int:
     from rlix.executor.run import ExecutorInputError, plan
     from rlix.executor.session import SessionError
     from rlix.runs.errors import RunError
-    from rlix.runs.paths import check_out_dir
     from rlix.scenarios import ScenarioError
 
     try:
         the_plan = plan(args.scenario, policy=args.policy)
         out = args.out or f"runs/exec-{the_plan.scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        check_out_dir(out, args.overwrite)  # here, not after hours of training
+        # execute() checks `out` before Ray starts, not after hours of training.
         result = execute(the_plan, out_dir=out, address=args.address, quiet=args.quiet,
                          check_invariants=args.check_invariants, overwrite=args.overwrite)
     except (ScenarioError, ExecutorInputError, SessionError, RunError) as exc:
@@ -133,7 +132,7 @@ def _report(result: Any, pipeline_ids: list[str]) -> int:
         return 1
     if not result.finished:
         print(f"rlix-exec: {result.stop_reason}; the record so far is in {result.out_dir}", file=sys.stderr)
-        return 130 if "SIG" in result.stop_reason else 1
+        return 130 if result.by_signal else 1
     return 1 if any(s["status"] == "failed" for s in result.status.values()) else 0
 
 

@@ -57,9 +57,10 @@ class RunResult:
     status: dict[str, dict[str, Any]]
     recorder: Any
     wall_s: float
-    snapshot: dict[str, Any]
     finished: bool = True
     stop_reason: str = ""
+    #: Stopped by SIGINT or SIGTERM (rather than a failure).
+    by_signal: bool = False
     faults: list[dict[str, Any]] = field(default_factory=list)
     #: Set when the run folder could not be written where asked; `out_dir` is the fallback.
     write_error: str = ""
@@ -143,19 +144,18 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     from rlix.executor.api import start_orchestrator
 
     scenario = the_plan.scenario
-    stop_reason, status, snapshot, recorder = "", {}, {}, None
+    stop_reason, status, recorder, by_signal = "", {}, None, False
     handle = start_orchestrator(the_plan.topology, scenario.policy.name, scenario.policy_config(),
                                 check_invariants=check_invariants, record=cut.recorder if cut is not None else None)
     try:
         with _stop_on_signals():
             _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0)
             status = ray.get(handle.wait_done.remote(None))
-            snapshot = ray.get(handle.snapshot.remote())
             recorder = ray.get(handle.finish_run.remote())
     except KeyboardInterrupt:
-        stop_reason = "interrupted (SIGINT)"
+        stop_reason, by_signal = "interrupted (SIGINT)", True
     except RunStopped as exc:
-        stop_reason = str(exc)
+        stop_reason, by_signal = str(exc), True
     except ACTOR_GONE as exc:
         stop_reason = f"the orchestrator actor died ({type(exc).__name__})"
     finally:
@@ -166,7 +166,7 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
         recorder, status = _stopped_record(copy, stop_reason or "the run ended early")
     faults = (cut.faults if cut is not None else []) + copy.progress.get("faults", [])
     status = {**(cut.states if cut is not None else {}), **status}
-    return RunResult(None, status, recorder, 0.0, snapshot, not stop_reason, stop_reason, faults)
+    return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults)
 
 
 def live_folder(out_dir: Path) -> Path:
@@ -213,7 +213,7 @@ def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, co
                 ray.get(handle.kill_pipeline.remote(kills.pop(0)[1]))
             snapshot = copy.take(ray.get(handle.run_progress.remote(list(copy.recorder.cursor()))))
             progress.update(snapshot)
-            if not to_launch and all(s != "running" for s in snapshot["status"].values()):
+            if not to_launch and all(p["status"] != "running" for p in snapshot["pipelines"].values()):
                 return
             if timeout_s is not None and elapsed > timeout_s:
                 raise TimeoutError(f"the run did not finish within {timeout_s} s")

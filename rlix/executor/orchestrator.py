@@ -298,9 +298,8 @@ class Orchestrator(ExternalApi):
             steps[row["pipeline_id"]] = steps.get(row["pipeline_id"], 0) + 1
             if "reward_mean" in row:
                 reward[row["pipeline_id"]] = row["reward_mean"]
-        progress = {"status": {pid: r.status for pid, r in self.pipelines.items()}, "steps": steps,
-                    "reward": reward, "pipelines": {pid: self.describe(pid) for pid in self.pipelines},
-                    "faults": list(self.faults), "now": self.now()}
+        progress = {"pipelines": {pid: self.describe(pid) for pid in self.pipelines}, "steps": steps,
+                    "reward": reward, "faults": list(self.faults), "now": self.now()}
         if cursor is not None:
             progress["record"] = self.recorder.since(cursor)
         return progress

@@ -25,7 +25,7 @@ class Progress:
             done = snapshot["steps"].get(pid, 0)
             if done > bar.n:
                 bar.update(done - bar.n)
-            status = snapshot["status"].get(pid, "waiting")
+            status = snapshot["pipelines"].get(pid, {}).get("status", "waiting")
             reward = snapshot["reward"].get(pid)
             postfix = status if reward is None else f"{status}, reward {reward:.3f}"
             if bar.postfix != postfix:

@@ -80,14 +80,11 @@ def _wait_for_stragglers(owner: dict[str, Any], journal_path: Path) -> None:
     actor among them could still write a checkpoint. A driver still alive is refused."""
     import psutil
 
+    from rlix.executor.session import process_alive
+
     driver = owner.get("driver_pid")
-    if driver is not None and psutil.pid_exists(int(driver)):
-        try:
-            alive = psutil.Process(int(driver)).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            alive = False
-        if alive:
-            raise ResumeError(f"{journal_path}: its run is still going (driver pid {driver}): stop it first")
+    if driver is not None and process_alive(int(driver)):
+        raise ResumeError(f"{journal_path}: its run is still going (driver pid {driver}): stop it first")
     raylets = {str(pid) for pid in owner.get("raylet_pids", [])}
     deadline = time.monotonic() + STRAGGLER_WAIT_S
     while raylets:

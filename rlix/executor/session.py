@@ -156,13 +156,14 @@ def running_local_run() -> LocalRun | None:
         if os.path.exists(ADDRESS_FILE):
             forget_address()  # unreadable: written by another version, or cut short
         return None
-    if not _process_alive(run.pid):
+    if not process_alive(run.pid):
         forget_address()
         return None
     return run
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether `pid` is a running process (a zombie is not)."""
     import psutil
 
     try:

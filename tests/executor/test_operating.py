@@ -269,7 +269,7 @@ def test_a_run_folder_that_cannot_be_written_at_the_end_goes_to_a_fallback(
         return real(recorder, out_dir, **kwargs)
 
     monkeypatch.setattr(folder, "write_run", full_disk_once)
-    result = live.RunResult(None, {}, two_pipeline_run(), 1.0, {})
+    result = live.RunResult(None, {}, two_pipeline_run(), 1.0)
     the_plan = type("P", (), {"scenario": load_scenario("cpu-demo")})()
     live._write(result, tmp_path / "wanted", the_plan, overwrite=False)  # type: ignore[arg-type]
     assert "No space left" in result.write_error and str(tmp_path / "wanted") in result.write_error
