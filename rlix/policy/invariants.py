@@ -331,15 +331,17 @@ def _busy_in_tail(sched: Scheduler, rank: Rank) -> bool:
 
 def check_rebalance_keeps_targets(sched: Scheduler, decisions: list[Decision]) -> None:
     """Invariant 6 (donor side): a rebalance never takes a pipeline below its own target, nor
-    one that was already below it lower. What a pipeline held when the round began is what it
-    holds now, plus what this round shrank, less what it expanded (shrinks for a rolling
-    pipeline happen only in the round)."""
+    one that was already below it lower. What a pipeline held before the round's rebalances is
+    what it holds now, plus what they shrank, less what the round expanded: preemptions for
+    requests come first in a round and are not the rebalance's doing (a pipeline preempted
+    below its target may still have a rank relocated for another's first bundle, as long as it
+    is made whole again)."""
     moved: dict[str, int] = {}
     donors: set[str] = set()
     for d in decisions:
         if isinstance(d, Shrink):
-            moved[d.pipeline_id] = moved.get(d.pipeline_id, 0) + len(d.gpus)
             if d.reason == "rebalance":
+                moved[d.pipeline_id] = moved.get(d.pipeline_id, 0) + len(d.gpus)
                 donors.add(d.pipeline_id)
         elif isinstance(d, Expand):
             moved[d.pipeline_id] = moved.get(d.pipeline_id, 0) - len(d.gpus)

@@ -69,9 +69,12 @@ def _table(result: RunResult, name: str) -> pd.DataFrame:
     return pd.read_parquet(Path(result.out_dir) / f"{name}.parquet")
 
 
-def _rewards(result: RunResult, pipeline_id: str) -> list[float]:
+def _rewards(result: RunResult, pipeline_id: str, adapter: str | None = None) -> list[float]:
     steps = _table(result, "steps").sort_values("t_end")
-    return steps[steps.pipeline_id == pipeline_id]["reward_mean"].tolist()
+    steps = steps[steps.pipeline_id == pipeline_id]
+    if adapter is not None:
+        steps = steps[steps.adapter == adapter]
+    return steps["reward_mean"].tolist()
 
 
 def _rises(rewards: list[float]) -> bool:
@@ -86,8 +89,10 @@ def test_both_pipelines_finish_and_the_full_finetune_learns(demo: tuple[RunResul
     assert _rises(rewards), [round(r, 3) for r in rewards]
 
 
-def test_the_lora_pipeline_learns(demo: tuple[RunResult, dict[str, Any]]) -> None:
-    rewards = _rewards(demo[0], "lora")
+@pytest.mark.parametrize("adapter", ["a0", "a1"])
+def test_each_lora_adapter_learns(demo: tuple[RunResult, dict[str, Any]], adapter: str) -> None:
+    rewards = _rewards(demo[0], "lora", adapter)
+    assert len(rewards) == 12
     assert _rises(rewards), [round(r, 3) for r in rewards]
 
 

@@ -28,7 +28,7 @@ from rlix.policy import (
     Topology,
 )
 from rlix.policy.decisions import AllowRollout, Decision, Expand, Grant, Shrink
-from rlix.policy.invariants import InvariantChecker, check_split
+from rlix.policy.invariants import InvariantChecker, check_rebalance_keeps_targets, check_split
 from tests.policy.builders import full_finetune
 from tests.policy.drive import Driver
 
@@ -174,6 +174,19 @@ def test_a_rebalance_that_takes_a_pipeline_below_its_target_breaks_6() -> None:
     # its target of 1.
     given = [Shrink(FAKE, "E", 0, (0,), "rebalance"), Expand(FAKE + 1, "D", 0, (0,), (FAKE,))]
     assert breaks(d.sched, given) is None
+
+
+def test_a_preemption_before_a_rebalance_is_not_the_rebalance_s_doing() -> None:
+    # D holds 1 GPU, target 3. The round claims D lost rank 1 to a request (a preemption),
+    # then gave rank 3 to E's rank 3 for another's first bundle and was made whole by rank 0:
+    # the rebalance left D where the preemption had put it (1 GPU), so 6 holds.
+    d = under_target()
+    relocated = [Shrink(FAKE, "D", 1, (1,), "preempt"), Shrink(FAKE + 1, "D", 3, (3,), "rebalance"),
+                 Expand(FAKE + 2, "E", 3, (3,), (FAKE + 1,)), Expand(FAKE + 3, "D", 0, (0,), ())]
+    check_rebalance_keeps_targets(d.sched, relocated)
+    # Had the rebalance not made D whole again, it would have taken D from 2 GPUs to 1.
+    with pytest.raises(InvariantViolation, match="invariant 6.*took D from 2 to 1"):
+        check_rebalance_keeps_targets(d.sched, relocated[:3])
 
 
 def test_targets_past_the_budget_break_6() -> None:

@@ -60,10 +60,18 @@ class WatchedLoop(Loop):
         # The one-bundle minimum outranks the tail: a pipeline's first bundle may cut a busy
         # rank when it is the only place that bundle fits, and so may the ranks that make the
         # pipelines it displaced whole again (a relocation).
-        for_first_bundle = {
-            required for d in new if isinstance(d, Expand) and not had.get(d.pipeline_id)
-            for required in d.requires
-        }
+        # A first bundle is an expansion of a pipeline holding nothing at that point of the
+        # round: also one that held GPUs when the round began and lost them to a preemption.
+        holding = dict(had)
+        first_bundles = []
+        for d in new:
+            if isinstance(d, Shrink):
+                holding[d.pipeline_id] = holding.get(d.pipeline_id, 0) - len(d.gpus)
+            elif isinstance(d, Expand):
+                if not holding.get(d.pipeline_id):
+                    first_bundles.append(d)
+                holding[d.pipeline_id] = holding.get(d.pipeline_id, 0) + len(d.gpus)
+        for_first_bundle = {required for d in first_bundles for required in d.requires}
         displaced = {d.pipeline_id for d in new if isinstance(d, Shrink) and d.decision_id in for_first_bundle}
         for_first_bundle |= {
             required for d in new if isinstance(d, Expand) and d.pipeline_id in displaced for required in d.requires

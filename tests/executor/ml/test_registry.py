@@ -68,8 +68,9 @@ def test_toy_task_prompts_and_rewards_by_hand() -> None:
     assert all(p.text == f"say {p.metadata['letter']}:" for p in prompts)
     prompt = Prompt("say b:", {"letter": "b"})
     assert letter_closeness(prompt, "bbbb") == 1.0
-    # 'a' and 'c' are 1 away (31/32 each), 'B' is 32 away (0), '\ufffd' far away (0).
-    assert letter_closeness(prompt, "acB\ufffd") == pytest.approx((31 / 32 * 2) / 4)
+    # 'a' and 'c' are 1 away (63/64 each), 'B' is 32 away (1/2), '\x02' 96 away (0),
+    # '\ufffd' far away (0).
+    assert letter_closeness(prompt, "acB\x02\ufffd") == pytest.approx((63 / 64 * 2 + 0.5) / 5)
     assert letter_closeness(prompt, "") == 0.0
     assert letter_share(prompt, "bxbx") == 0.5
     assert letter_share(prompt, "") == 0.0
