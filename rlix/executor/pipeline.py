@@ -171,6 +171,9 @@ class PipelineActor:
         if not self.setup.spec.placed:  # a sized home: the core has placed it by its first grant
             self.setup = dataclasses.replace(self.setup, spec=await self.orch.placed_spec.remote(self.pipeline_id))
         gpus = self.setup.spec.clusters[op.cluster].mapping
+        # From here: a cluster's first stage (its init) starts its trainer, which is the init's
+        # work (the model load), so its busy span covers it as the simulator's init does.
+        t0 = self.now()
         if trainer is None:
             trainer = RemoteTrainerWorker.options(**self.pool.actor_options(gpus)).remote(
                 self.pipeline_id, op.cluster, self.pool.visible_devices(gpus),
@@ -182,14 +185,13 @@ class PipelineActor:
             if resume is not None and resume.checkpoint is not None:
                 await self.workload.restore(op.cluster, trainer, resume.checkpoint)
         batch = self.queue.batch(op.adapter, op.step) if op.step >= 0 else None
-        t0 = self.now()
         result = await self.workload.run_stage(op, self.trainers, batch)
-        self.activity(op.cluster, -1, gpus, "busy", op.stage, t0)
         if op.stage == "init" and op.cluster == self.workload.weights_cluster:
             for name in self.workload.weight_names():  # a resumed adapter's weights are a later version
                 version = self.setup.program.first_step(name)
                 self._published[name] = version
                 self.ranks.published(name, version, await trainer.export.remote(name))
+        self.activity(op.cluster, -1, gpus, "busy", op.stage, t0)
         return result
 
     async def attempts_done(self, attempts: list[Attempt]) -> None:

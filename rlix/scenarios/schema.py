@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from rlix.policy import POLICIES, PipelineSpec, PolicyConfig, Topology
 from rlix.scenarios.checks import check_scenario
+from rlix.scenarios.costs import resolve_costs
 from rlix.scenarios.errors import Path, ScenarioError
 from rlix.scenarios.pipelines import PipelineConfig
 from rlix.scenarios.sections import (
@@ -53,7 +54,9 @@ class Scenario(Section):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     """Rollout engine parameters (simulator)."""
     costs: dict[str, float] = {}
-    """Overrides of the simulator's cost model by constant name (the simulator checks names)."""
+    """Overrides of the simulator's cost model by constant name (the simulator checks names),
+    or the path of a calibrated cost file (`rlix-sim calibrate`; relative to the scenario
+    file), whose constants it becomes when loaded (rlix.scenarios.costs)."""
     templates: dict[str, dict[str, Any]] = {}
     """Pipelines without id and arrival_s, by name, for a `stream:` or a job log to use."""
     pipelines: list[PipelineConfig] = Field(min_length=1)
@@ -85,6 +88,11 @@ class Scenario(Section):
             for p in data["pipelines"]
         ]
         return {**data, "pipelines": pipelines}
+
+    @field_validator("costs", mode="before")
+    @classmethod
+    def _costs_file(cls, value: Any, info: ValidationInfo) -> Any:
+        return resolve_costs(value, (info.context or {}).get("base_dir"))
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:

@@ -60,7 +60,9 @@ class SimActuator:
         costs = sim.costs[decision.pipeline_id]
         key = (decision.pipeline_id, decision.dp_rank)
         self._loading[key] = decision.decision_id
-        yield sim.env.timeout(costs.weight_load_seconds(len(decision.gpus)))
+        # A live rank's worker may still be starting (measured costs only; else 0).
+        ready = sim.pipelines[decision.pipeline_id].arrival_s + costs.worker_ready_s(decision.dp_rank)
+        yield sim.env.timeout(max(0.0, ready - t0) + costs.weight_load_seconds(len(decision.gpus)))
         if self._loading.get(key) != decision.decision_id:
             return  # revoked while loading (a GPU was lost): no engine, nothing to report
         del self._loading[key]

@@ -31,14 +31,17 @@ def resolve_scenario(
     *,
     jobs: str | os.PathLike[str] | None = None,
     jobs_columns: dict[str, str] | None = None,
+    costs: str | os.PathLike[str] | None = None,
 ) -> Scenario:
     """The scenario with the overrides applied and validated again (errors name the field);
     `jobs` adds a job log's jobs as pipelines of its templates (rlix.scenarios.jobs)."""
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    if policy is None and trace is None and seed is None and jobs is None:
+    if policy is None and trace is None and seed is None and jobs is None and costs is None:
         return scenario
     data = scenario.model_dump(mode="json", exclude_none=True)
+    if costs is not None:  # a calibrated cost file (rlix-sim calibrate)
+        data["costs"] = str(Path(costs).resolve())
     if jobs is not None:
         data["jobs"] = {"path": str(Path(jobs).resolve()), "columns": dict(jobs_columns or {})}
     if policy is not None:

@@ -95,6 +95,10 @@ def _add_common(parser: argparse.ArgumentParser, default_scenario: str | None = 
         help="map a job log column, e.g. arrival=Submit or id=JobID (repeatable; --column maps the trace)",
     )
     parser.add_argument("--seed", type=int, help="override the scenario's seed")
+    parser.add_argument(
+        "--costs", metavar="FILE",
+        help="a calibrated cost file (rlix-sim calibrate) replacing the scenario's costs:",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -133,6 +137,7 @@ def _scenario(args: argparse.Namespace) -> Any:
         args.seed,
         jobs=args.jobs,
         jobs_columns=dict(args.jobs_column) or None,
+        costs=getattr(args, "costs", None),
     )
 
 
@@ -264,6 +269,9 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_compare_options(demo, default_scenario="tiny")
+    from rlix.sim.calibrate_cli import register as register_calibrate
+
+    register_calibrate(commands)
 
 
 def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str | None = None) -> None:

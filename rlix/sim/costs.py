@@ -23,6 +23,12 @@ compute scales with parameters; attention FLOPs are left out).
 
 Everything else is FLOP counting (2·N·n forward, 6·N·n training, WORKLOADS.md) at a stated MFU,
 or bytes over a stated bandwidth.
+
+Measured constants. `rlix-sim calibrate` fits the fields listed in `CALIBRATED` from run folders
+(rlix.sim.calibrate); each one set replaces the formula it names (decode floor and per-sequence
+term, prefill and stage times per token, weight moves, publish, checkpoint and start-up times),
+so a scenario given a calibrated `costs:` runs on the measured machine, not on the H100's
+datasheet. Unset (None), the formula above holds.
 """
 
 from __future__ import annotations
@@ -94,7 +100,17 @@ GPUS: dict[str, GpuType] = {
     ),
 }
 
+#: The measured constants `rlix-sim calibrate` fits (seconds; None: the formula holds). What
+#: each replaces is in `CostModel`'s comments; rlix.scenarios.costs documents them for users.
+CALIBRATED = (
+    "decode_iteration_s", "decode_per_sequence_s", "prefill_per_token_s",
+    "forward_fixed_s", "forward_per_token_s", "train_fixed_s", "train_per_token_s",
+    "load_s", "worker_start_per_process_s", "offload_s", "publish_full_s", "publish_adapter_s",
+    "checkpoint_full_s", "checkpoint_adapter_s", "init_s", "init_per_process_s", "launch_s",
+)
 _NUMERIC_MIN_ZERO = {
+    *CALIBRATED,
+    "startup_processes",
     "decode_overhead_s",
     "allreduce_latency_s",
     "init_fixed_s",
@@ -143,6 +159,37 @@ class CostModel:
     # The linear-layer profile the decode model scales (see the module docstring).
     linear_profile_tp1_s: tuple[tuple[int, float], ...] = VIDUR_LLAMA2_7B_TP1_S
     linear_floor_tp2_s: float = VIDUR_FLOOR_TP2_S
+    # -- measured (rlix-sim calibrate); None: the formula above. A decode iteration takes
+    # decode_iteration_s + decode_per_sequence_s * b (no KV term: a fit cannot tell it from
+    # the per-sequence term at the lengths measured); prefill prefill_per_token_s a token.
+    decode_iteration_s: float | None = None
+    decode_per_sequence_s: float | None = None
+    prefill_per_token_s: float | None = None
+    # A log-prob/reference/value pass and a training step (actor or critic): fixed + per token
+    # of the batch, whatever the cluster's size (measured on the cluster as it ran).
+    forward_fixed_s: float | None = None
+    forward_per_token_s: float | None = None
+    train_fixed_s: float | None = None
+    train_per_token_s: float | None = None
+    # Weight moves of a rollout rank. A live pipeline starts its ranks' worker processes one
+    # after another from its launch, each taking worker_start_per_process_s per process started
+    # with the pipeline (they share the cores): an expansion of a rank whose worker is not up
+    # yet waits for it (`worker_ready_s`).
+    load_s: float | None = None
+    worker_start_per_process_s: float | None = None
+    offload_s: float | None = None
+    # Pushing a new version to the rollout ranks, and writing a checkpoint, per step.
+    publish_full_s: float | None = None
+    publish_adapter_s: float | None = None
+    checkpoint_full_s: float | None = None
+    checkpoint_adapter_s: float | None = None
+    # Start-up (the init stage): init_s + init_per_process_s * processes started with it
+    # (`startup_processes`, set by the simulator: on a few cores process starts share them).
+    init_s: float | None = None
+    init_per_process_s: float | None = None
+    startup_processes: float = 0.0
+    # From a pipeline's arrival to its first request (a live driver actor starting); None: 0.
+    launch_s: float | None = None
 
     # -- construction ------------------------------------------------------------------------
 
@@ -225,6 +272,8 @@ class CostModel:
 
     def decode_coefficients(self, batch_size: int, tp: int) -> tuple[float, float]:
         """(alpha_s, beta_s_per_token) with t(b, K) = alpha + beta * K for one decode iteration."""
+        if self.decode_iteration_s is not None:
+            return self.decode_iteration_s + (self.decode_per_sequence_s or 0.0) * batch_size, 0.0
         alpha = (
             self.decode_overhead_s
             + self.linear_seconds(batch_size, tp)
@@ -242,6 +291,8 @@ class CostModel:
     def prefill_compute_seconds(self, num_tokens: int, tp: int) -> float:
         """2·N·n FLOPs at `prefill_mfu`: what admitting `num_tokens` adds to a decode step that
         runs anyway (vLLM batches prefills into decode steps; the weight read is paid once)."""
+        if self.prefill_per_token_s is not None:
+            return self.prefill_per_token_s * num_tokens
         return (
             2.0
             * self.model.num_params
@@ -257,6 +308,8 @@ class CostModel:
 
     def train_seconds(self, num_tokens: int, num_gpus: int) -> float:
         """Actor training: 6·N·n FLOPs at `train_mfu` over `num_gpus` GPUs."""
+        if self.train_fixed_s is not None or self.train_per_token_s is not None:
+            return self._measured(self.train_fixed_s, self.train_per_token_s, num_tokens)
         return (
             6.0
             * self.model.num_params
@@ -268,6 +321,8 @@ class CostModel:
         self, num_tokens: int, num_gpus: int, model: ModelShape | None = None
     ) -> float:
         """A log-prob, reference or value pass: 2·N·n FLOPs at `forward_mfu`."""
+        if self.forward_fixed_s is not None or self.forward_per_token_s is not None:
+            return self._measured(self.forward_fixed_s, self.forward_per_token_s, num_tokens)
         params = (model or self.model).num_params
         return 2.0 * params * num_tokens / (num_gpus * self.peak_flops_per_s * self.forward_mfu)
 
@@ -275,21 +330,45 @@ class CostModel:
         self, num_tokens: int, num_gpus: int, critic: ModelShape | None = None
     ) -> float:
         """Critic training: 6·N_critic·n at `train_mfu` (the critic defaults to the actor's shape)."""
+        if self.train_fixed_s is not None or self.train_per_token_s is not None:
+            return self._measured(self.train_fixed_s, self.train_per_token_s, num_tokens)
         params = (critic or self.model).num_params
         return 6.0 * params * num_tokens / (num_gpus * self.peak_flops_per_s * self.train_mfu)
 
+    @staticmethod
+    def _measured(fixed_s: float | None, per_token_s: float | None, num_tokens: int) -> float:
+        return (fixed_s or 0.0) + (per_token_s or 0.0) * num_tokens
+
+    def launch_seconds(self) -> float:
+        """From a pipeline's arrival (registered and admitted) to its first request."""
+        return self.launch_s or 0.0
+
     def init_seconds(self) -> float:
-        """Model load at initialization: a fixed start-up plus reading the weights from storage."""
+        """Model load at initialization: a fixed start-up plus reading the weights from storage
+        (measured: init_s plus init_per_process_s for each process started with it)."""
+        if self.init_s is not None or self.init_per_process_s is not None:
+            return (self.init_s or 0.0) + (self.init_per_process_s or 0.0) * self.startup_processes
         return self.init_fixed_s + self.model.weight_bytes / self.storage_bytes_per_s
 
     # -- weights on and off rollout ranks ----------------------------------------------------
 
+    def worker_ready_s(self, dp_rank: int) -> float:
+        """Seconds after its pipeline's arrival at which rank `dp_rank`'s worker is up (measured;
+        0 when not calibrated): the launch, then one worker start after another."""
+        if self.worker_start_per_process_s is None:
+            return 0.0
+        return self.launch_seconds() + (dp_rank + 1) * self.worker_start_per_process_s * self.startup_processes
+
     def weight_load_seconds(self, tp: int) -> float:
         """Expanding a rollout rank: each GPU copies its weight shard host -> GPU."""
+        if self.load_s is not None:
+            return self.load_s
         return self.expand_fixed_s + self.model.weight_bytes / tp / self.host_link_bytes_per_s
 
     def offload_seconds(self, tp: int) -> float:
         """Shrinking a rollout rank: each GPU copies its weight shard GPU -> host."""
+        if self.offload_s is not None:
+            return self.offload_s
         return self.shrink_fixed_s + self.model.weight_bytes / tp / self.host_link_bytes_per_s
 
     def weight_sync_seconds(self, num_bytes: float | None = None) -> float:
@@ -341,6 +420,8 @@ def _checked(key: str, value: Any) -> Any:
         return value
     if key == "linear_profile_tp1_s":
         return _checked_profile(value)
+    if key in CALIBRATED and value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"cost field {key!r} must be a finite number, got {value!r}")
     if value < 0 or (value == 0 and key not in _NUMERIC_MIN_ZERO):

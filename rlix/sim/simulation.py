@@ -36,7 +36,7 @@ from rlix.sim.batches import Batch, BatchSampler
 from rlix.sim.costs import CostModel
 from rlix.sim.engine import RolloutGroup
 from rlix.sim.rollout import PipelineRollout
-from rlix.sim.stages import checkpoint_seconds, publish_seconds, stage_seconds
+from rlix.sim.stages import checkpoint_seconds, publish_seconds, stage_seconds, startup_processes
 
 #: Ticks let the core retry backed-off decisions and end rebalance hold-offs even when no
 #: other event comes (simulated seconds).
@@ -101,7 +101,9 @@ class Simulation:
         self.pipelines = {p.id: p for p in scenario.pipelines}
         gpu = scenario.topology_config.gpu
         self.costs: dict[str, CostModel] = {
-            p.id: CostModel.for_model(p.model, gpu, dict(scenario.costs))
+            p.id: CostModel.for_model(
+                p.model, gpu, {**scenario.costs, "startup_processes": startup_processes(self.specs, self.pipelines, p.id)}
+            )
             for p in scenario.pipelines
         }
         self._samplers: dict[str, BatchSampler] = {}
@@ -156,6 +158,8 @@ class Simulation:
         self.rollouts[pipeline_id] = PipelineRollout(self, pipeline_id, group, host, engine.progress_every)
         self.threads[pipeline_id] = []
         host.start()
+        if costs.launch_seconds():  # measured: a live pipeline's actor starts before it asks
+            yield self.env.timeout(costs.launch_seconds())
         self.start_thread(host, program_for(program))
 
     def start_thread(self, host: Host[simpy.Event], program: Program) -> None:

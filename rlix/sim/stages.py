@@ -8,6 +8,10 @@ it. Multi-LoRA training backpropagates through the frozen base, so it is charged
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from rlix.policy.specs import ROLLOUT_CLUSTER, PipelineSpec
 from rlix.sim.costs import CostModel
 
 #: ASSUMPTION: a LoRA adapter of rank 16 on the attention and MLP projections: 2 x 16 x
@@ -36,7 +40,11 @@ def lora_adapter_bytes(costs: CostModel) -> float:
 
 
 def publish_seconds(costs: CostModel, full_model: bool) -> float:
-    """Pushing a new version to the active rollout ranks: the whole model, or one adapter."""
+    """Pushing a new version to the active rollout ranks: the whole model, or one adapter
+    (measured `publish_full_s` / `publish_adapter_s` when calibrated)."""
+    measured = costs.publish_full_s if full_model else costs.publish_adapter_s
+    if measured is not None:
+        return measured
     return costs.weight_sync_seconds(None if full_model else lora_adapter_bytes(costs))
 
 
@@ -47,7 +55,25 @@ CHECKPOINT_BYTES_PER_PARAM = 14.0
 
 def checkpoint_seconds(costs: CostModel, full_model: bool, has_critic: bool) -> float:
     """Writing a checkpoint to storage: the trained weights with their optimizer state (the
-    actor, and the critic of a PPO pipeline; for multi-LoRA the adapters only)."""
+    actor, and the critic of a PPO pipeline; for multi-LoRA the adapters only); measured
+    `checkpoint_full_s` / `checkpoint_adapter_s` when calibrated."""
+    measured = costs.checkpoint_full_s if full_model else costs.checkpoint_adapter_s
+    if measured is not None:
+        return measured
     weight_bytes = costs.model.weight_bytes if full_model else lora_adapter_bytes(costs)
     num_bytes = weight_bytes / 2.0 * CHECKPOINT_BYTES_PER_PARAM * (2 if has_critic and full_model else 1)
     return num_bytes / costs.storage_bytes_per_s
+
+
+def startup_processes(specs: Mapping[str, PipelineSpec], pipelines: Mapping[str, Any], pipeline_id: str) -> float:
+    """Processes a live run starts together with `pipeline_id`'s: for each pipeline arriving at
+    the same time, its driver actor, a worker per rollout rank (all started at once) and a
+    trainer per other cluster. On a few cores these starts share them, so a measured start-up
+    grows with their number (`CostModel.init_per_process_s`)."""
+    arrival = pipelines[pipeline_id].arrival_s
+    count = 0
+    for pid, spec in specs.items():
+        if pipelines[pid].arrival_s == arrival:
+            others = sum(1 for name in spec.clusters if name != ROLLOUT_CLUSTER)
+            count += 1 + spec.rollout.num_ranks + others
+    return float(count)

@@ -1,0 +1,242 @@
+"""Does the simulator, calibrated on one live run, predict live runs it has not seen?
+
+1. Run the bundled cpu-demo live on the CPU executor (tiny Qwen2, hf backend, 4 declared GPUs)
+   and calibrate the simulator on it (`rlix-sim calibrate`: cost constants, and the run's
+   rollout lengths as the trace the simulator replays).
+2. For each unseen config (variants of cpu-demo: a pipeline added, two declared GPUs instead of
+   four, staleness 1 everywhere, the static policy), run it live and in the calibrated
+   simulator, and set the two side by side: makespan, mean step time per pipeline, busy /
+   loading / idle shares of the pool, preemptions; errors are |pred - meas| / meas (shares:
+   the absolute difference in points as well).
+3. Draw sim_vs_exec.png: the Gantt of one predicted run over its live run.
+
+Both drivers get the same scenario; its `engine:` section is set to what the executor does
+(a rank takes up to 8 trajectories per call, no balancing router, no migration), which the
+executor ignores. The machine has 2 cores, shared with whatever else runs: live runs are
+slower and noisier than on a quiet machine, and so is the calibration.
+
+    .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--json]
+
+`--json` prints one line: {"configs": [{"name", "makespan_error", "step_time_error", ...}],
+"median_step_time_error", "max_makespan_error", ...}. Takes ~10-15 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Variant = Callable[[dict[str, Any]], dict[str, Any]]
+#: What the executor does, said to the simulator (PipelineSetup.max_batch_per_rank is 8; each
+#: rank takes from the shared queue, no router; nothing migrates when a rank joins).
+ENGINE = {"max_batch": 8, "balance": False, "migrate_on_expand": False}
+
+
+def _added_pipeline(data: dict[str, Any]) -> dict[str, Any]:
+    ft2 = {**data["pipelines"][0], "id": "ft2", "home": "2-3",
+           "clusters": {"actor_train": {"tp": 1, "gpus": "2-3"}, "actor_infer": {"tp": 1, "gpus": "2-3,0-1"}}}
+    return {**data, "pipelines": [*data["pipelines"], ft2]}
+
+
+def _two_gpus(data: dict[str, Any]) -> dict[str, Any]:
+    ft, lora = (dict(p) for p in data["pipelines"])
+    ft.update(home="0", clusters={"actor_train": {"tp": 1, "gpus": "0"}, "actor_infer": {"tp": 1, "gpus": "0-1"}})
+    lora.update(home="1", clusters={"actor_train": {"tp": 1, "gpus": "1"}, "actor_infer": {"tp": 1, "gpus": "1,0"}})
+    return {**data, "topology": {**data["topology"], "gpus_per_node": 2}, "pipelines": [ft, lora]}
+
+
+def _staleness_one(data: dict[str, Any]) -> dict[str, Any]:
+    ft, lora = (dict(p) for p in data["pipelines"])
+    ft["max_staleness"] = 1
+    lora["adapters"] = [{**a, "max_staleness": 1} for a in lora["adapters"]]
+    return {**data, "pipelines": [ft, lora]}
+
+
+def _static(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "policy": {**data["policy"], "name": "static"}}
+
+
+VARIANTS: dict[str, Variant] = {
+    "pipeline-added": _added_pipeline, "two-gpus": _two_gpus, "staleness-1": _staleness_one, "static": _static,
+}
+
+
+def scenario_data(variant: Variant | None, trace: Path | None = None, costs: Path | None = None) -> dict[str, Any]:
+    """cpu-demo as plain data, the engine said as the executor runs it, then `variant`; with
+    `trace` and `costs`, the calibrated simulator's inputs."""
+    from rlix.scenarios import load_scenario
+
+    data = load_scenario("cpu-demo").model_dump(mode="json", exclude_none=True)
+    data["engine"] = {**data.get("engine", {}), **ENGINE}
+    if variant is not None:
+        data = variant(data)
+    if trace is not None:
+        ref = {"path": str(trace)}
+        data["trace"] = ref
+        for pipeline in data["pipelines"]:
+            pipeline["trace"] = ref
+            for adapter in pipeline.get("adapters", []):
+                adapter["trace"] = ref
+    if costs is not None:
+        data["costs"] = str(costs)
+    return data
+
+
+def run_live(data: dict[str, Any], out: Path, reuse: bool = False) -> Path:
+    """The config run live into `out` (with `reuse`, a finished run already there is kept)."""
+    from rlix.executor.live import execute
+    from rlix.executor.run import plan
+    from rlix.scenarios.load import validate_scenario
+
+    if reuse and (out / "summary.json").is_file() and json.loads((out / "summary.json").read_text())["finished"]:
+        return out
+    result = execute(plan(validate_scenario(data)), out_dir=out, quiet=True, overwrite=True, timeout_s=1800)
+    if not result.finished or result.out_dir is None:
+        raise RuntimeError(f"live run {out} did not finish: {result.stop_reason}")
+    return Path(result.out_dir)
+
+
+def run_sim(data: dict[str, Any], out: Path) -> Path:
+    from rlix.scenarios.load import validate_scenario
+    from rlix.sim import simulate
+
+    result = simulate(validate_scenario(data), out=out, overwrite=True)
+    assert result.run_dir is not None
+    return Path(result.run_dir)
+
+
+def _error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None or measured == 0:
+        return None
+    return abs(predicted - measured) / abs(measured)
+
+
+def compare(name: str, sim_dir: Path, live_dir: Path) -> dict[str, Any]:
+    """Predicted against measured figures of one config, with errors."""
+    pred = json.loads((sim_dir / "summary.json").read_text())
+    meas = json.loads((live_dir / "summary.json").read_text())
+    row: dict[str, Any] = {"name": name, "makespan_pred_s": pred["makespan_s"], "makespan_meas_s": meas["makespan_s"],
+                           "makespan_error": _error(pred["makespan_s"], meas["makespan_s"])}
+    step_errors = {}
+    for pid, figures in meas["pipelines"].items():
+        predicted = pred["pipelines"].get(pid, {}).get("mean_step_time_s")
+        row[f"step_time_pred_s.{pid}"] = predicted
+        row[f"step_time_meas_s.{pid}"] = figures["mean_step_time_s"]
+        step_errors[pid] = _error(predicted, figures["mean_step_time_s"])
+    row["step_time_errors"] = step_errors
+    known = [e for e in step_errors.values() if e is not None]
+    row["step_time_error"] = statistics.mean(known) if known else None
+    for share in ("busy_share", "loading_share", "idle_share"):
+        p, m = pred["overall"][share], meas["overall"][share]
+        row[f"{share}_pred"], row[f"{share}_meas"] = p, m
+        row[f"{share}_error"] = _error(p, m)
+        row[f"{share}_points"] = None if p is None or m is None else abs(p - m)
+    row["preemptions_pred"], row["preemptions_meas"] = pred["overall"]["preemptions"], meas["overall"]["preemptions"]
+    row["preemptions_error"] = _error(row["preemptions_pred"], row["preemptions_meas"])
+    return row
+
+
+def plot_side_by_side(sim_dir: Path, live_dir: Path, out: Path) -> Path:
+    """The predicted run's Gantt above the live run's, on one time axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlix.runs.plots import gantt, pipeline_colours
+    from rlix.runs.reader import load
+
+    runs = [load(sim_dir).tables(), load(live_dir).tables()]
+    colours = pipeline_colours(sorted(set(runs[0].pipeline_ids) | set(runs[1].pipeline_ids)))
+    figure = plt.figure(figsize=(12, 7), layout="constrained")
+    span = max(t.makespan_s for t in runs)
+    subfigures: Any = figure.subfigures(2, 1)  # an array of two SubFigures
+    for subfigure, tables, label in zip(subfigures, runs, ("predicted (simulator)", "measured (executor)"),
+                                        strict=True):
+        gantt(subfigure, tables, colours)
+        axis = subfigure.axes[0]
+        axis.set_xlim(0, span)
+        axis.set_title(f"{label}: {tables.makespan_s:.1f} s")
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+    return out
+
+
+def calibrate(out: Path, live_dir: Path | None, reuse: bool = False) -> tuple[Path, Path, Path]:
+    """The calibration run (made unless given), its cost file and its rollout lengths."""
+    from rlix.scenarios.costs import write_costs_file
+    from rlix.sim.calibrate import fit_runs, write_trace
+
+    if live_dir is None:
+        live_dir = run_live(scenario_data(None), out / "calibration" / "live", reuse)
+    costs, trace = out / "costs.yaml", out / "lengths.parquet"
+    write_costs_file(fit_runs([live_dir]).costs_file(), costs)
+    write_trace([live_dir], trace)
+    return live_dir, costs, trace
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/fidelity", help="where run folders, costs and the plot go")
+    parser.add_argument("--configs", default=",".join(VARIANTS), help=f"unseen configs, of {','.join(VARIANTS)}")
+    parser.add_argument("--calibration-run", type=Path, help="calibrate on this live run folder instead of a new one")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the finished live runs already in --out (predict again, do not run again)")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    args = parser.parse_args(argv)
+    names = [n for n in args.configs.split(",") if n]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown or not names:
+        parser.error(f"--configs: unknown {unknown} (known: {', '.join(VARIANTS)})")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    cal_dir, costs, trace = calibrate(out, args.calibration_run, args.reuse)
+    rows, first = [], None
+    for name in names:
+        variant = VARIANTS[name]
+        sim_dir = run_sim(scenario_data(variant, trace, costs), out / name / "sim")
+        live_dir = run_live(scenario_data(variant), out / name / "live", args.reuse)
+        rows.append(compare(name, sim_dir, live_dir))
+        first = first or (sim_dir, live_dir)
+        print(f"{name}: done ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
+    assert first is not None
+    plot = plot_side_by_side(*first, out / "sim_vs_exec.png")
+    report = summarize(rows, cal_dir, costs, plot, time.monotonic() - t0)
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+    else:
+        print_table(report)
+    return 0
+
+
+def summarize(rows: list[dict[str, Any]], cal_dir: Path, costs: Path, plot: Path, wall_s: float) -> dict[str, Any]:
+    steps = [r["step_time_error"] for r in rows if r["step_time_error"] is not None]
+    spans = [r["makespan_error"] for r in rows if r["makespan_error"] is not None]
+    return {"configs": rows, "calibration_run": str(cal_dir), "costs": str(costs), "plot": str(plot),
+            "median_step_time_error": statistics.median(steps) if steps else None,
+            "median_makespan_error": statistics.median(spans) if spans else None,
+            "max_makespan_error": max(spans) if spans else None,
+            "max_step_time_error": max(steps) if steps else None, "wall_s": wall_s}
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"{'config':<16} {'makespan pred/meas s':>22} {'err':>6} {'step err':>9} "
+          f"{'busy p/m':>12} {'loading p/m':>12} {'idle p/m':>12} {'preempt p/m':>12}")
+    for r in report["configs"]:
+        shares = "".join(f" {r[f'{s}_pred']:>5.0%}/{r[f'{s}_meas']:<5.0%}" for s in ("busy_share", "loading_share", "idle_share"))
+        print(f"{r['name']:<16} {r['makespan_pred_s']:>10.1f}/{r['makespan_meas_s']:<10.1f} {r['makespan_error']:>6.1%} "
+              f"{r['step_time_error']:>9.1%} {shares} {r['preemptions_pred']:>5}/{r['preemptions_meas']:<5}")
+    print(f"median step-time error {report['median_step_time_error']:.1%}, "
+          f"median makespan error {report['median_makespan_error']:.1%}, max {report['max_makespan_error']:.1%}; "
+          f"plot {report['plot']}; {report['wall_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

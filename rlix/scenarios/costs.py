@@ -1,0 +1,99 @@
+"""A calibrated cost file (`costs.yaml`, written by `rlix-sim calibrate`) and reading it.
+
+A scenario's `costs:` is either a mapping of cost constants or the path of such a file
+(relative to the scenario file). A file is read and validated here, at load time, and its
+constants replace the path, so the resolved scenario (a run folder's `scenario.yaml`) holds the
+numbers themselves and replays without the file. The file:
+
+    kind: rlix-costs
+    calibrated_from: [runs/cpu-demo]          # the run folders the fit read
+    costs: {load_s: 0.61, offload_s: 0.72, ...}   # what the simulator applies (rlix.sim.costs)
+    fits:                                      # how well each constant fitted (for people)
+      load_s: {value: 0.61, residual_s: 0.21, samples: 93}
+    contention: {...}                          # the contention fit (rlix.sim.contention)
+    driver: {...}                              # grant latency (rlix.sim.calibrate_events)
+
+Only `costs` acts on a run; names there are checked by the simulator's cost model like any
+`costs:` mapping.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError
+
+from rlix.scenarios.errors import FieldProblem
+from rlix.scenarios.sections import Section
+
+COSTS_KIND: Literal["rlix-costs"] = "rlix-costs"
+
+
+class ConstantFit(Section):
+    """One fitted constant: its value, the fit's root-mean-square residual and sample count."""
+
+    value: float = Field(allow_inf_nan=False)
+    """The constant (seconds, or seconds per token / sequence)."""
+    residual_s: float = Field(ge=0, allow_inf_nan=False)
+    """Root-mean-square residual of the fit it came from, in seconds of the fitted durations."""
+    samples: int = Field(ge=0)
+    """How many measured durations the fit used."""
+
+
+class CostsFile(Section):
+    """The file `rlix-sim calibrate` writes; `costs` is what a scenario applies."""
+
+    kind: Literal["rlix-costs"] = COSTS_KIND
+    """Marks the file as a calibrated cost file."""
+    calibrated_from: list[str] = []
+    """The run folders the constants were fitted from."""
+    costs: dict[str, float] = Field(min_length=1)
+    """Cost constants by name (rlix.sim.costs.CostModel fields), applied to every pipeline."""
+    fits: dict[str, ConstantFit] = {}
+    """Each fitted constant's residual and sample count."""
+    contention: dict[str, Any] = {}
+    """The contention fit: slowdown against concurrently busy units, and the choice made."""
+    driver: dict[str, Any] = {}
+    """The driver's overhead between a decision and its effect (grant latency), reported."""
+
+
+def read_costs_file(path: str | Path) -> CostsFile:
+    """Read and validate a cost file; ValueError names the file and what is wrong."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read the cost file {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"the cost file {path} is not YAML: {' '.join(str(exc).split())}") from None
+    try:
+        return CostsFile.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in error["loc"]) or "the file"
+        raise ValueError(f"the cost file {path}: {where}: {error['msg']}") from None
+
+
+def resolve_costs(value: Any, base_dir: str | None) -> Any:
+    """`costs:` as the scenario holds it: a path becomes the file's constants (raised as a
+    FieldProblem at `costs` when the file is missing or bad); anything else is left as it is."""
+    if not isinstance(value, str):
+        return value
+    path = Path(base_dir or ".").joinpath(Path(value).expanduser()).resolve()
+    if not path.is_file():
+        raise FieldProblem((), value, f"no such cost file ({path})")
+    try:
+        return dict(read_costs_file(path).costs)
+    except ValueError as exc:
+        raise FieldProblem((), value, str(exc)) from None
+
+
+def write_costs_file(costs: CostsFile, path: str | Path) -> Path:
+    """Write `costs` as YAML (the form `read_costs_file` reads back equal)."""
+    path = Path(path)
+    text = yaml.safe_dump(costs.model_dump(mode="json"), sort_keys=False, default_flow_style=False)
+    path.write_text(f"# {COSTS_KIND}: fitted by `rlix-sim calibrate`; `costs` is what a scenario applies\n{text}",
+                    encoding="utf-8")
+    return path

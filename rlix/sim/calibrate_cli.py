@@ -1,0 +1,89 @@
+"""`rlix-sim calibrate RUN_DIR... --out costs.yaml`: the simulator's constants from live runs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rlix.traces.options import UsageError
+
+CALIBRATE_HELP = """\
+Fit the simulator's cost constants from one or more live executor run folders
+(rlix-exec run ... --out DIR) and write them to a cost file that `rlix-sim run|compare
+--costs FILE` or a scenario's `costs: FILE` applies. Each fitted constant is printed with the
+root-mean-square residual of its fit (seconds) and how many measurements it used:
+
+- decode: engine calls (iterations, sequences, prefill tokens) from rollouts;
+- stages: forward passes and training steps, fixed + per batch token, from steps;
+- weight moves: rollout-rank loads and offloads from activity; publish and checkpoint from
+  steps; start-up: a pipeline's launch, its init holding per process started with it, and
+  when its rollout workers came up (each first load that waited for one).
+
+Contention. On a CPU machine the declared GPUs share a few cores. The fit measures it from the
+activity table, each span of work against the spans running when it started, and reports the
+slowdown per busy span with the share of the spread it explains; it is not applied: the spans
+of the CPU executor are latency-bound (actor calls, worker wake-ups), and the work that does
+share the cores, process start-up, is modelled per process started. The constants hold at the
+load the calibration run had: calibrate on a machine as busy as the one you predict.
+See docs/calibration.md.
+
+A folder that lacks what a fit needs (no steps, no rollouts, no weight moves, no init), or a
+simulator run folder, is refused in one line (--accept-simulated reads a simulator folder,
+to check that the fit recovers the constants it ran with). Example:
+
+  rlix-exec run cpu-demo --out runs/live
+  rlix-sim calibrate runs/live --out costs.yaml --trace-out lengths.parquet
+  rlix-sim run my-scenario.yaml --costs costs.yaml
+"""
+
+
+def calibrate_main(args: argparse.Namespace) -> int:
+    from rlix.runs.paths import check_out_file
+    from rlix.scenarios.costs import write_costs_file
+    from rlix.sim.calibrate import fit_runs, write_trace
+
+    out = check_out_file(args.out)
+    trace_out = check_out_file(args.trace_out) if args.trace_out else None
+    calibration = fit_runs(args.run_dirs, accept_simulated=args.accept_simulated)
+    print(f"{'constant':<28} {'value':>12} {'residual s':>11} {'samples':>8}")
+    for fit in calibration.fits:
+        print(f"{fit.name:<28} {fit.value:>12.6g} {fit.residual_s:>11.4g} {fit.samples:>8}")
+    _print_contention(calibration.contention)
+    driver = calibration.driver
+    if driver.get("grants"):
+        print(f"driver overhead: a grant is applied {driver['grant_latency_mean_s'] * 1e3:.2f} ms after it is decided "
+              f"(mean; p95 {driver['grant_latency_p95_s'] * 1e3:.2f} ms, {driver['grants']} grants)")
+    write_costs_file(calibration.costs_file(), out)
+    print(f"cost file: {out}")
+    if trace_out is not None:
+        write_trace(args.run_dirs, trace_out)
+        print(f"rollout lengths (a trace): {trace_out}")
+    return 0
+
+
+def _print_contention(fit: dict[str, Any]) -> None:
+    if not fit.get("samples"):
+        print("contention: no spans of work to fit")
+        return
+    print(f"contention: slowdown {fit['slowdown_per_busy']:.3g} per other busy span "
+          f"(mean {fit['mean_concurrent']:.2f} running), explains {fit['explained']:.1%} of the spread "
+          f"over {fit['samples']} spans; {fit['reason']}")
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "calibrate",
+        help="fit the simulator's cost constants from live run folders into a cost file",
+        description=CALIBRATE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="live executor run folders")
+    parser.add_argument("--out", metavar="FILE", required=True, help="the cost file to write (YAML)")
+    parser.add_argument("--trace-out", metavar="FILE",
+                        help="also write the runs' completed rollout lengths as a trace (.parquet, .csv, .jsonl)")
+    parser.add_argument("--accept-simulated", action="store_true",
+                        help="read simulator run folders too (to check the fit against known constants)")
+    parser.set_defaults(run=calibrate_main)
+
+
+__all__ = ["UsageError", "register"]
