@@ -12,6 +12,13 @@ figures leave out the tables and summary built at the end, which the last line g
 
     .venv/bin/python bench/sim_speed.py --json                   # the day (~8 min on one core, ~18 GB)
     .venv/bin/python bench/sim_speed.py --json --fraction 0.05   # the first 1/20 of it (~11 s)
+    .venv/bin/python bench/sim_speed.py --json --tables steps              # the day, streamed, steps only
+    .venv/bin/python bench/sim_speed.py --json --tables steps --days 7     # a week of it (~1 h)
+
+With `--tables` the run streams its record into a run folder (`--out`, by default a temporary
+one, removed after) that gets only the tables named, as `rlix-sim run --tables` does; without
+it the tables are built in memory and no folder is written (the figures before streaming).
+`--days D` runs D days (the scenario's max_time_s set to D x 86,400 s), `--fraction` of that.
 
 Wall time includes other processes' turns on a shared machine; `cpu_s` (time.process_time of
 this process) is the figure to trust there. `max_rss_mb` is the peak resident memory so far.
@@ -26,21 +33,26 @@ import gc
 import json
 import pstats
 import resource
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+from rlix.runs.tablechoice import tables_option
 from rlix.scenarios import load_scenario
 from rlix.scenarios.load import validate_scenario
 
 
 def scenario_cut(
-    name: str, fraction: float, policy: str | None = None, progress_every: float | None = None
+    name: str, fraction: float, policy: str | None = None, progress_every: float | None = None,
+    days: float | None = None,
 ) -> Any:
-    """The scenario with its max_time_s cut to `fraction` of it (policy and the engine's
-    progress_every overridden when given)."""
+    """The scenario with its max_time_s (or `days`) cut to `fraction` of it (policy and the
+    engine's progress_every overridden when given)."""
     scenario = load_scenario(name)
     data = scenario.model_dump(mode="json", exclude_none=True)
-    data["max_time_s"] = scenario.max_time_s * fraction
+    data["max_time_s"] = (scenario.max_time_s if days is None else days * 86400.0) * fraction
     if policy is not None:
         data["policy"] = {**data.get("policy", {}), "name": policy}
     if progress_every is not None:
@@ -73,36 +85,51 @@ def run(
     policy: str | None,
     progress_every: float | None,
     report: Any,
+    tables: frozenset[str] | None = None,
+    days: float | None = None,
+    out: str | None = None,
 ) -> dict[str, Any]:
-    """Run the scenario cut to `fraction` of its day; `report` gets each checkpoint's figures
-    as it is passed, then the whole run's (with `attempts` and `steps`)."""
+    """Run the scenario cut to `fraction` of its day (or of `days`); `report` gets each
+    checkpoint's figures as it is passed, then the whole run's (with `attempts` and `steps`).
+    With `tables`, the record streams into a run folder (`out`, or a temporary one) that gets
+    only those tables."""
+    from rlix.runs.stream import open_sink
     from rlix.sim.api import collect, new_simulation
 
-    scenario = scenario_cut(name, fraction, policy, progress_every)
+    scenario = scenario_cut(name, fraction, policy, progress_every, days)
     max_time_s = scenario.max_time_s
     pending = sorted(checkpoints)
+    scratch = tempfile.mkdtemp(prefix="sim_speed.") if tables is not None and out is None else None
+    folder = out or (None if scratch is None else str(Path(scratch) / "run"))
     gc.collect()
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    sim = new_simulation(scenario)
+    sink = None if tables is None else open_sink(folder or "", tables, overwrite=True)
+    sim = new_simulation(scenario, sink=sink)
 
     def progress(now: float) -> None:
         while pending and now >= pending[0] * max_time_s:
             report(figures(sim, pending.pop(0) * fraction, wall0, cpu0))
 
-    sim.run(max_time_s, progress)
-    tables_wall0 = time.perf_counter()
-    result = collect(sim, plots=False)
-    whole = figures(sim, fraction, wall0, cpu0)
+    try:
+        sim.run(max_time_s, progress)
+        tables_wall0 = time.perf_counter()
+        result = collect(sim, plots=False, out=folder, overwrite=True)
+        whole = figures(sim, fraction, wall0, cpu0)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     # The end of the run: the tables and the summary built from the records.
     whole["tables_wall_s"] = round(time.perf_counter() - tables_wall0, 2)
     rollouts = result.tables["rollouts"]
     whole["simulated_s"] = round(float(result.summary["makespan_s"]), 1)
-    whole["attempts"] = len(rollouts)
+    whole["attempts"] = len(rollouts) if tables is None or "rollouts" in tables else None
     whole["steps"] = int(result.summary["overall"]["steps"])
-    # A check of the running count against the table (completed rows).
-    completed = int((rollouts["status"] == "completed").sum())
+    whole["tables"] = "all, in memory" if tables is None else ",".join(sorted(tables))
+    # A check of the running count against the table (completed rows), or the summary's.
+    completed = (int((rollouts["status"] == "completed").sum()) if whole["attempts"] is not None
+                 else int(result.summary["overall"]["trajectories"]))
     if completed != whole["rollouts"]:
-        raise SystemExit(f"counted {whole['rollouts']} rollouts, the table has {completed}")
+        raise SystemExit(f"counted {whole['rollouts']} rollouts, the record has {completed}")
     report(whole)
     return whole
 
@@ -126,10 +153,21 @@ def main() -> None:
         default="0.25,0.5",
         help="shares of the run at which figures are taken, comma-separated (default 0.25,0.5)",
     )
+    parser.add_argument(
+        "--tables", type=tables_option, default=None,
+        help="stream the record into a run folder with only these tables, e.g. steps "
+        "(default: every table built in memory, no folder)",
+    )
+    parser.add_argument("--days", type=float, default=None, help="simulate this many days (default the scenario's)")
+    parser.add_argument("--out", default=None, help="with --tables: keep the run folder here")
     parser.add_argument("--json", action="store_true", help="print JSON lines only")
     parser.add_argument("--profile", action="store_true", help="cProfile the run (slower)")
     parser.add_argument("--profile-out", default=None, help="write the profile's stats here")
     args = parser.parse_args()
+    if args.days is not None and not args.days > 0:
+        parser.error(f"--days must be positive, got {args.days}")
+    if args.out is not None and args.tables is None:
+        parser.error("--out keeps the run folder of --tables: give --tables")
     if not 0 < args.fraction <= 1:
         parser.error(f"--fraction must be in (0, 1], got {args.fraction}")
     try:
@@ -144,7 +182,8 @@ def main() -> None:
         scaling.append(entry)
         print(json.dumps(entry), flush=True)
 
-    call = (args.scenario, args.fraction, checkpoints, args.policy, args.progress_every, report)
+    call = (args.scenario, args.fraction, checkpoints, args.policy, args.progress_every, report,
+            args.tables, args.days, args.out)
     if args.profile:
         profiler = cProfile.Profile()
         last = profiler.runcall(run, *call)
@@ -163,6 +202,7 @@ def main() -> None:
                 "scenario": args.scenario,
                 **{k: last[k] for k in keys},
                 "max_rss_mb": last["max_rss_mb"],
+                "tables": last["tables"],
                 "scaling": scaling,
             }
         )

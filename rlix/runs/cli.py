@@ -63,8 +63,12 @@ def main_check(args: argparse.Namespace) -> int:
     except InvariantViolation as violation:
         print(f"{args.run_dir}: {violation}")
         return 1
-    print(f"{args.run_dir}: invariants 1, 2, 7, 8 hold over {num_allocations} allocations "
-          f"and {num_rollouts} rollout attempts")
+    held = [] if num_allocations is None else [f"1, 2 hold over {num_allocations} allocations"]
+    if num_rollouts is not None:
+        held.append(f"7, 8 hold over {num_rollouts} rollout attempts")
+    missing = [name for name, num in (("allocations", num_allocations), ("rollouts", num_rollouts)) if num is None]
+    unchecked = f"not checked: {', '.join(missing)} (the folder was written without them)" if missing else ""
+    print(f"{args.run_dir}: invariants {'; '.join(held + [unchecked] if unchecked else held)}")
     return 0
 
 

@@ -68,6 +68,11 @@ def write_run(
     without one finished. `folders` are moved into the run folder under their names (the
     executor's trained `models`), last, so a failure before leaves them where they were.
     """
+    if recorder.sink is not None:  # its folder is mostly written: complete it
+        from rlix.runs.stream import finish_streamed
+
+        return finish_streamed(recorder, scenario_yaml=scenario_yaml, specs=specs, plots=plots,
+                               overwrite=overwrite, extra_summary=extra_summary, alone_s=alone_s)[0]
     out_dir = check_out_dir(out_dir, overwrite)
     if format not in FORMATS:
         raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
@@ -120,6 +125,11 @@ def _write_all(folder: Path, recorder: Recorder, tables: RunTables, figures: dic
             handle.write("\n")
     for name in TABLE_NAMES:
         write_table(tables.table(name), folder, name, format)
+    write_extras(tables, folder, plots)
+
+
+def write_extras(tables: RunTables, folder: Path, plots: bool) -> None:
+    """The timeline and, with `plots`, the plots of a run into `folder`."""
     write_timeline(tables, folder / TIMELINE_FILE)
     if plots:
         from rlix.runs.plots import write_plots

@@ -42,6 +42,8 @@ class RunTables:
     #: from these was there from the start, or to the end).
     admitted_s: dict[str, float] = field(default_factory=dict)
     removed_s: dict[str, float] = field(default_factory=dict)
+    #: Pipelines seen only in tables a streamed run did not keep in memory.
+    more_pipelines: tuple[str, ...] = ()
 
     def table(self, name: TableName) -> pd.DataFrame:
         frame: pd.DataFrame = getattr(self, name)
@@ -50,7 +52,7 @@ class RunTables:
     @cached_property
     def pipeline_ids(self) -> list[str]:
         """Every pipeline that registered or appears in a table, sorted (computed once)."""
-        seen = set(self.specs)
+        seen = set(self.specs) | set(self.more_pipelines)
         for name in TABLE_NAMES:
             seen.update(self.table(name)["pipeline_id"].dropna().unique().tolist())
         return sorted(seen)
@@ -59,11 +61,11 @@ class RunTables:
 def tables_from_recorder(recorder: Recorder, specs: dict[str, PipelineSpec] | None = None) -> RunTables:
     """The tables of a finished recorder (`finish` called). `specs` default to the pipelines
     registered in its event log. Raises TraceError if a table breaks the schema."""
-    facts = facts_from_lines(recorder.event_lines)
+    facts = recorder.sink.facts if recorder.sink is not None else facts_from_lines(recorder.event_lines)
     raw: dict[TableName, pd.DataFrame] = {
-        "allocations": _frame("allocations", _columns(recorder.allocations, ALLOCATION_COLUMNS)),
-        "activity": _frame("activity", _columns(recorder.activity, ACTIVITY_COLUMNS)),
-        "waits": _frame("waits", _columns(recorder.waits, WAIT_COLUMNS)),
+        "allocations": frame_of_rows("allocations", recorder.allocations, ALLOCATION_COLUMNS),
+        "activity": frame_of_rows("activity", recorder.activity, ACTIVITY_COLUMNS),
+        "waits": frame_of_rows("waits", recorder.waits, WAIT_COLUMNS),
         "steps": _steps_frame(recorder.steps),
         "rollouts": _frame("rollouts", recorder.rollouts),
     }
@@ -80,8 +82,9 @@ def tables_from_recorder(recorder: Recorder, specs: dict[str, PipelineSpec] | No
     )
 
 
-def _columns(rows: list[tuple[Any, ...]], names: tuple[str, ...]) -> dict[str, Sequence[Any]]:
-    return {name: [row[i] for row in rows] for i, name in enumerate(names)}
+def frame_of_rows(name: TableName, rows: list[tuple[Any, ...]], names: tuple[str, ...]) -> pd.DataFrame:
+    """Table `name` (not yet conformed) from a recorder's row tuples of columns `names`."""
+    return _frame(name, {column: [row[i] for row in rows] for i, column in enumerate(names)})
 
 
 def _frame(name: TableName, columns: Mapping[str, Sequence[Any]]) -> pd.DataFrame:

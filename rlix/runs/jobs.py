@@ -31,11 +31,16 @@ from rlix.runs.frames import RunTables
 JOB_COLUMNS = ("pipeline_id", "arrival_s", "start_s", "queueing_s", "finish_s", "jct_s", "alone_s", "slowdown")
 
 
-def job_rows(tables: RunTables, alone_s: Mapping[str, float] | None = None) -> pd.DataFrame:
-    """One row per pipeline (JOB_COLUMNS), in the order the tables list the pipelines."""
+def job_rows(tables: RunTables, alone_s: Mapping[str, float] | None = None,
+             first_grant: Mapping[str, float] | None = None) -> pd.DataFrame:
+    """One row per pipeline (JOB_COLUMNS), in the order the tables list the pipelines.
+    `first_grant` (each pipeline's earliest holding) is read from `allocations` unless given
+    (a run that streamed that table keeps it as a total)."""
     alone = dict(alone_s or {})
-    allocations = tables.allocations
-    first_grant = allocations.groupby("pipeline_id")["t_start"].min() if len(allocations) else pd.Series(dtype=float)
+    if first_grant is None:
+        allocations = tables.allocations
+        first_grant = (allocations.groupby("pipeline_id", observed=True)["t_start"].min().to_dict()
+                       if len(allocations) else {})
     rows = []
     for pid in tables.pipeline_ids:
         arrival = float(tables.admitted_s.get(pid, 0.0))

@@ -49,31 +49,33 @@ from rlix.runs.frames import RunTables, tables_from_recorder
 from rlix.runs.intervals import Segments, sweep
 from rlix.runs.jobs import job_rows, jobs_overall
 from rlix.runs.recorder import Recorder
+from rlix.runs.totals import BUSY, HELD, LOADING, RunTotals, active_span, totals_from_tables
 
-HELD, BUSY, LOADING = 0, 1, 2
 SECONDS_PER_HOUR = 3600.0
 
 
 def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None = None,
-            alone_s: Mapping[str, float] | None = None) -> dict[str, Any]:
+            alone_s: Mapping[str, float] | None = None, totals: RunTotals | None = None) -> dict[str, Any]:
     """`summary.json` of a finished run (see the module docstring for each figure, and
     rlix.runs.jobs for the job figures). Each pipeline's kind and staleness bound come from
     `specs`, by default from its registration in the event log; `alone_s` is each pipeline's
-    JCT alone on its home, where the caller knows it."""
+    JCT alone on its home, where the caller knows it. `totals` are the long tables reduced
+    (rlix.runs.totals), given by a run that streamed them; by default reduced from `source`."""
     if isinstance(source, Recorder):
         tables = tables_from_recorder(source, specs)
     else:
         tables = source if specs is None else dataclasses.replace(source, specs=dict(specs))
+    if totals is None:
+        totals = totals_from_tables(tables)
     pipeline_ids = tables.pipeline_ids
-    cover = gpu_cover(tables, pipeline_ids)
-    gpu_time = gpu_time_by_pipeline(cover, len(pipeline_ids))
+    gpu_time = totals.cover_s[:, :3]
     pool_s = tables.num_gpus * tables.makespan_s
-    trajectories = _trajectory_counts(tables.rollouts)
+    trajectories = totals.trajectories
     overall = _scope(tables, tables.steps, trajectories.sum(axis=0), tables.waits, gpu_time.sum(axis=0),
                      pool_s, pool_s, tables.makespan_s)
     overall["shrinks"] = _count_shrinks(tables.shrinks.values())
-    overall["all_active"] = all_active_shares(tables, pipeline_ids, cover)
-    jobs = job_rows(tables, alone_s)
+    overall["all_active"] = _window_shares(tables, totals)
+    jobs = job_rows(tables, alone_s, totals.first_grant)
     overall["jobs"] = jobs_overall(jobs)
     job_of = jobs.set_index("pipeline_id").to_dict("index")
     steps, waits = _split(tables.steps), _split(tables.waits)
@@ -107,27 +109,15 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
     }
 
 
-def active_span(tables: RunTables, pipeline_id: str) -> tuple[float, float]:
-    """From the pipeline's admission (or the start of the run) to its removal (or the end)."""
-    t_start = tables.admitted_s.get(pipeline_id, 0.0)
-    t_end = tables.removed_s.get(pipeline_id, tables.makespan_s)
-    return t_start, max(t_start, min(t_end, tables.makespan_s))
-
-
-def all_active_shares(tables: RunTables, pipeline_ids: list[str], cover: GpuCover) -> dict[str, float] | None:
+def _window_shares(tables: RunTables, totals: RunTotals) -> dict[str, float] | None:
     """Busy, loading and idle shares of the pool while every pipeline is active (see the module
-    docstring), or None when no such window exists. `cover` is the run's `gpu_cover`."""
-    if not pipeline_ids or tables.num_gpus <= 0:
+    docstring), or None when no such window exists."""
+    if totals.window is None:
         return None
-    spans = [active_span(tables, pid) for pid in pipeline_ids]
-    t_start, t_end = max(s for s, _ in spans), min(e for _, e in spans)
-    if t_end <= t_start:
-        return None
-    segments = cover.segments
-    clipped = np.clip(segments.t1, t_start, t_end) - np.clip(segments.t0, t_start, t_end)
+    t_start, t_end = totals.window
     window_s = tables.num_gpus * (t_end - t_start)
-    busy = float(clipped[cover.busy].sum()) / window_s
-    loading = float(clipped[cover.loading].sum()) / window_s
+    busy = float(totals.cover_s[:, 3].sum()) / window_s
+    loading = float(totals.cover_s[:, 4].sum()) / window_s
     return {"t_start": t_start, "t_end": t_end, "busy_share": busy, "loading_share": loading,
             "idle_share": 1.0 - busy - loading}
 
@@ -178,42 +168,6 @@ def _key(frame: pd.DataFrame, code: dict[str, int], num_gpus: int) -> np.ndarray
     owners: np.ndarray = frame["pipeline_id"].map(code).to_numpy(np.int64)
     keys: np.ndarray = owners * num_gpus + frame["gpu"].to_numpy(np.int64)
     return keys
-
-
-#: Rows per slice in `_trajectory_counts` (its temporaries are a few bytes a row of one slice).
-_SLICE_ROWS = 1 << 22
-
-
-def _trajectory_counts(rollouts: pd.DataFrame) -> pd.DataFrame:
-    """Per pipeline (index): completed trajectories, their response tokens, re-queued attempts
-    and recomputed tokens. Weighted bincounts over pipeline codes, a slice of rows at a time:
-    the table can hold 10^8 rows, so no per-row Python objects and per-row temporaries of one
-    slice only."""
-    codes, pipelines = pd.factorize(rollouts["pipeline_id"], use_na_sentinel=False)
-    num_pipelines = len(pipelines)
-    status = rollouts["status"]
-    response = rollouts["response_tokens"].to_numpy()
-    recomputed = (
-        rollouts["recomputed_tokens"].to_numpy() if "recomputed_tokens" in rollouts else None
-    )
-    # Float sums of integers: exact below 2**53.
-    sums = np.zeros((4, num_pipelines), dtype=np.float64)
-    for lo in range(0, len(codes), _SLICE_ROWS):
-        part = slice(lo, lo + _SLICE_ROWS)
-        part_codes = codes[part]
-        part_status = status.iloc[part]
-        completed = (part_status == "completed").fillna(False).to_numpy(bool)
-        requeued = (part_status == "requeued").fillna(False).to_numpy(bool)
-        done_codes = part_codes[completed]
-        sums[0] += np.bincount(done_codes, minlength=num_pipelines)
-        sums[1] += np.bincount(done_codes, response[part][completed], minlength=num_pipelines)
-        sums[2] += np.bincount(part_codes[requeued], minlength=num_pipelines)
-        if recomputed is not None:
-            sums[3] += np.bincount(part_codes, recomputed[part], minlength=num_pipelines)
-    totals = np.rint(sums).astype(np.int64)
-    names = ("trajectories", "generated_tokens", "preemptions", "recomputed_tokens")
-    counts = dict(zip(names, totals, strict=True))
-    return pd.DataFrame(counts, index=pd.Index(np.asarray(pipelines, dtype=object)))
 
 
 def _scope(tables: RunTables, steps: pd.DataFrame, trajectories: pd.Series, waits: pd.DataFrame,

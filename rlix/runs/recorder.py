@@ -13,13 +13,18 @@ Tables (one row per ...):
 - steps: adapter step: pipeline_id, adapter, step, t_start, t_end, <stage>_s columns.
 - rollouts: trajectory attempt (the columns of DESIGN.md).
 - waits: non-rollout request: pipeline_id, cluster, priority, t_request, t_grant.
+
+Given a sink (`rlix.runs.stream.RunSink`), the recorder streams the event log, allocations and
+activity to the run folder as they come instead of holding them (`event_lines`,
+`allocations` and `activity` stay empty), and a driver that keeps no rollouts table reports
+running counts (`add_rollout_counts`) for the summary.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlix.policy import decisions as dec
 from rlix.policy import events as ev
@@ -35,14 +40,23 @@ ROLLOUT_COLUMNS = (
     "response_tokens", "t_start", "t_end", "preemptions", "status", "dp_rank", "recomputed_tokens",
 )
 
+if TYPE_CHECKING:
+    from rlix.runs.stream import RunSink
+
 Key = tuple[str, str, int]  # pipeline, cluster, dp_rank
 
 
 class Recorder:
-    def __init__(self, topology: Topology, policy: str, config: PolicyConfig) -> None:
+    def __init__(self, topology: Topology, policy: str, config: PolicyConfig,
+                 sink: RunSink | None = None) -> None:
         self.topology = topology
         self.policy = policy
-        self.event_lines: list[str] = [json.dumps(codec.header(topology, policy, config))]
+        self.sink = sink
+        self.event_lines: list[str] = []
+        self._line(json.dumps(codec.header(topology, policy, config)))
+        #: Per pipeline, when its attempts are counted instead of kept (rlix.runs.totals
+        #: TRAJECTORY_COLUMNS).
+        self.rollout_counts: dict[str, list[int]] = {}
         self.allocations: list[tuple[Any, ...]] = []
         self.activity: list[tuple[Any, ...]] = []
         self.waits: list[tuple[Any, ...]] = []
@@ -58,7 +72,7 @@ class Recorder:
 
     def on_event(self, event: ev.Event, decisions: Sequence[dec.Decision]) -> None:
         encode = codec.encode
-        self.event_lines.append(json.dumps(
+        self._line(json.dumps(
             {"event": encode(event), "decisions": [encode(d) for d in decisions]}, separators=(",", ":")
         ))
         now = event.now
@@ -69,6 +83,12 @@ class Recorder:
         elif isinstance(event, ev.PipelineRemoved):
             for key in [k for k in self._open if k[0] == event.pipeline_id]:
                 self._close(key, now)
+
+    def _line(self, line: str) -> None:
+        if self.sink is not None:
+            self.sink.event_line(line)
+        else:
+            self.event_lines.append(line)
 
     def on_carry_out(self, decision: dec.Grant | dec.Expand | dec.Shrink, now: float) -> None:
         if isinstance(decision, dec.Grant):
@@ -95,8 +115,9 @@ class Recorder:
             return
         priority, gpus, t_start = held
         pipeline_id, cluster, dp_rank = key
+        add = self.allocations.append if self.sink is None else self.sink.allocation
         for gpu in gpus:
-            self.allocations.append((pipeline_id, cluster, priority, dp_rank, gpu, t_start, now))
+            add((pipeline_id, cluster, priority, dp_rank, gpu, t_start, now))
 
     # --- the drivers' and hosts' side -----------------------------------------------------
 
@@ -104,8 +125,9 @@ class Recorder:
                      kind: str, stage: str, t_start: float, t_end: float) -> None:
         if t_end <= t_start:
             return
+        add = self.activity.append if self.sink is None else self.sink.activity
         for gpu in gpus:
-            self.activity.append((pipeline_id, cluster, dp_rank, gpu, kind, stage, t_start, t_end))
+            add((pipeline_id, cluster, dp_rank, gpu, kind, stage, t_start, t_end))
 
     def add_wait(self, pipeline_id: str, cluster: str, priority: int, t_request: float, t_grant: float) -> None:
         self.waits.append((pipeline_id, cluster, priority, t_request, t_grant))
@@ -120,6 +142,13 @@ class Recorder:
             raise ValueError(f"rollout columns of unequal lengths {sorted(lengths)}")
         for name in ROLLOUT_COLUMNS:
             self.rollouts[name].extend(columns[name])
+
+    def add_rollout_counts(self, pipeline_id: str, counts: Sequence[int]) -> None:
+        """A pipeline's attempts counted, not kept: completed trajectories, their response
+        tokens, re-queued attempts, recomputed tokens (added to what it had)."""
+        total = self.rollout_counts.setdefault(pipeline_id, [0, 0, 0, 0])
+        for i, count in enumerate(counts):
+            total[i] += int(count)
 
     # --- a copy kept elsewhere ------------------------------------------------------------
     # The executor's record lives in the orchestrator actor; the driver keeps a copy, pulled a
@@ -156,7 +185,7 @@ class Recorder:
         `end_s`."""
         if not self.finished:
             raise ValueError("finish() the cut record first: its holdings end at the cut")
-        self.event_lines.append(json.dumps({SEGMENT: {"at_s": self.end_s, "resumed": resumed}}))
+        self._line(json.dumps({SEGMENT: {"at_s": self.end_s, "resumed": resumed}}))
         self.finished = False
 
     def finish(self, now: float) -> None:

@@ -26,6 +26,7 @@ from rlix.runs import codec
 from rlix.runs.errors import RunError
 from rlix.runs.eventlog import SEGMENT, events_path, iter_records, read_header
 from rlix.runs.reader import Run, load
+from rlix.traces.schema import TableName
 from rlix.traces.tables import table_path
 
 
@@ -114,20 +115,30 @@ def _compact(decisions: list[dict[str, Any]]) -> str:
     return json.dumps(decisions, separators=(",", ":"))
 
 
-def check(run_dir: str | Path) -> tuple[int, int]:
+def check(run_dir: str | Path) -> tuple[int | None, int | None]:
     """Check the invariants a record can show (rlix.policy.run_checks) on the tables of
-    `run_dir`; return the allocation and rollout rows checked. Raises InvariantViolation.
+    `run_dir`; return the allocation and rollout rows checked, None for a table the folder was
+    written without (`--tables`). Raises InvariantViolation.
 
     The rollouts table can hold 10^8 attempts (a simulated day of a large cluster): it is
     checked one pipeline at a time (from Parquet, only that pipeline's rows and the columns the
     checks read), sorted by trajectory and turned into rows a slice at a time, so only one
     slice of rows and one trajectory's attempts are Python objects at once."""
     run = load(run_dir)
-    allocations = _rows(run.allocations)
-    check_allocations(allocations, run.specs)
-    counted = [0]
-    check_rollouts(_rows_by_trajectory(run, counted), run.specs, grouped_by_trajectory=True)
-    return len(allocations), counted[0]
+    num_allocations = num_rollouts = None
+    if _has_table(run, "allocations"):
+        allocations = _rows(run.allocations)
+        check_allocations(allocations, run.specs)
+        num_allocations = len(allocations)
+    if _has_table(run, "rollouts"):
+        counted = [0]
+        check_rollouts(_rows_by_trajectory(run, counted), run.specs, grouped_by_trajectory=True)
+        num_rollouts = counted[0]
+    return num_allocations, num_rollouts
+
+
+def _has_table(run: Run, name: TableName) -> bool:
+    return any(table_path(run.path, name, fmt).exists() for fmt in ("parquet", "csv"))
 
 
 #: Rollout rows turned into Python mappings at a time by `check`.

@@ -72,6 +72,9 @@ ROW_DTYPES: dict[str, type]
 
 class AttemptRows:
     size: int
+    keep: bool
+    num_requeued: int
+    recomputed_tokens: int
     def __init__(self) -> None: ...
     def take_columns(self) -> dict[str, np.ndarray]: ...
     def append(
@@ -86,4 +89,5 @@ class AttemptRows:
         publish_times: list[np.ndarray | None],
         completed_code: int,
         requeued_code: int,
+        base: int = 0,
     ) -> list[int]: ...

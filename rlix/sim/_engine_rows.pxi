@@ -50,9 +50,16 @@ cdef class AttemptRows:
     completed ones, each in the order the group finished them. A re-queued row counts the
     trajectory's preemptions before the batch of attempts it came in, a completed one all of
     them; the weight version is the number of versions its adapter had published by the
-    attempt's start."""
+    attempt's start.
+
+    With `keep` false (a run whose folder has no rollouts table) no row is kept: each absorb
+    writes its rows over the last ones, so the memory is one absorb's rows, and only the
+    running totals the summary needs stay (`num_requeued`, `recomputed_tokens`)."""
 
     cdef public int64_t size
+    cdef public bint keep
+    cdef public int64_t num_requeued
+    cdef public int64_t recomputed_tokens
     cdef int64_t cap
     # One C array per column, grown by realloc: past glibc's mmap threshold that is mremap,
     # so growing a 10^8-row column neither copies nor re-touches it (numpy growth did both:
@@ -71,6 +78,8 @@ cdef class AttemptRows:
         self.t0 = self.t1 = NULL
         self.status = NULL
         self.size = self.cap = 0
+        self.keep = True
+        self.num_requeued = self.recomputed_tokens = 0
 
     def __init__(self):
         self._reserve(1024)
@@ -145,10 +154,12 @@ cdef class AttemptRows:
         list publish_times,
         int8_t completed_code,
         int8_t requeued_code,
+        int64_t base=0,
     ):
         """Drain `g`'s finished attempts into rows; per-trajectory preemption counts and
-        completed flags are updated. Returns each adapter's number of completed trajectories
-        (a list by adapter code)."""
+        completed flags are updated. The per-trajectory arrays start at trajectory `base` (a
+        caller that keeps no rows drops the completed ones before it). Returns each adapter's
+        number of completed trajectories (a list by adapter code)."""
         cdef int64_t n = g.a_len, i, k, tid, num_adapters = len(publish_times)
         cdef _Versions versions
         cdef int16_t* codes
@@ -163,31 +174,35 @@ cdef class AttemptRows:
         self._reserve(n)
         k = self.size
         for i in range(n):  # re-queued rows first, counting the preemptions before
+            self.recomputed_tokens += g.a_g0[i]
             if g.a_status[i] == STATUS_REQUEUED:
-                self._row(g, i, k, num_preempted[g.a_tid[i]], requeued_code, versions, codes)
+                tid = g.a_tid[i] - base
+                self._row(g, i, k, tid, num_preempted[tid], requeued_code, versions, codes)
+                self.num_requeued += 1
                 k += 1
         for i in range(n):
             if g.a_status[i] == STATUS_REQUEUED:
-                num_preempted[g.a_tid[i]] += 1
+                num_preempted[g.a_tid[i] - base] += 1
         for i in range(n):
             if g.a_status[i] != STATUS_REQUEUED:
-                tid = g.a_tid[i]
-                self._row(g, i, k, num_preempted[tid], completed_code, versions, codes)
+                tid = g.a_tid[i] - base
+                self._row(g, i, k, tid, num_preempted[tid], completed_code, versions, codes)
                 completed[tid] = 1
                 counts[codes[tid]] += 1
                 k += 1
-        self.size = k
+        if self.keep:
+            self.size = k
         g.a_len = 0
         done = [counts[k] for k in range(num_adapters)]
         free(counts)
         return done
 
     cdef inline void _row(
-        self, RolloutGroup g, int64_t i, int64_t k, int32_t preemptions, int8_t status,
-        _Versions versions, int16_t* codes,
+        self, RolloutGroup g, int64_t i, int64_t k, int64_t tid, int32_t preemptions,
+        int8_t status, _Versions versions, int16_t* codes,
     ) noexcept:
-        cdef int64_t tid = g.a_tid[i]
-        self.tid[k] = <int32_t>tid
+        """Row k from attempt i; `tid` indexes the per-trajectory arrays (`codes`)."""
+        self.tid[k] = <int32_t>g.a_tid[i]
         self.rank[k] = <int32_t>g.a_rank[i]
         self.t0[k] = g.a_t0[i]
         self.t1[k] = g.a_t1[i]

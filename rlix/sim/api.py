@@ -6,17 +6,21 @@
 
 The scenario is a bundled name, a YAML path or a loaded `Scenario`; `policy`, `trace` (with a
 column map) and `seed` override the scenario's. With `out` the run folder is written
-(`rlix.runs.folder`), the one the executor writes too.
+(`rlix.runs.folder`), the one the executor writes too. With `tables` (which tables the folder
+gets, `rlix.runs.stream.TABLE_CHOICES`) the record is streamed into it as the run goes and
+tables not named are never kept: a long run's memory stays bounded.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from rlix.policy import POLICIES
+from rlix.runs.errors import RunError
+from rlix.runs.stream import RunSink, open_sink
 from rlix.scenarios import Scenario, load_scenario
 from rlix.scenarios.load import validate_scenario
 from rlix.sim.simulation import SimResult, Simulation
@@ -32,16 +36,21 @@ def resolve_scenario(
     jobs: str | os.PathLike[str] | None = None,
     jobs_columns: dict[str, str] | None = None,
     costs: str | os.PathLike[str] | None = None,
+    max_time_s: float | None = None,
 ) -> Scenario:
     """The scenario with the overrides applied and validated again (errors name the field);
-    `jobs` adds a job log's jobs as pipelines of its templates (rlix.scenarios.jobs)."""
+    `jobs` adds a job log's jobs as pipelines of its templates (rlix.scenarios.jobs);
+    `max_time_s` sets how long the run lasts at most (traces are sampled per step, so a run
+    may outlast its trace's rows)."""
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
-    if policy is None and trace is None and seed is None and jobs is None and costs is None:
+    if policy is None and trace is None and seed is None and jobs is None and max_time_s is None and costs is None:
         return scenario
     data = scenario.model_dump(mode="json", exclude_none=True)
     if costs is not None:  # a calibrated cost file (rlix-sim calibrate)
         data["costs"] = str(Path(costs).resolve())
+    if max_time_s is not None:
+        data["max_time_s"] = max_time_s
     if jobs is not None:
         data["jobs"] = {"path": str(Path(jobs).resolve()), "columns": dict(jobs_columns or {})}
     if policy is not None:
@@ -73,17 +82,31 @@ def simulate(
     progress: Callable[[float], None] | None = None,
     alone: bool = False,
     alone_s: dict[str, float] | None = None,
+    tables: Collection[str] | None = None,
 ) -> SimResult:
     """Run the scenario to the end (or its `max_time_s`); return the summary and tables.
     With `alone`, each pipeline is also run alone on its home (rlix.sim.alone) for the job
     figures' `alone_s` and `slowdown` (what `rlix-sim run` does); `alone_s` gives those times
-    when the caller has them."""
-    sim = new_simulation(
-        scenario, policy, trace=trace, columns=columns, seed=seed, check_invariants=check_invariants
-    )
-    if alone_s is not None:
-        sim.alone_s = alone_s  # known already (a comparison's alone runs)
-    sim.run(sim.scenario.max_time_s, progress)
+    when the caller has them. With `tables` (and `out`, which it needs) the run streams its
+    record into `out` and keeps only those tables (see the module docstring); the result's
+    streamed or dropped tables are then empty."""
+    sink = None
+    if tables is not None:
+        if out is None:
+            raise RunError("tables= chooses what the run folder gets: give out= too")
+        sink = open_sink(out, tables, table_format, overwrite)  # type: ignore[arg-type]
+    try:
+        sim = new_simulation(
+            scenario, policy, trace=trace, columns=columns, seed=seed,
+            check_invariants=check_invariants, sink=sink,
+        )
+        if alone_s is not None:
+            sim.alone_s = alone_s  # known already (a comparison's alone runs)
+        sim.run(sim.scenario.max_time_s, progress)
+    except BaseException:
+        if sink is not None:
+            sink.discard()
+        raise
     return collect(sim, out=out, overwrite=overwrite, table_format=table_format, plots=plots, alone=alone)
 
 
@@ -95,14 +118,16 @@ def new_simulation(
     columns: dict[str, str] | None = None,
     seed: int | None = None,
     check_invariants: bool = False,
+    sink: RunSink | None = None,
 ) -> Simulation:
     """`simulate` in steps, for who wants to watch a run (bench/sim_speed.py reads
     `num_completed` as it goes): `sim = new_simulation(...)`, `sim.run(max_time_s, progress)`,
-    then `collect(sim, ...)`."""
+    then `collect(sim, ...)`. With a `sink` (`rlix.runs.stream.open_sink`) the record streams
+    into its folder, which `collect` completes (its `out` is the sink's)."""
     resolved = resolve_scenario(scenario, policy, trace, columns, seed)
     return Simulation(
         resolved, resolved.policy.name, resolved.seed, check_invariants=check_invariants,
-        runtime_estimates_s=runtime_estimates(resolved),
+        runtime_estimates_s=runtime_estimates(resolved), sink=sink,
     )
 
 
@@ -131,12 +156,14 @@ def collect(
     from rlix.runs.metrics import summary as summarize
 
     specs = sim.placed_specs()
-    run_tables = tables_from_recorder(sim.recorder, specs)
     alone_s = sim.alone_s
     if alone and alone_s is None:
         from rlix.sim.alone import alone_jct_s
 
         alone_s = alone_jct_s(sim.scenario)
+    if sim.recorder.sink is not None:
+        return _collect_streamed(sim, specs, plots, overwrite, alone_s)
+    run_tables = tables_from_recorder(sim.recorder, specs)
     summary = summarize(run_tables, alone_s=alone_s)
     summary.update(run_status(sim))
     run_dir = None
@@ -159,6 +186,19 @@ def collect(
         name: run_tables.table(name)
         for name in ("allocations", "activity", "waits", "steps", "rollouts")
     }
+    return SimResult(summary, tables, run_dir, sim.recorder, specs)
+
+
+def _collect_streamed(sim: Simulation, specs: dict[str, Any], plots: bool, overwrite: bool,
+                      alone_s: dict[str, float] | None) -> SimResult:
+    """`collect` of a run that streamed its record: its folder is completed in place."""
+    from rlix.runs.stream import finish_streamed
+
+    run_dir, summary, run_tables = finish_streamed(
+        sim.recorder, scenario_yaml=sim.scenario.to_yaml(), specs=specs, plots=plots,
+        overwrite=overwrite, extra_summary=run_status(sim), alone_s=alone_s,
+    )
+    tables = {name: run_tables.table(name) for name in ("allocations", "activity", "waits", "steps", "rollouts")}
     return SimResult(summary, tables, run_dir, sim.recorder, specs)
 
 

@@ -9,12 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from rlix.policy import POLICIES
+from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
 from rlix.traces.options import UsageError
 
 RUN_HELP = """\
 Replay a scenario on the simulated cluster under one policy and write the run folder:
 summary.json, scenario.yaml, events.jsonl, allocations/steps/rollouts tables (Parquet),
-timeline.json (open in Perfetto or chrome://tracing) and PNG plots.
+timeline.json (open in Perfetto or chrome://tracing) and PNG plots. The event log and the
+holdings are written as the run goes; --tables keeps only the tables named (the summary is
+the same), so a long run (--days 7) fits in little memory:
+
+  rlix-sim run cluster-1024 --days 7 --tables steps --no-alone --out runs/week
 
 SCENARIO is a bundled name (agentic-4x32, mixed-lora, math-rlvr, cluster-1024, tiny, ...) or a
 path to a scenario YAML file. Example:
@@ -43,6 +48,16 @@ option of `compare`. For the main study:
 
   rlix-sim compare agentic-4x32
 """
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def _column(text: str) -> tuple[str, str]:
@@ -138,12 +153,21 @@ def _scenario(args: argparse.Namespace) -> Any:
         jobs=args.jobs,
         jobs_columns=dict(args.jobs_column) or None,
         costs=getattr(args, "costs", None),
+        max_time_s=_duration_s(args),
     )
+
+
+def _duration_s(args: argparse.Namespace) -> float | None:
+    """`--duration-s` or `--days` (argparse allows one), in simulated seconds; None when
+    neither is given or the command has neither (compare)."""
+    days: float | None = getattr(args, "days", None)
+    return days * 86400.0 if days is not None else getattr(args, "duration_s", None)
 
 
 def run_main(args: argparse.Namespace) -> int:
     from rlix.runs.errors import RunError
-    from rlix.runs.paths import check_out_dir
+    from rlix.runs.stream import open_sink
+    from rlix.runs.tablechoice import ALL_TABLES
     from rlix.sim.api import collect, new_simulation
     from rlix.sim.report import print_run
 
@@ -151,15 +175,18 @@ def run_main(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / scenario.name / scenario.policy.name
     overwrite = args.out is None or args.overwrite
     try:  # before the run, which can take long, not after it
-        check_out_dir(out, overwrite)
+        sink = open_sink(out, args.tables or ALL_TABLES, args.format, overwrite)
     except RunError as error:
         raise UsageError(str(error)) from error
-    sim = new_simulation(scenario)
     update, close = _progress(
         not args.quiet, f"{scenario.name} [{scenario.policy.name}]", scenario.max_time_s
     )
     try:
+        sim = new_simulation(scenario, sink=sink)
         sim.run(sim.scenario.max_time_s, update)
+    except BaseException:
+        sink.discard()
+        raise
     finally:
         close()
     if not args.quiet:
@@ -254,6 +281,18 @@ def register(commands: Any) -> None:
         default="parquet",
         help="table format (default parquet)",
     )
+    run.add_argument(
+        "--tables",
+        metavar="NAME,...",
+        type=tables_option,
+        help=f"the tables the run folder gets, of {','.join(TABLE_CHOICES)} (default all); the "
+        "others are never kept in memory (summary.json, scenario.yaml and events.jsonl always)",
+    )
+    length = run.add_mutually_exclusive_group()
+    length.add_argument("--duration-s", type=_positive, metavar="S",
+                        help="simulate this many seconds at most (overrides the scenario's max_time_s)")
+    length.add_argument("--days", type=_positive, metavar="D",
+                        help="simulate this many days at most (--duration-s in days)")
     run.set_defaults(run=run_main)
     cmp = commands.add_parser(
         "compare",

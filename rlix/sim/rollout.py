@@ -62,6 +62,10 @@ class _Buffer:
         return self.data[: self.size]
 
 
+#: The fewest completed trajectories `_drop_completed` cuts at once (a copy of the open ones
+#: is paid for each cut).
+MIN_DROP = 1 << 16
+
 _COMPLETED = ROLLOUT_STATUSES.index("completed")
 _REQUEUED = ROLLOUT_STATUSES.index("requeued")
 
@@ -107,14 +111,22 @@ class PipelineRollout:
         # arrays back to the OS as it joins them into the table (freed small chunks stay in
         # the process's heap, and the table came on top of them).
         self._rows = AttemptRows()
+        self._rows.keep = sim.keep_rollouts
+        # Without attempt rows the per-trajectory buffers hold only trajectories from the
+        # first open one on (`_drop_completed`): index = trajectory id - `_base`.
+        self._base = 0
+        self._submitted_tokens = 0
         self.env.process(self._run())
 
     # --- changes from outside -------------------------------------------------------------
 
     def submit(self, adapter: str, step: int, batch: Batch) -> dict[str, int]:
         self.sync()
+        if not self._rows.keep:
+            self._drop_completed()
         n = len(batch.response_tokens)
-        first = self._adapter.size
+        first = self._base + self._adapter.size
+        self._submitted_tokens += int(batch.response_tokens.sum())
         batch_id = len(self._batch_keys)
         self._batch_keys.append((adapter, step))
         self._batch_size.append(n)
@@ -178,6 +190,9 @@ class PipelineRollout:
         self.alive = False
         self._poke()
         open_ids = np.flatnonzero(~self._completed.view)
+        if not self._rows.keep:
+            self._count_rows(open_ids)
+            return
         now = self.env.now
         self._append_rows(
             open_ids,
@@ -244,6 +259,7 @@ class PipelineRollout:
             self._publish_times(),
             _COMPLETED,
             _REQUEUED,
+            self._base,
         )
         for code, count in enumerate(done):
             if count:
@@ -272,6 +288,32 @@ class PipelineRollout:
         for batch_id in finished:
             adapter, step = self._batch_keys[batch_id]
             self.host.batch_done(adapter, step, {"num_trajectories": self._batch_size[batch_id]})
+
+    def _drop_completed(self) -> None:
+        """Cut the per-trajectory buffers to start at the first open trajectory, once at least
+        half of them (and MIN_DROP) lie before it: nothing reads a completed trajectory's entries
+        when no attempt rows are kept, and a week of a large cluster has ~10^9 trajectories."""
+        done = self._completed.view
+        first = len(done) if done.all() else int(np.argmin(done))
+        if first < max(MIN_DROP, len(done) // 2):
+            return
+        for buffer in self._buffers():
+            buffer.data[: buffer.size - first] = buffer.data[first : buffer.size]
+            buffer.size -= first
+        self._base += first
+
+    def _buffers(self) -> tuple[_Buffer, ...]:
+        return (self._adapter, self._step, self._prompt, self._response, self._num_preempted, self._completed)
+
+    def _count_rows(self, open_ids: np.ndarray) -> None:
+        """The recorder's counts of this pipeline's attempts (no rows kept): completed
+        trajectories, their response tokens (every submitted token but the open ones'),
+        re-queued attempts and recomputed tokens (counted as the rows went by)."""
+        open_tokens = int(self._response.data[open_ids].sum(dtype=np.int64))
+        self.sim.recorder.add_rollout_counts(self.pipeline_id, (
+            self.num_completed, self._submitted_tokens - open_tokens,
+            self._rows.num_requeued, self._rows.recomputed_tokens,
+        ))
 
     def _append_rows(
         self,

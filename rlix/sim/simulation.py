@@ -30,6 +30,7 @@ from rlix.policy.specs import PipelineKind
 from rlix.runs.host import FORK, RETRY, WAIT, WORK, Host
 from rlix.runs.loop import Loop
 from rlix.runs.recorder import Recorder
+from rlix.runs.stream import RunSink
 from rlix.scenarios.programs import program_config
 from rlix.sim.actuator import SimActuator
 from rlix.sim.batches import Batch, BatchSampler
@@ -73,7 +74,7 @@ class SimResult:
 class Simulation:
     def __init__(
         self, scenario: Any, policy: str, seed: int, check_invariants: bool = False,
-        runtime_estimates_s: dict[str, float] | None = None,
+        runtime_estimates_s: dict[str, float] | None = None, sink: RunSink | None = None,
     ) -> None:
         self.scenario = scenario
         self.policy = policy
@@ -82,7 +83,10 @@ class Simulation:
         topology = scenario.topology()
         config = scenario.policy_config()
         self.scheduler = Scheduler(topology, policy, config, check_invariants=check_invariants)
-        self.recorder = Recorder(topology, policy, config)
+        self.recorder = Recorder(topology, policy, config, sink)
+        #: Whether attempt rows are kept (a streamed run folder without the rollouts table
+        #: keeps counts only, and no per-trajectory state past the open trajectories).
+        self.keep_rollouts = sink is None or "rollouts" in sink.tables
         self.scenario_retry_s = config.retry_backoff_s
         self.actuator = SimActuator(self, scenario.faults.decision_failure_rate, seed)
         self.loop = Loop(

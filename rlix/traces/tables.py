@@ -1,7 +1,8 @@
 """The run-output tables of DESIGN.md (allocations, steps, rollouts): write and read them back.
 
 Both drivers write these through here, so the simulator and the executor produce the same
-files. Parquet is the default; CSV on request. Required columns are checked and cast to their
+files: whole (`write_table`) or, for a run that streams its record, a piece at a time
+(`TableStream`). Parquet is the default; CSV on request. Required columns are checked and cast to their
 dtypes (schema.TABLE_COLUMNS) on the way out and on the way in; more columns are kept. An
 integer column already held as a narrower signed integer (int8/16/32, as the simulator keeps
 ids and token counts) keeps its width: int64 is the widest a column gets, not the only width.
@@ -10,7 +11,7 @@ ids and token counts) keeps its width: int64 is the widest a column gets, not th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -49,6 +50,47 @@ def write_table(
         raise TraceError(f"run tables are parquet or csv, not {format!r}")
     path = table_path(run_dir, name, format)
     return write_frame(conform_table(frame, name, path), path, format)
+
+
+class TableStream:
+    """Table `name` of a run written as it grows: each `write` checks a piece of rows as
+    `write_table` does and appends it (a Parquet row group, or CSV lines), so a long run's
+    table never sits in memory whole. `close` ends the file (an empty table if nothing came)."""
+
+    def __init__(self, run_dir: str | Path, name: TableName, format: TableFormat = "parquet") -> None:
+        if format not in ("parquet", "csv"):
+            raise TraceError(f"run tables are parquet or csv, not {format!r}")
+        self.name, self.format = name, format
+        self.path = table_path(run_dir, name, format)
+        self._writer: Any = None  # pyarrow's ParquetWriter, opened with the first piece's schema
+        self._schema: Any = None
+        self._pieces = 0
+        self.num_rows = 0
+
+    def write(self, frame: pd.DataFrame) -> None:
+        frame = conform_table(frame, self.name, self.path)
+        if self.format == "csv":
+            frame.to_csv(self.path, index=False, mode="a" if self._pieces else "w", header=not self._pieces)
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
+            if self._writer is None:
+                self._schema = table.schema
+                self._writer = pq.ParquetWriter(self.path, self._schema)
+            self._writer.write_table(table)
+        self._pieces += 1
+        self.num_rows += len(frame)
+
+    def close(self, empty: pd.DataFrame) -> Path:
+        """End the file; `empty` (the table's columns, no rows) is written if no piece came."""
+        if not self._pieces:
+            write_frame(conform_table(empty, self.name, self.path), self.path, self.format)
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        return self.path
 
 
 def read_table(path: str | Path, name: TableName | None = None) -> pd.DataFrame:

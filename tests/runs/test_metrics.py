@@ -127,11 +127,11 @@ def test_rollout_counts_do_not_depend_on_the_slice_size(
 ) -> None:
     """The counts are summed a slice of rows at a time (memory of 10^8-row tables); slices of
     any size, including ones cutting a pipeline's rows apart, give the same figures."""
-    import rlix.runs.metrics as metrics
+    import rlix.runs.totals as totals
 
     for recorder, specs in (hand_made(), (two_pipeline_run(), None)):
         whole = summary(recorder, specs)
-        monkeypatch.setattr(metrics, "_SLICE_ROWS", slice_rows)
+        monkeypatch.setattr(totals, "_SLICE_ROWS", slice_rows)
         assert summary(recorder, specs) == whole
         monkeypatch.undo()
 

@@ -1,0 +1,100 @@
+"""Streamed simulator runs (`rlix-sim run --tables`, `simulate(tables=...)`): the same event
+log and summary as a run kept in memory, tables streamed in pieces equal to whole ones, a
+folder that replays and checks, and a run length set from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from rlix.runs import replay, stream
+from rlix.runs.verify import check
+from rlix.sim import rollout, simulate
+from rlix.sim.cli import main
+from rlix.traces.tables import read_table
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((run_dir / "summary.json").read_text())
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def in_memory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """blog-4on12 with every table built in memory at the end (no sink)."""
+    out = tmp_path_factory.mktemp("memory") / "run"
+    simulate("blog-4on12", out=out, plots=False)
+    return out
+
+
+def test_steps_only_summary_equals_the_all_tables_summary(in_memory: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cut the per-trajectory buffers as soon as anything is completed, so the cut is exercised.
+    monkeypatch.setattr(rollout, "MIN_DROP", 1)
+    result = simulate("blog-4on12", out=tmp_path / "steps", plots=False, tables={"steps"})
+    assert result.run_dir is not None
+    assert _summary(result.run_dir) == _summary(in_memory)
+    assert (result.run_dir / "events.jsonl").read_bytes() == (in_memory / "events.jsonl").read_bytes()
+    assert {p.name for p in result.run_dir.glob("*.parquet")} == {"steps.parquet"}
+    pd.testing.assert_frame_equal(read_table(result.run_dir, "steps"), read_table(in_memory, "steps"))
+    assert result.tables["rollouts"].empty and result.tables["allocations"].empty
+
+
+def test_streamed_tables_equal_the_in_memory_ones(in_memory: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream, "PIECE_ROWS", 50)  # many row groups
+    out = tmp_path / "all"
+    simulate("blog-4on12", out=out, plots=False, tables=stream.ALL_TABLES)
+    import pyarrow.parquet as pq
+
+    assert pq.ParquetFile(out / "activity.parquet").num_row_groups > 1
+    for name in ("allocations", "activity", "rollouts", "steps", "waits", "jobs"):
+        pd.testing.assert_frame_equal(read_table(out, name) if name != "jobs" else pd.read_parquet(out / "jobs.parquet"),
+                                      read_table(in_memory, name) if name != "jobs" else pd.read_parquet(in_memory / "jobs.parquet"))
+    assert _summary(out) == _summary(in_memory)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+    assert not (out / stream.COVER_FILE).exists()
+
+
+def test_a_streamed_folder_replays_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["run", "tiny", "--tables", "steps,allocations", "--no-alone", "--quiet", "--out", str(out)]) == 0
+    result = replay(out)
+    assert result.identical and result.num_decisions > 0
+    num_allocations, num_rollouts = check(out)
+    assert num_allocations and num_rollouts is None
+    capsys.readouterr()
+    assert main(["check", str(out)]) == 0
+    assert "not checked: rollouts" in capsys.readouterr().out
+
+
+def test_unknown_tables_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "tiny", "--tables", "steps,rollout", "--out", str(tmp_path / "run")])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "unknown table(s) rollout (known: allocations, steps, rollouts, activity, waits, jobs)" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_run_length_is_set_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["run", "tiny", "--duration-s", "40", "--tables", "steps", "--no-alone", "--quiet",
+                 "--out", str(out)]) == 0
+    assert _summary(out)["makespan_s"] == 40.0
+    assert "max_time_s: 40.0" in (out / "scenario.yaml").read_text()
+    with pytest.raises(SystemExit):
+        main(["run", "tiny", "--days", "1", "--duration-s", "5"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_simulate_wants_a_folder_for_chosen_tables() -> None:
+    from rlix.runs import RunError
+
+    with pytest.raises(RunError, match="give out="):
+        simulate("tiny", tables={"steps"})
