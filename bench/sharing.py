@@ -10,6 +10,7 @@ p95 slowdown, idle share, recomputed over generated tokens, and the ceiling. Det
     python bench/sharing.py                         # the table
     python bench/sharing.py --json                  # one JSON line: {"rows": [...], "wall_s": ...}
     python bench/sharing.py --scenarios blog-4on12,lab-day --policies rlix,gap-ratio,static-backfill
+    python bench/sharing.py --seeds 5 --scenarios agentic-4x32,math-rlvr   # means over seeds 0-4
 """
 
 from __future__ import annotations
@@ -35,26 +36,49 @@ KEYS = ("steps_per_hour", "jobs.experiments_per_hour", "jobs.mean_jct_s", "jobs.
 COLUMNS = tuple(column for key in KEYS for column in OVERALL_COLUMNS if column[0] == key)
 
 
-def bench(scenarios: list[str], policies: list[str], quiet: bool) -> list[dict[str, Any]]:
+def bench(scenarios: list[str], policies: list[str], quiet: bool, seeds: list[int | None]) -> list[dict[str, Any]]:
+    """One row per scenario and policy; with several seeds, each figure is the mean over them
+    and steps/h also has its min and max (the seed draws each pipeline's rollout lengths)."""
     rows = []
-    bar = tqdm(total=len(scenarios), unit="scenario", disable=quiet, file=sys.stderr)
+    bar = tqdm(total=len(scenarios) * len(seeds), unit="run", disable=quiet, file=sys.stderr)
     for name in scenarios:
-        bar.set_description(name)
-        comparison = compare(load_scenario(name), policies)
-        ceiling = comparison.ceiling_steps_per_hour()
-        for policy, summary in comparison.summaries.items():
-            overall = summary["overall"]
-            row: dict[str, Any] = {"scenario": name, "policy": policy}
-            row.update({key: overall_figure(overall, key) for key, _label, _fmt in COLUMNS})
-            generated = overall.get("generated_tokens") or 0
-            row["recomputed_share"] = (overall.get("recomputed_tokens") or 0) / generated if generated else None
-            row["ceiling_steps_per_hour"] = ceiling
-            row["of_ceiling"] = overall["steps_per_hour"] / ceiling if ceiling else None
-            row["finished"] = summary.get("finished", True)
-            rows.append(row)
-        bar.update()
+        per_seed: dict[str, list[dict[str, Any]]] = {}
+        for seed in seeds:
+            bar.set_description(name if seed is None else f"{name} seed {seed}")
+            comparison = compare(load_scenario(name), policies, seed=seed)
+            for policy, summary in comparison.summaries.items():
+                per_seed.setdefault(policy, []).append(_row(name, policy, summary, comparison.ceiling_steps_per_hour()))
+            bar.update()
+        rows += [_mean(runs) for runs in per_seed.values()]
     bar.close()
     return rows
+
+
+def _row(name: str, policy: str, summary: dict[str, Any], ceiling: float | None) -> dict[str, Any]:
+    overall = summary["overall"]
+    row: dict[str, Any] = {"scenario": name, "policy": policy}
+    row.update({key: overall_figure(overall, key) for key, _label, _fmt in COLUMNS})
+    generated = overall.get("generated_tokens") or 0
+    row["recomputed_share"] = (overall.get("recomputed_tokens") or 0) / generated if generated else None
+    row["ceiling_steps_per_hour"] = ceiling
+    row["of_ceiling"] = overall["steps_per_hour"] / ceiling if ceiling else None
+    row["finished"] = summary.get("finished", True)
+    return row
+
+
+def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The seeds' rows as one: numbers averaged (None if any seed has none), `finished` if all."""
+    if len(runs) == 1:
+        return runs[0]
+    row = dict(runs[0])
+    for key, value in runs[0].items():
+        values = [r[key] for r in runs]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            row[key] = None if any(v is None for v in values) else sum(values) / len(values)
+    row["finished"] = all(r["finished"] for r in runs)
+    steps = [r["steps_per_hour"] for r in runs]
+    row.update(num_seeds=len(runs), steps_per_hour_min=min(steps), steps_per_hour_max=max(steps))
+    return row
 
 
 def main() -> int:
@@ -63,6 +87,9 @@ def main() -> int:
     parser.add_argument("--scenarios", default=",".join(default), help=f"default: {','.join(default)}")
     parser.add_argument("--policies", default=",".join(sorted(POLICIES)), help="default: every policy")
     parser.add_argument("--json", action="store_true", help="one JSON line")
+    parser.add_argument("--seeds", type=int, default=None, metavar="N",
+                        help="run seeds 0..N-1 and report each figure's mean (steps/h also min and max); "
+                             "default: each scenario's own seed")
     args = parser.parse_args()
     scenarios = [s for s in args.scenarios.split(",") if s]
     policies = [p for p in args.policies.split(",") if p]
@@ -70,7 +97,10 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown scenario or policy: {', '.join(unknown)}")
     started = time.monotonic()
-    rows = bench(scenarios, policies, quiet=args.json)
+    if args.seeds is not None and args.seeds < 1:
+        parser.error(f"--seeds must be at least 1, not {args.seeds}")
+    seeds: list[int | None] = [None] if args.seeds is None else list(range(args.seeds))
+    rows = bench(scenarios, policies, quiet=args.json, seeds=seeds)
     wall_s = time.monotonic() - started
     if args.json:
         print(json.dumps({"rows": rows, "wall_s": wall_s}))
@@ -80,9 +110,12 @@ def main() -> int:
     frame = pd.DataFrame(rows)
     labels = {key: label for key, label, _fmt in COLUMNS}
     formats = {label: fmt for _key, label, fmt in COLUMNS}
-    formats.update({"recomputed/generated": "{:.0%}", "ceiling": "{:.1f}", "of ceiling": "{:.0%}"})
+    formats.update({"recomputed/generated": "{:.0%}", "ceiling": "{:.1f}", "of ceiling": "{:.0%}",
+                    "steps/h min": "{:.1f}", "steps/h max": "{:.1f}", "seeds": "{:d}"})
     frame = frame.rename(columns={**labels, "recomputed_share": "recomputed/generated",
-                                  "ceiling_steps_per_hour": "ceiling", "of_ceiling": "of ceiling"})
+                                  "ceiling_steps_per_hour": "ceiling", "of_ceiling": "of ceiling",
+                                  "steps_per_hour_min": "steps/h min", "steps_per_hour_max": "steps/h max",
+                                  "num_seeds": "seeds"})
     print(format_table(frame, formats))
     print(f"\n{len(scenarios)} scenarios x {len(policies)} policies in {wall_s:.0f} s")
     return 0
