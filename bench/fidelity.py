@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -143,28 +144,36 @@ def compare(name: str, sim_dir: Path, live_dir: Path) -> dict[str, Any]:
 
 
 def plot_side_by_side(sim_dir: Path, live_dir: Path, out: Path) -> Path:
-    """The predicted run's Gantt above the live run's, on one time axis."""
+    """The predicted run's Gantt (rlix.runs.plots.gantt) above the live run's, one time axis."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     from rlix.runs.plots import gantt, pipeline_colours
     from rlix.runs.reader import load
 
     runs = [load(sim_dir).tables(), load(live_dir).tables()]
     colours = pipeline_colours(sorted(set(runs[0].pipeline_ids) | set(runs[1].pipeline_ids)))
-    figure = plt.figure(figsize=(12, 7), layout="constrained")
     span = max(t.makespan_s for t in runs)
-    subfigures: Any = figure.subfigures(2, 1)  # an array of two SubFigures
-    for subfigure, tables, label in zip(subfigures, runs, ("predicted (simulator)", "measured (executor)"),
-                                        strict=True):
-        gantt(subfigure, tables, colours)
-        axis = subfigure.axes[0]
+    images = []
+    for tables, label in zip(runs, ("predicted (simulator)", "measured (executor)"), strict=True):
+        figure = plt.figure()
+        gantt(figure, tables, colours)  # sizes the figure by the GPU count: the same for both
+        axis = figure.axes[0]
         axis.set_xlim(0, span)
-        axis.set_title(f"{label}: {tables.makespan_s:.1f} s")
-    figure.savefig(out, dpi=110)
-    plt.close(figure)
+        axis.set_title(f"{label}: {tables.makespan_s:.1f} s, {tables.policy}, {tables.num_gpus} GPUs")
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")  # the legend kept
+        plt.close(figure)
+        buffer.seek(0)
+        images.append(plt.imread(buffer))
+    width = max(image.shape[1] for image in images)
+    padded = [np.pad(image, ((0, 0), (0, width - image.shape[1]), (0, 0)), constant_values=1.0) for image in images]
+    plt.imsave(out, np.concatenate(padded, axis=0))
     return out
 
 
@@ -196,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--configs: unknown {unknown} (known: {', '.join(VARIANTS)})")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # Ray's workers print to this process's stdout: with --json it carries one line only.
+    stdout = os.fdopen(os.dup(1), "w") if args.json else sys.stdout
+    if args.json:
+        os.dup2(2, 1)
     t0 = time.monotonic()
     cal_dir, costs, trace = calibrate(out, args.calibration_run, args.reuse)
     rows, first = [], None
@@ -210,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     plot = plot_side_by_side(*first, out / "sim_vs_exec.png")
     report = summarize(rows, cal_dir, costs, plot, time.monotonic() - t0)
     if args.json:
-        print(json.dumps(report, sort_keys=True))
+        print(json.dumps(report, sort_keys=True), file=stdout, flush=True)
     else:
         print_table(report)
     return 0

@@ -11,15 +11,16 @@ simulator ran with). What each constant is fitted from:
 - gang stages: each step's `<stage>_s` column against the tokens of its batch (prompt and
   response of its completed trajectories): fixed + per token, forward passes (old and
   reference log-probs, values) and training (actor, critic) apart;
-- weight moves: each Expand and Shrink from its decision to its applied report in the event
-  log (rlix.sim.calibrate_events: the driver's overhead included, as the simulator charges
-  it), a rank's first load apart: one that waited for its worker process to start tells when
-  that worker came up (worker_start_per_process_s; see CostModel.worker_ready_s);
+- weight moves: the `activity` table's load and offload spans of rollout ranks (the loading
+  share a run reports), and on top the driver's overhead: each Expand and Shrink from its
+  decision to its applied report in the event log (rlix.sim.calibrate_events) less the span.
+  A rank's first load that waited for its worker process to start tells when that worker came
+  up (worker_start_per_pipeline_s; see CostModel.worker_ready_s);
 - publish and checkpoint: the steps' `sync_s` and `checkpoint_s`, full models and adapters apart;
 - start-up: from a pipeline's arrival to its first request (`waits`, priority 0: a live
-  driver actor starting) is launch_s; its init holding (priority 0 in `allocations`) is fitted
-  against the processes started with it (rlix.sim.stages.startup_processes): start-ups share a
-  machine's cores, so with one count of processes seen it is all per process.
+  driver actor starting) and its init holding (priority 0 in `allocations`: its trainer
+  starting), each against the pipelines started together (rlix.sim.stages.startup_pipelines):
+  start-ups share a machine's cores, so with one count seen they are all per pipeline.
 
 Every fit is least squares (numpy) with non-negative constants: a negative slope is set to 0
 and the intercept refitted, a slope whose regressor does not vary is 0 (the data cannot tell
@@ -44,7 +45,7 @@ from rlix.runs.reader import Run, load
 from rlix.scenarios.costs import ConstantFit, CostsFile
 from rlix.sim.calibrate_events import decision_spans, driver_overhead
 from rlix.sim.contention import fit_contention
-from rlix.sim.stages import startup_processes
+from rlix.sim.stages import startup_pipelines
 from rlix.traces.tables import read_table
 
 #: Step-table columns of forward passes and of training steps.
@@ -128,7 +129,7 @@ def fit_runs(paths: Sequence[str | Path], accept_simulated: bool = False) -> Cal
     data = [read_run(p, accept_simulated) for p in paths]
     fits = [*fit_decode(data), *fit_stages(data), *fit_weight_moves(data), *fit_publish(data), *fit_init(data)]
     found = {f.name: f.value for f in fits}
-    fits += fit_worker_start(data, found.get("load_s", 0.0), found.get("launch_s", 0.0))
+    fits += fit_worker_start(data, found.get("load_s", 0.0) + found.get("expand_overhead_s", 0.0))
     driver = driver_overhead(pd.concat([d.spans for d in data], ignore_index=True))
     return Calibration(fits, fit_contention([d.activity for d in data]), [str(d.path) for d in data], driver)
 
@@ -256,20 +257,39 @@ def fit_publish(data: Sequence[RunData]) -> list[Fit]:
 # --- weight moves and start-up ----------------------------------------------------------------
 
 
+def weight_moves(activity: pd.DataFrame) -> pd.DataFrame:
+    """One row per load or offload span of a rollout rank in `activity` (a rank's GPUs share
+    one): stage, duration_s, first (the rank's first load)."""
+    moves = activity[(activity["cluster"] == ROLLOUT_CLUSTER) & activity["stage"].isin(["load", "offload"])]
+    moves = moves[moves["dp_rank"] >= 0].drop_duplicates(["pipeline_id", "dp_rank", "stage", "t_start"])
+    moves = moves.sort_values("t_start", kind="stable")
+    first = ~moves.duplicated(["pipeline_id", "dp_rank", "stage"]) & (moves["stage"] == "load")
+    return moves.assign(duration_s=moves["t_end"] - moves["t_start"], first=first)
+
+
 def fit_weight_moves(data: Sequence[RunData]) -> list[Fit]:
-    moves = pd.concat([d.spans for d in data], ignore_index=True)
-    loads = moves[moves["stage"] == "load"]
-    return [
-        *_mean_fit("load_s", loads.loc[~loads["first"], "duration_s"].to_numpy(float)),
-        *_mean_fit("offload_s", moves.loc[moves["stage"] == "offload", "duration_s"].to_numpy(float)),
-    ]
+    """load_s and offload_s from the spans a rank moved weights (`activity`: the loading share
+    a run reports); the driver's overhead on top, from the decisions (`events.jsonl`): the mean
+    decision-to-applied time less the mean span (a rank's first load apart)."""
+    spans = pd.concat([weight_moves(d.activity) for d in data], ignore_index=True)
+    decided = pd.concat([d.spans for d in data], ignore_index=True)
+    fits = []
+    for stage, name, overhead in (("load", "load_s", "expand_overhead_s"), ("offload", "offload_s", "shrink_overhead_s")):
+        moved = spans[(spans["stage"] == stage) & ~spans["first"]]["duration_s"].to_numpy(float)
+        whole = decided[(decided["stage"] == stage) & ~decided["first"]]["duration_s"].to_numpy(float)
+        fits += _mean_fit(name, moved)
+        if len(moved) and len(whole):
+            extra = max(0.0, float(whole.mean() - moved.mean()))
+            fits.append(Fit(overhead, extra, float(np.sqrt(np.mean((whole - moved.mean() - extra) ** 2))), len(whole)))
+    return fits
 
 
-def fit_worker_start(data: Sequence[RunData], load_s: float, launch_s: float) -> list[Fit]:
-    """worker_start_per_process_s from the first loads that waited for their worker (longer
-    than a load by more than the loads' spread): the worker of rank k came up at
-    arrival + launch_s + (k + 1) * w * processes, least squares over w."""
-    xs, ys = [], []
+def fit_worker_start(data: Sequence[RunData], load_s: float) -> list[Fit]:
+    """worker_start_per_pipeline_s (w) from the first loads that waited for their worker
+    (longer than a load by far), which came up at CostModel.worker_ready_s: the earlier of its
+    turn, launch + (k + 1) * w * n, and its first expansion + w * n (n: pipelines started
+    together). Least squares over w on a grid (the model is piecewise linear in w)."""
+    turns, asked, observed = [], [], []
     for d in data:
         moves = d.spans
         first = moves[moves["first"] & (moves["duration_s"] > 3.0 * load_s + 1.0)]
@@ -277,13 +297,20 @@ def fit_worker_start(data: Sequence[RunData], load_s: float, launch_s: float) ->
         arrivals = _arrivals(d)
         for row in first.itertuples():
             if row.pipeline_id in starts.index:
-                xs.append((row.dp_rank + 1) * float(starts.loc[row.pipeline_id, "processes"]))
-                ys.append(row.t_end - load_s - arrivals[row.pipeline_id] - launch_s)
-    if not xs:
-        return [Fit("worker_start_per_process_s", 0.0, 0.0, 0)]
-    x, y = np.array(xs), np.array(ys)
-    w = max(0.0, float(x @ y / (x @ x)))
-    return [Fit("worker_start_per_process_s", w, float(np.sqrt(np.mean((y - w * x) ** 2))), len(x))]
+                start, arrival = starts.loc[row.pipeline_id], arrivals[row.pipeline_id]
+                count = float(start["pipelines"])
+                turns.append((float(start["launch_s"]), (row.dp_rank + 1) * count, count))
+                asked.append(row.t_start - arrival)
+                observed.append(row.t_end - load_s - arrival)
+    if not observed:
+        return [Fit("worker_start_per_pipeline_s", 0.0, 0.0, 0)]
+    launch, per_turn, n = (np.array(column) for column in zip(*turns, strict=True))
+    grid = np.linspace(0.0, 2.0 * max(observed) / n.min(), 4001)[:, None]
+    ready = np.minimum(launch + per_turn * grid, np.array(asked) + n * grid)
+    sse = ((ready - np.array(observed)) ** 2).sum(axis=1)
+    best = int(np.argmin(sse))
+    return [Fit("worker_start_per_pipeline_s", float(grid[best, 0]), float(np.sqrt(sse[best] / len(observed))),
+                len(observed))]
 
 
 def _arrivals(d: RunData) -> dict[str, float]:
@@ -293,7 +320,7 @@ def _arrivals(d: RunData) -> dict[str, float]:
 
 
 def startup_samples(d: RunData) -> pd.DataFrame:
-    """Per pipeline of the run: processes started with it, launch_s (from its arrival to its
+    """Per pipeline of the run: pipelines started with it, launch_s (from its arrival to its
     init request) and init_s (its init holding)."""
     from rlix.scenarios import parse_scenario
 
@@ -308,24 +335,30 @@ def startup_samples(d: RunData) -> pd.DataFrame:
     for pid, hold in holds.iterrows():
         if pid in specs:
             arrival = pipelines[str(pid)].arrival_s
-            rows.append({"pipeline_id": str(pid), "processes": startup_processes(specs, pipelines, str(pid)),
+            rows.append({"pipeline_id": str(pid), "pipelines": startup_pipelines(pipelines, str(pid)),
                          "launch_s": float(asked.get(pid, hold["t_start"])) - arrival,
                          "init_s": float(hold["t_end"] - hold["t_start"])})
-    return pd.DataFrame(rows, columns=["pipeline_id", "processes", "launch_s", "init_s"])
+    return pd.DataFrame(rows, columns=["pipeline_id", "pipelines", "launch_s", "init_s"])
 
 
 def fit_init(data: Sequence[RunData]) -> list[Fit]:
     samples = pd.concat([startup_samples(d) for d in data], ignore_index=True)
     if samples.empty:
         return []
-    counts, seconds = samples["processes"].to_numpy(float), samples["init_s"].to_numpy(float)
-    launch = _mean_fit("launch_s", samples["launch_s"].to_numpy(float))
-    if np.ptp(counts) == 0:  # one count of processes: start-up is all per process (see above)
+    counts = samples["pipelines"].to_numpy(float)
+    return [*_per_pipeline("launch", counts, samples["launch_s"].to_numpy(float)),
+            *_per_pipeline("init", counts, samples["init_s"].to_numpy(float))]
+
+
+def _per_pipeline(name: str, counts: np.ndarray, seconds: np.ndarray) -> list[Fit]:
+    """`<name>_s` + `<name>_per_pipeline_s` * pipelines started together; with one count seen
+    the intercept cannot be told from the slope, and start-up is taken as all per pipeline
+    (it is CPU work shared among the pipelines starting)."""
+    if np.ptp(counts) == 0:
         per = float(seconds.mean() / counts[0]) if counts[0] else 0.0
         rms = float(np.sqrt(np.mean((seconds - per * counts) ** 2)))
-        return [*launch, Fit("init_s", 0.0, rms, len(seconds)), Fit("init_per_process_s", per, rms, len(seconds))]
-    return [*launch, *_linear_fits(("init_s", "init_per_process_s"),
-                                   np.column_stack([np.ones(len(counts)), counts]), seconds)]
+        return [Fit(f"{name}_s", 0.0, rms, len(seconds)), Fit(f"{name}_per_pipeline_s", per, rms, len(seconds))]
+    return _linear_fits((f"{name}_s", f"{name}_per_pipeline_s"), np.column_stack([np.ones(len(counts)), counts]), seconds)
 
 
 def write_trace(paths: Sequence[str | Path], out: str | Path) -> Path:

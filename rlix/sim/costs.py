@@ -105,12 +105,13 @@ GPUS: dict[str, GpuType] = {
 CALIBRATED = (
     "decode_iteration_s", "decode_per_sequence_s", "prefill_per_token_s",
     "forward_fixed_s", "forward_per_token_s", "train_fixed_s", "train_per_token_s",
-    "load_s", "worker_start_per_process_s", "offload_s", "publish_full_s", "publish_adapter_s",
-    "checkpoint_full_s", "checkpoint_adapter_s", "init_s", "init_per_process_s", "launch_s",
+    "load_s", "worker_start_per_pipeline_s", "offload_s", "expand_overhead_s", "shrink_overhead_s", "publish_full_s", "publish_adapter_s",
+    "checkpoint_full_s", "checkpoint_adapter_s", "init_s", "init_per_pipeline_s", "launch_s",
+    "launch_per_pipeline_s",
 )
 _NUMERIC_MIN_ZERO = {
     *CALIBRATED,
-    "startup_processes",
+    "startup_pipelines",
     "decode_overhead_s",
     "allreduce_latency_s",
     "init_fixed_s",
@@ -172,24 +173,29 @@ class CostModel:
     train_fixed_s: float | None = None
     train_per_token_s: float | None = None
     # Weight moves of a rollout rank. A live pipeline starts its ranks' worker processes one
-    # after another from its launch, each taking worker_start_per_process_s per process started
-    # with the pipeline (they share the cores): an expansion of a rank whose worker is not up
+    # after another from its launch, each taking worker_start_per_pipeline_s per pipeline
+    # started with it (they share the cores): an expansion of a rank whose worker is not up
     # yet waits for it (`worker_ready_s`).
+    # The driver's own calls between an Expand (Shrink) and the rank's load (offload), on top.
     load_s: float | None = None
-    worker_start_per_process_s: float | None = None
+    worker_start_per_pipeline_s: float | None = None
     offload_s: float | None = None
+    expand_overhead_s: float | None = None
+    shrink_overhead_s: float | None = None
     # Pushing a new version to the rollout ranks, and writing a checkpoint, per step.
     publish_full_s: float | None = None
     publish_adapter_s: float | None = None
     checkpoint_full_s: float | None = None
     checkpoint_adapter_s: float | None = None
-    # Start-up (the init stage): init_s + init_per_process_s * processes started with it
-    # (`startup_processes`, set by the simulator: on a few cores process starts share them).
+    # Start-up, measured on a few cores where the pipelines starting together share them
+    # (`startup_pipelines`, set by the simulator): from a pipeline's arrival to its first
+    # request, launch_s + launch_per_pipeline_s * n (a live driver actor starting); the init
+    # stage, init_s + init_per_pipeline_s * n (its trainer starting).
     init_s: float | None = None
-    init_per_process_s: float | None = None
-    startup_processes: float = 0.0
-    # From a pipeline's arrival to its first request (a live driver actor starting); None: 0.
+    init_per_pipeline_s: float | None = None
     launch_s: float | None = None
+    launch_per_pipeline_s: float | None = None
+    startup_pipelines: float = 0.0
 
     # -- construction ------------------------------------------------------------------------
 
@@ -341,23 +347,29 @@ class CostModel:
 
     def launch_seconds(self) -> float:
         """From a pipeline's arrival (registered and admitted) to its first request."""
-        return self.launch_s or 0.0
+        return (self.launch_s or 0.0) + (self.launch_per_pipeline_s or 0.0) * self.startup_pipelines
 
     def init_seconds(self) -> float:
         """Model load at initialization: a fixed start-up plus reading the weights from storage
-        (measured: init_s plus init_per_process_s for each process started with it)."""
-        if self.init_s is not None or self.init_per_process_s is not None:
-            return (self.init_s or 0.0) + (self.init_per_process_s or 0.0) * self.startup_processes
+        (measured: init_s plus init_per_pipeline_s for each pipeline started with it)."""
+        if self.init_s is not None or self.init_per_pipeline_s is not None:
+            return (self.init_s or 0.0) + (self.init_per_pipeline_s or 0.0) * self.startup_pipelines
         return self.init_fixed_s + self.model.weight_bytes / self.storage_bytes_per_s
 
     # -- weights on and off rollout ranks ----------------------------------------------------
 
-    def worker_ready_s(self, dp_rank: int) -> float:
-        """Seconds after its pipeline's arrival at which rank `dp_rank`'s worker is up (measured;
-        0 when not calibrated): the launch, then one worker start after another."""
-        if self.worker_start_per_process_s is None:
-            return 0.0
-        return self.launch_seconds() + (dp_rank + 1) * self.worker_start_per_process_s * self.startup_processes
+    def worker_start_s(self) -> float:
+        """Starting one rollout worker process (measured; 0 when not calibrated)."""
+        return (self.worker_start_per_pipeline_s or 0.0) * self.startup_pipelines
+
+    def worker_ready_s(self, dp_rank: int, asked_s: float | None = None) -> float:
+        """Seconds after its pipeline's arrival at which rank `dp_rank`'s worker is up, when
+        its first expansion comes `asked_s` after the arrival: the pipeline starts its ranks'
+        workers one after another once launched, and an expansion that comes before its
+        rank's turn starts that worker at once (what a live pipeline does)."""
+        start = self.worker_start_s()
+        prestarted = self.launch_seconds() + (dp_rank + 1) * start
+        return prestarted if asked_s is None else min(prestarted, asked_s + start)
 
     def weight_load_seconds(self, tp: int) -> float:
         """Expanding a rollout rank: each GPU copies its weight shard host -> GPU."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rlix.policy.specs import ROLLOUT_CLUSTER, PipelineSpec
 from rlix.sim.costs import CostModel
 
 #: ASSUMPTION: a LoRA adapter of rank 16 on the attention and MLP projections: 2 x 16 x
@@ -65,15 +64,11 @@ def checkpoint_seconds(costs: CostModel, full_model: bool, has_critic: bool) -> 
     return num_bytes / costs.storage_bytes_per_s
 
 
-def startup_processes(specs: Mapping[str, PipelineSpec], pipelines: Mapping[str, Any], pipeline_id: str) -> float:
-    """Processes a live run starts together with `pipeline_id`'s: for each pipeline arriving at
-    the same time, its driver actor, a worker per rollout rank (all started at once) and a
-    trainer per other cluster. On a few cores these starts share them, so a measured start-up
-    grows with their number (`CostModel.init_per_process_s`)."""
+def startup_pipelines(pipelines: Mapping[str, Any], pipeline_id: str) -> float:
+    """Pipelines a live run starts together with `pipeline_id` (arriving at the same time, it
+    included). Each starts its driver actor, then its trainer and its ranks' worker processes
+    one after another, so about two processes per pipeline start at once and share the cores:
+    a measured start-up (launch, init, each worker) grows with this number
+    (CostModel.launch_per_pipeline_s, init_per_pipeline_s, worker_start_per_pipeline_s)."""
     arrival = pipelines[pipeline_id].arrival_s
-    count = 0
-    for pid, spec in specs.items():
-        if pipelines[pid].arrival_s == arrival:
-            others = sum(1 for name in spec.clusters if name != ROLLOUT_CLUSTER)
-            count += 1 + spec.rollout.num_ranks + others
-    return float(count)
+    return float(sum(1 for p in pipelines.values() if p.arrival_s == arrival))

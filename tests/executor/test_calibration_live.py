@@ -1,0 +1,77 @@
+"""A short live calibration and prediction: a small cpu-demo (two declared GPUs, 3 steps) runs on
+the CPU executor, `rlix-sim calibrate` fits the simulator on its folder, and the calibrated
+simulator, replaying the run's own rollout lengths, predicts the run (in sample: the unseen
+configs are bench/fidelity.py's, minutes each). On a shared 2-core machine a live run varies by
+several percent from one run to the next, so the bounds here are loose; the bench reports the
+errors themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlix.executor.live import execute
+from rlix.executor.run import plan
+from rlix.scenarios import load_scenario
+from rlix.scenarios.load import validate_scenario
+from rlix.sim import simulate
+from rlix.sim.cli import main
+
+pytest.importorskip("transformers")
+
+
+def small_demo(trace: Path | None = None, costs: Path | None = None) -> dict[str, Any]:
+    """cpu-demo on two declared GPUs, 3 steps, the engine said as the executor runs it."""
+    data = load_scenario("cpu-demo").model_dump(mode="json", exclude_none=True)
+    ft, lora = data["pipelines"]
+    ft.update(home="0", steps=3, clusters={"actor_train": {"tp": 1, "gpus": "0"}, "actor_infer": {"tp": 1, "gpus": "0-1"}})
+    lora.update(home="1", steps=3, clusters={"actor_train": {"tp": 1, "gpus": "1"}, "actor_infer": {"tp": 1, "gpus": "1,0"}})
+    data["topology"]["gpus_per_node"] = 2
+    data["engine"] = {**data.get("engine", {}), "max_batch": 8, "balance": False, "migrate_on_expand": False}
+    if trace is not None:
+        for pipeline in data["pipelines"]:
+            pipeline["trace"] = {"path": str(trace)}
+            for adapter in pipeline.get("adapters", []):
+                adapter["trace"] = {"path": str(trace)}
+    if costs is not None:
+        data["costs"] = str(costs)
+    return data
+
+
+@pytest.fixture(scope="module")
+def live_run(ray_session: object, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    result = execute(plan(validate_scenario(small_demo())), out_dir=tmp_path_factory.mktemp("live") / "run",
+                     quiet=True, timeout_s=600)
+    assert result.finished and result.out_dir is not None
+    return Path(result.out_dir)
+
+
+def test_calibrates_on_a_live_run_and_predicts_it(live_run: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    costs, trace = tmp_path / "costs.yaml", tmp_path / "lengths.parquet"
+    assert main(["calibrate", str(live_run), "--out", str(costs), "--trace-out", str(trace)]) == 0
+    printed = capsys.readouterr().out
+    for name in ("load_s", "offload_s", "launch_per_pipeline_s", "init_per_pipeline_s", "decode_per_sequence_s"):
+        assert name in printed
+    assert "contention:" in printed and "driver overhead:" in printed
+    predicted = simulate(validate_scenario(small_demo(trace, costs))).summary
+    measured = json.loads((live_run / "summary.json").read_text())
+    assert predicted["makespan_s"] == pytest.approx(measured["makespan_s"], rel=0.3)
+    for pid, figures in measured["pipelines"].items():
+        assert predicted["pipelines"][pid]["steps"] == figures["steps"]
+        assert predicted["pipelines"][pid]["mean_step_time_s"] == pytest.approx(figures["mean_step_time_s"], rel=0.5)
+
+
+def test_the_live_folder_records_what_the_fit_needs(live_run: Path) -> None:
+    import pandas as pd
+
+    activity = pd.read_parquet(live_run / "activity.parquet")
+    init = activity[activity["stage"] == "init"]
+    assert ((init["t_end"] - init["t_start"]) > 0.5).all()  # the trainer's start is the init's work
+    assert {"load", "offload"} <= set(activity["stage"])
+    rollouts = pd.read_parquet(live_run / "rollouts.parquet")
+    assert (rollouts["prompt_tokens"] > 0).all()
