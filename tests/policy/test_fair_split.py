@@ -1,4 +1,4 @@
-"""The weaknesses of the split named in issue 7, and what the split now does about them.
+"""Known weaknesses of a proportional split, and what the split does about them.
 
 - Multi-LoRA: an adapter that has not reported keeps its share of the estimate.
 - A large TP-4 claimant gets its bundle: when not every pipeline fits one bundle, the largest

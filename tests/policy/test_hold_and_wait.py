@@ -193,7 +193,7 @@ def test_hold_and_wait_chains_always_finish(policy: str, workload: tuple[Topolog
 
 
 def test_the_reported_deadlock_finishes() -> None:
-    """The chain of issue 7: B holds GPU 0 and asks for GPU 2; A wants {0, 1}, C {1, 2}."""
+    """The hold-and-wait chain: B holds GPU 0 and asks for GPU 2; A wants {0, 1}, C {1, 2}."""
     def spec(pid: str, **clusters: tuple[int, ...]) -> PipelineSpec:
         return PipelineSpec(pid, PipelineKind.FULL_FINETUNE,
                             {"actor_infer": ClusterSpec(1, (3,)), **{n: ClusterSpec(1, g) for n, g in clusters.items()}})

@@ -1,4 +1,4 @@
-"""Regression tests for the defects of issue 7 (the `rlix` policy and the core).
+"""Regression tests for defects found in the `rlix` policy and the core.
 
 Each test rebuilds one reported situation and asserts what the contract asks for. The
 invariant checker runs after every event (`check_invariants=True`).
