@@ -12,8 +12,12 @@
 
 Both drivers get the same scenario; its `engine:` section is set to what the executor does
 (a rank takes up to 8 trajectories per call, no balancing router, no migration), which the
-executor ignores. The machine has 2 cores, shared with whatever else runs: live runs are
-slower and noisier than on a quiet machine, and so is the calibration.
+executor ignores. The machine has 2 cores, shared with whatever else runs: before each live
+run (the calibration too) the other work's CPU demand is probed for 3 s
+(rlix.executor.machine), and each prediction rescales the constants from the calibration's
+load to that one (rlix.sim.calibrate.costs_for_background). Reported per config besides: the
+raw prediction (constants as calibrated, `*_error_raw`) and a hindsight one (the demand the
+live run measured, `*_error_hindsight`; not a prediction).
 
     .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--json]
 
@@ -68,7 +72,8 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
-def scenario_data(variant: Variant | None, trace: Path | None = None, costs: Path | None = None) -> dict[str, Any]:
+def scenario_data(variant: Variant | None, trace: Path | None = None,
+                  costs: Path | dict[str, float] | None = None) -> dict[str, Any]:
     """cpu-demo as plain data, the engine said as the executor runs it, then `variant`; with
     `trace` and `costs`, the calibrated simulator's inputs."""
     from rlix.scenarios import load_scenario
@@ -85,7 +90,7 @@ def scenario_data(variant: Variant | None, trace: Path | None = None, costs: Pat
             for adapter in pipeline.get("adapters", []):
                 adapter["trace"] = ref
     if costs is not None:
-        data["costs"] = str(costs)
+        data["costs"] = dict(costs) if isinstance(costs, dict) else str(costs)
     return data
 
 
@@ -178,16 +183,63 @@ def plot_side_by_side(sim_dir: Path, live_dir: Path, out: Path) -> Path:
 
 
 def calibrate(out: Path, live_dir: Path | None, reuse: bool = False) -> tuple[Path, Path, Path]:
-    """The calibration run (made unless given), its cost file and its rollout lengths."""
+    """The calibration run (made unless given), its cost file and its rollout lengths. The
+    other work's CPU demand is probed before the run as before each predicted one, and the
+    cost file says that (the same instrument on both sides of a rescaling)."""
     from rlix.scenarios.costs import write_costs_file
     from rlix.sim.calibrate import fit_runs, write_trace
 
+    background = None
     if live_dir is None:
+        background = _probe(out / "calibration", reuse)
         live_dir = run_live(scenario_data(None), out / "calibration" / "live", reuse)
     costs, trace = out / "costs.yaml", out / "lengths.parquet"
-    write_costs_file(fit_runs([live_dir]).costs_file(), costs)
+    calibrated = fit_runs([live_dir]).costs_file()
+    if background is not None and calibrated.machine:
+        calibrated = calibrated.model_copy(update={"machine": {**calibrated.machine, "background_demand": background}})
+    write_costs_file(calibrated, costs)
     write_trace([live_dir], trace)
     return live_dir, costs, trace
+
+
+def _probe(folder: Path, reuse: bool) -> float | None:
+    """Other work's CPU demand now (3 s; rlix.executor.machine), kept in `folder` for --reuse."""
+    from rlix.executor.machine import probe_background
+
+    folder.mkdir(parents=True, exist_ok=True)
+    probe_file = folder / "background.json"
+    if reuse and probe_file.is_file():
+        value: float | None = json.loads(probe_file.read_text())["background_demand"]
+        return value
+    value = probe_background(3.0)
+    probe_file.write_text(json.dumps({"background_demand": value}))
+    return value
+
+
+def predict_and_run(name: str, out: Path, costs: Path, trace: Path, reuse: bool) -> tuple[dict[str, Any], Path, Path]:
+    """Predict config `name` for the machine as busy as it is now (a few seconds' probe of the
+    other work on it), then run it live. Also a hindsight prediction with the background the
+    live run measured: what the model gets right when it knows the load (not a prediction)."""
+    from rlix.scenarios.costs import read_costs_file
+    from rlix.sim.calibrate import costs_for_background
+
+    variant, folder = VARIANTS[name], out / name
+    background = _probe(folder, reuse)
+    calibrated = read_costs_file(costs)
+    scaled = costs_for_background(calibrated, background) if background is not None else dict(calibrated.costs)
+    sim_dir = run_sim(scenario_data(variant, trace, scaled), folder / "sim")
+    live_dir = run_live(scenario_data(variant), folder / "live", reuse)
+    row = compare(name, sim_dir, live_dir)
+    measured = json.loads((live_dir / "summary.json").read_text()).get("machine", {}).get("background_demand")
+    row["background_probe_demand"], row["background_run_demand"] = background, measured
+    raw = compare(name, run_sim(scenario_data(variant, trace, dict(calibrated.costs)), folder / "sim-raw"), live_dir)
+    row["makespan_error_raw"], row["step_time_error_raw"] = raw["makespan_error"], raw["step_time_error"]
+    if measured is not None:
+        hindsight = run_sim(scenario_data(variant, trace, costs_for_background(calibrated, measured)),
+                            folder / "sim-hindsight")
+        again = compare(name, hindsight, live_dir)
+        row["makespan_error_hindsight"], row["step_time_error_hindsight"] = again["makespan_error"], again["step_time_error"]
+    return row, sim_dir, live_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,10 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     cal_dir, costs, trace = calibrate(out, args.calibration_run, args.reuse)
     rows, first = [], None
     for name in names:
-        variant = VARIANTS[name]
-        sim_dir = run_sim(scenario_data(variant, trace, costs), out / name / "sim")
-        live_dir = run_live(scenario_data(variant), out / name / "live", args.reuse)
-        rows.append(compare(name, sim_dir, live_dir))
+        row, sim_dir, live_dir = predict_and_run(name, out, costs, trace, args.reuse)
+        rows.append(row)
         first = first or (sim_dir, live_dir)
         print(f"{name}: done ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
     assert first is not None

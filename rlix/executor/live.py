@@ -64,6 +64,8 @@ class RunResult:
     faults: list[dict[str, Any]] = field(default_factory=list)
     #: Set when the run folder could not be written where asked; `out_dir` is the fallback.
     write_error: str = ""
+    #: How busy the machine was besides the run (rlix.executor.machine; {} off Linux).
+    machine: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,12 +146,15 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     from rlix.executor.api import start_orchestrator
 
     scenario = the_plan.scenario
+    from rlix.executor.machine import MachineMeter
+
     stop_reason, status, recorder, by_signal = "", {}, None, False
+    meter = MachineMeter()
     handle = start_orchestrator(the_plan.topology, scenario.policy.name, scenario.policy_config(),
                                 check_invariants=check_invariants, record=cut.recorder if cut is not None else None)
     try:
         with _stop_on_signals():
-            _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0)
+            _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0, meter)
             status = ray.get(handle.wait_done.remote(None))
             recorder = ray.get(handle.finish_run.remote())
     except KeyboardInterrupt:
@@ -166,7 +171,8 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
         recorder, status = _stopped_record(copy, stop_reason or "the run ended early")
     faults = (cut.faults if cut is not None else []) + copy.progress.get("faults", [])
     status = {**(cut.states if cut is not None else {}), **status}
-    return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults)
+    return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults,
+                     machine=meter.result())
 
 
 def live_folder(out_dir: Path) -> Path:
@@ -192,7 +198,7 @@ def _with_folders(the_plan: Plan, live: Path) -> Plan:
 
 
 def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, copy: _Copy,
-           clock_start: float = 0.0) -> None:
+           clock_start: float = 0.0, meter: Any = None) -> None:
     """Launch pipelines at their arrival times, carry out kills, show progress until done (a
     resumed run's clock starts at the cut: what was due before is due at once, earlier kills
     were carried out)."""
@@ -213,6 +219,8 @@ def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, co
                 ray.get(handle.kill_pipeline.remote(kills.pop(0)[1]))
             snapshot = copy.take(ray.get(handle.run_progress.remote(list(copy.recorder.cursor()))))
             progress.update(snapshot)
+            if meter is not None:
+                meter.sample()
             if not to_launch and all(p["status"] != "running" for p in snapshot["pipelines"].values()):
                 return
             if timeout_s is not None and elapsed > timeout_s:
@@ -294,10 +302,16 @@ def _write(result: RunResult, out_dir: Path, the_plan: Plan, overwrite: bool, li
     folders = {p.name: p for p in live.iterdir()} if live is not None and live.is_dir() else {}
     try:
         result.out_dir = write_run(result.recorder, out_dir, scenario_yaml=yaml, overwrite=overwrite,
-                                   run_state=state, folders=folders)
+                                   run_state=state, folders=folders, extra_summary=_machine(result))
     except (OSError, RunError) as error:
         fallback = cache_dir() / "unsaved" / f"{out_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         result.write_error = f"{out_dir}: {error}"
-        result.out_dir = write_run(result.recorder, fallback, scenario_yaml=yaml, run_state=state, folders=folders)
+        result.out_dir = write_run(result.recorder, fallback, scenario_yaml=yaml, run_state=state, folders=folders,
+                                   extra_summary=_machine(result))
     if live is not None:
         shutil.rmtree(live, ignore_errors=True)  # emptied by the moves
+
+
+def _machine(result: RunResult) -> dict[str, Any]:
+    """`machine` in summary.json: how busy the machine was besides the run (calibration reads it)."""
+    return {"machine": result.machine} if result.machine else {}

@@ -12,9 +12,11 @@ numbers themselves and replays without the file. The file:
       load_s: {value: 0.61, residual_s: 0.21, samples: 93}
     contention: {...}                          # the contention fit (rlix.sim.contention)
     driver: {...}                              # grant latency (rlix.sim.calibrate_events)
+    machine: {cores: 2, own_demand: 3.1, background_demand: 1.4}   # CPU wanted: the runs, the rest
 
 Only `costs` acts on a run; names there are checked by the simulator's cost model like any
-`costs:` mapping.
+`costs:` mapping. The constants hold for a machine as busy as the calibration runs' was;
+`rlix.sim.calibrate.costs_for_background` rescales them to another load.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class CostsFile(Section):
     """The contention fit: slowdown against concurrently busy units, and the choice made."""
     driver: dict[str, Any] = {}
     """The driver's overhead between a decision and its effect (grant latency), reported."""
+    machine: dict[str, float] = {}
+    """How busy the calibration runs' machine was (cores, own_demand, background_demand: the
+    mean of the runs' summary.json `machine`); empty when the runs did not say."""
 
 
 def read_costs_file(path: str | Path) -> CostsFile:

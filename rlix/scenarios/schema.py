@@ -12,7 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from rlix.policy import POLICIES, PipelineSpec, PolicyConfig, Topology
 from rlix.scenarios.checks import check_scenario

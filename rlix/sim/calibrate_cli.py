@@ -23,8 +23,10 @@ Contention. On a CPU machine the declared GPUs share a few cores. The fit measur
 activity table, each span of work against the spans running when it started, and reports the
 slowdown per busy span with the share of the spread it explains; it is not applied: the spans
 of the CPU executor are latency-bound (actor calls, worker wake-ups), and the work that does
-share the cores, process start-up, is modelled per process started. The constants hold at the
-load the calibration run had: calibrate on a machine as busy as the one you predict.
+share the cores, process start-up, is modelled per pipeline started together. Other work on
+the machine is measured too: each live run records the CPU demand of its own processes and of
+the rest (summary.json `machine`), the cost file keeps it, and
+rlix.sim.calibrate.costs_for_background rescales the constants to another load.
 See docs/calibration.md.
 
 A folder that lacks what a fit needs (no steps, no rollouts, no weight moves, no init), or a
@@ -49,6 +51,10 @@ def calibrate_main(args: argparse.Namespace) -> int:
     for fit in calibration.fits:
         print(f"{fit.name:<28} {fit.value:>12.6g} {fit.residual_s:>11.4g} {fit.samples:>8}")
     _print_contention(calibration.contention)
+    machine = calibration.machine
+    if machine:
+        print(f"machine: {machine['cores']:.0f} cores; the runs wanted {machine['own_demand']:.2f} of them, other work "
+              f"{machine['background_demand']:.2f} (the constants hold at that load; costs_for_background rescales)")
     driver = calibration.driver
     if driver.get("grants"):
         print(f"driver overhead: a grant is applied {driver['grant_latency_mean_s'] * 1e3:.2f} ms after it is decided "

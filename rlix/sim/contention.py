@@ -14,7 +14,7 @@ The choice (docs/calibration.md): the slope is reported, not applied. In the liv
 measured so far the spans are latency-bound (actor calls, worker wake-ups, process starts),
 not compute-bound: the fitted slope explains a few percent of the spread at most, and the
 work that does share the cores, process start-up, is modelled where it happens (start-up time
-per process started with a pipeline, rlix.sim.stages.startup_pipelines). The constants are
+per pipeline started together, rlix.sim.stages.startup_pipelines). The constants are
 then fitted at the load the calibration run had, which the predicted runs share.
 """
 
@@ -65,6 +65,12 @@ def fit_contention(activities: Sequence[pd.DataFrame]) -> dict[str, Any]:
     return {
         "slowdown_per_busy": best[1], "samples": len(d), "mean_concurrent": float(c.mean()),
         "relative_rms_without": float(np.sqrt(flat / len(d))), "relative_rms_with": float(np.sqrt(best[0] / len(d))),
-        "explained": explained, "applied": False,
-        "reason": "reported, not applied: spans are latency-bound; start-up contention is modelled per process",
+        "explained": explained, "applied": False, "reason": _reason(best[1], explained),
     }
+
+
+def _reason(slope: float, explained: float) -> str:
+    if slope == 0.0 or explained < 0.1:
+        return "reported, not applied: it explains little of the spread (latency-bound spans); start-up is modelled"
+    return ("reported, NOT applied although it explains much of the spread: the simulator does not stretch "
+            "spans by concurrency; predictions of busier configs will be short")

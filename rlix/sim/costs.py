@@ -107,11 +107,12 @@ CALIBRATED = (
     "forward_fixed_s", "forward_per_token_s", "train_fixed_s", "train_per_token_s",
     "load_s", "worker_start_per_pipeline_s", "offload_s", "expand_overhead_s", "shrink_overhead_s", "publish_full_s", "publish_adapter_s",
     "checkpoint_full_s", "checkpoint_adapter_s", "init_s", "init_per_pipeline_s", "launch_s",
-    "launch_per_pipeline_s",
+    "launch_per_pipeline_s", "launch_stagger_s",
 )
 _NUMERIC_MIN_ZERO = {
     *CALIBRATED,
     "startup_pipelines",
+    "startup_order",
     "decode_overhead_s",
     "allreduce_latency_s",
     "init_fixed_s",
@@ -196,6 +197,10 @@ class CostModel:
     launch_s: float | None = None
     launch_per_pipeline_s: float | None = None
     startup_pipelines: float = 0.0
+    # The driver launches the pipelines arriving together one after another: the k-th
+    # (`startup_order`, from 0, set by the simulator) launches k * launch_stagger_s later.
+    launch_stagger_s: float | None = None
+    startup_order: float = 0.0
 
     # -- construction ------------------------------------------------------------------------
 
@@ -347,7 +352,8 @@ class CostModel:
 
     def launch_seconds(self) -> float:
         """From a pipeline's arrival (registered and admitted) to its first request."""
-        return (self.launch_s or 0.0) + (self.launch_per_pipeline_s or 0.0) * self.startup_pipelines
+        return ((self.launch_s or 0.0) + (self.launch_per_pipeline_s or 0.0) * self.startup_pipelines
+                + (self.launch_stagger_s or 0.0) * self.startup_order)
 
     def init_seconds(self) -> float:
         """Model load at initialization: a fixed start-up plus reading the weights from storage

@@ -37,7 +37,13 @@ from rlix.sim.batches import Batch, BatchSampler
 from rlix.sim.costs import CostModel
 from rlix.sim.engine import RolloutGroup
 from rlix.sim.rollout import PipelineRollout
-from rlix.sim.stages import checkpoint_seconds, publish_seconds, stage_seconds, startup_pipelines
+from rlix.sim.stages import (
+    checkpoint_seconds,
+    publish_seconds,
+    stage_seconds,
+    startup_order,
+    startup_pipelines,
+)
 
 #: Ticks let the core retry backed-off decisions and end rebalance hold-offs even when no
 #: other event comes (simulated seconds).
@@ -106,7 +112,8 @@ class Simulation:
         gpu = scenario.topology_config.gpu
         self.costs: dict[str, CostModel] = {
             p.id: CostModel.for_model(
-                p.model, gpu, {**scenario.costs, "startup_pipelines": startup_pipelines(self.pipelines, p.id)}
+                p.model, gpu, {**scenario.costs, "startup_pipelines": startup_pipelines(self.pipelines, p.id),
+                               "startup_order": startup_order(self.pipelines, p.id)}
             )
             for p in scenario.pipelines
         }

@@ -72,3 +72,11 @@ def startup_pipelines(pipelines: Mapping[str, Any], pipeline_id: str) -> float:
     (CostModel.launch_per_pipeline_s, init_per_pipeline_s, worker_start_per_pipeline_s)."""
     arrival = pipelines[pipeline_id].arrival_s
     return float(sum(1 for p in pipelines.values() if p.arrival_s == arrival))
+
+
+def startup_order(pipelines: Mapping[str, Any], pipeline_id: str) -> float:
+    """`pipeline_id`'s place among the pipelines arriving with it, in scenario order: a live
+    driver launches them one after another in that order (CostModel.launch_stagger_s)."""
+    arrival = pipelines[pipeline_id].arrival_s
+    together = [pid for pid, p in pipelines.items() if p.arrival_s == arrival]
+    return float(together.index(pipeline_id))

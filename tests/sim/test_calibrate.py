@@ -29,6 +29,7 @@ TRUTH = {
     "forward_fixed_s": 0.05, "forward_per_token_s": 0.0004, "train_fixed_s": 0.2, "train_per_token_s": 0.001,
     "load_s": 0.3, "offload_s": 0.45, "publish_full_s": 0.12, "publish_adapter_s": 0.04,
     "checkpoint_full_s": 0.25, "checkpoint_adapter_s": 0.08, "launch_s": 0.0, "launch_per_pipeline_s": 0.7,
+    "launch_stagger_s": 0.3,
     "init_s": 0.0, "init_per_pipeline_s": 0.2, "worker_start_per_pipeline_s": 1.5,
     "expand_overhead_s": 0.05, "shrink_overhead_s": 0.1,
 }
@@ -137,3 +138,14 @@ def test_refuses_folders_it_cannot_fit_in_one_line(sim_run: Path, tmp_path: Path
         (broken / name).write_bytes((sim_run / name).read_bytes())
     assert "steps" in _refused([str(broken), "--accept-simulated", "--out", out], capsys)
     assert not (tmp_path / "costs.yaml").exists()
+
+
+def test_constants_rescale_to_another_load() -> None:
+    from rlix.scenarios.costs import CostsFile
+    from rlix.sim.calibrate import costs_for_background
+
+    measured = CostsFile(costs={"load_s": 1.0}, machine={"cores": 2.0, "own_demand": 1.0, "background_demand": 3.0})
+    # (1 + 3) / 2 = 2x slower than idle then; (1 + 0.5) / 2 < 1: not slowed at all now.
+    assert costs_for_background(measured, 0.5)["load_s"] == pytest.approx(0.5)
+    assert costs_for_background(measured, 5.0)["load_s"] == pytest.approx(1.5)  # 3x over 2x
+    assert costs_for_background(CostsFile(costs={"load_s": 1.0}), 5.0) == {"load_s": 1.0}

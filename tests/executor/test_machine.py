@@ -1,0 +1,52 @@
+"""The machine meter (rlix.executor.machine): CPU demand of a run's own processes and of the
+rest, weighted by nice, from /proc."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rlix.executor.machine import MachineMeter, probe_background, runnable_demand
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+SPIN = "import time\nend = time.time() + 3\nwhile time.time() < end: pass\n"
+
+
+def _spinning(nice: int = 0) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", SPIN])
+
+
+def test_a_busy_process_of_the_run_is_its_own_demand() -> None:
+    child = _spinning()
+    try:
+        time.sleep(0.3)
+        samples = [runnable_demand({child.pid}) for _ in range(20) if not time.sleep(0.02)]
+    finally:
+        child.kill()
+    own = [s[0] for s in samples if s is not None]
+    assert sum(own) / len(own) > 0.5  # ready to run nearly all the time (2 cores, other work too)
+
+
+def test_a_niced_process_weighs_less() -> None:
+    child = _spinning(nice=10)
+    try:
+        time.sleep(0.3)
+        own = [d[0] for _ in range(20) if (d := runnable_demand({child.pid})) is not None and not time.sleep(0.02)]
+    finally:
+        child.kill()
+    assert max(own) <= 1.25**-10 + 1e-9
+
+
+def test_the_meter_and_the_probe_say_what_they_measured() -> None:
+    meter = MachineMeter()
+    for _ in range(3):
+        meter.sample()
+    result = meter.result()
+    assert result["samples"] == 3 and result["own_demand"] >= 0 and result["background_demand"] >= 0
+    assert result["cores"] >= 1
+    probed = probe_background(0.2)
+    assert probed is not None and probed >= 0
