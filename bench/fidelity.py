@@ -12,12 +12,12 @@
 
 Both drivers get the same scenario; its `engine:` section is set to what the executor does
 (a rank takes up to 8 trajectories per call, no balancing router, no migration), which the
-executor ignores. The machine has 2 cores, shared with whatever else runs: before each live
-run (the calibration too) the other work's CPU demand is probed for 3 s
-(rlix.executor.machine), and each prediction rescales the constants from the calibration's
-load to that one (rlix.sim.calibrate.costs_for_background). Reported per config besides: the
-raw prediction (constants as calibrated, `*_error_raw`) and a hindsight one (the demand the
-live run measured, `*_error_hindsight`; not a prediction).
+executor ignores. The machine has 2 cores, shared with whatever else runs. The prediction uses the constants as
+calibrated. Reported beside it: the other work's CPU demand probed for 3 s before each live
+run (the calibration too; rlix.executor.machine) and the prediction rescaled to it
+(rlix.sim.calibrate.costs_for_background, `*_error_load`), and in hindsight to the demand the
+live run measured (`*_error_hindsight`; not a prediction). On this machine neither rescaling
+has helped consistently (docs/calibration.md).
 
     .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--json]
 
@@ -217,28 +217,26 @@ def _probe(folder: Path, reuse: bool) -> float | None:
 
 
 def predict_and_run(name: str, out: Path, costs: Path, trace: Path, reuse: bool) -> tuple[dict[str, Any], Path, Path]:
-    """Predict config `name` for the machine as busy as it is now (a few seconds' probe of the
-    other work on it), then run it live. Also a hindsight prediction with the background the
-    live run measured: what the model gets right when it knows the load (not a prediction)."""
+    """Predict config `name` with the constants as calibrated, then run it live. Two more
+    predictions are reported beside it: rescaled to the other work's CPU demand probed just
+    before the run (`*_error_load`), and in hindsight to the demand the live run measured
+    (`*_error_hindsight`, not a prediction)."""
     from rlix.scenarios.costs import read_costs_file
     from rlix.sim.calibrate import costs_for_background
 
     variant, folder = VARIANTS[name], out / name
     background = _probe(folder, reuse)
     calibrated = read_costs_file(costs)
-    scaled = costs_for_background(calibrated, background) if background is not None else dict(calibrated.costs)
-    sim_dir = run_sim(scenario_data(variant, trace, scaled), folder / "sim")
+    sim_dir = run_sim(scenario_data(variant, trace, dict(calibrated.costs)), folder / "sim")
     live_dir = run_live(scenario_data(variant), folder / "live", reuse)
     row = compare(name, sim_dir, live_dir)
     measured = json.loads((live_dir / "summary.json").read_text()).get("machine", {}).get("background_demand")
     row["background_probe_demand"], row["background_run_demand"] = background, measured
-    raw = compare(name, run_sim(scenario_data(variant, trace, dict(calibrated.costs)), folder / "sim-raw"), live_dir)
-    row["makespan_error_raw"], row["step_time_error_raw"] = raw["makespan_error"], raw["step_time_error"]
-    if measured is not None:
-        hindsight = run_sim(scenario_data(variant, trace, costs_for_background(calibrated, measured)),
-                            folder / "sim-hindsight")
-        again = compare(name, hindsight, live_dir)
-        row["makespan_error_hindsight"], row["step_time_error_hindsight"] = again["makespan_error"], again["step_time_error"]
+    for label, demand in (("load", background), ("hindsight", measured)):
+        if demand is not None and calibrated.machine:
+            scaled = run_sim(scenario_data(variant, trace, costs_for_background(calibrated, demand)), folder / f"sim-{label}")
+            again = compare(name, scaled, live_dir)
+            row[f"makespan_error_{label}"], row[f"step_time_error_{label}"] = again["makespan_error"], again["step_time_error"]
     return row, sim_dir, live_dir
 
 
