@@ -43,7 +43,7 @@ from rlix.traces.tables import TableFormat, TableStream, read_table, write_table
 
 #: The tables streamed as the run goes (the others are small or handed over at the end).
 STREAMED: tuple[TableName, ...] = ("allocations", "activity")
-COVER_FILE = ".cover.bin"
+COVER_FOLDER = ".cover"
 #: Rows of a streamed table gathered before they are written as one piece.
 PIECE_ROWS = 1 << 17
 
@@ -56,7 +56,7 @@ class RunSink:
         self.tables, self.format = frozenset(tables), format
         self.facts = EventFacts()
         self._events = (folder / EVENTS_FILE).open("w", encoding="utf-8", buffering=1 << 20)
-        self.cover = CoverSpill(folder / COVER_FILE)
+        self.cover = CoverSpill(folder / COVER_FOLDER)
         self.streams = {name: TableStream(folder, name, format) for name in STREAMED if name in self.tables}
         self._rows: dict[TableName, list[tuple[Any, ...]]] = {name: [] for name in self.streams}
         self.closed = False
@@ -94,7 +94,7 @@ class RunSink:
             self._flush(name)
             self.streams[name].close(_piece(name, []))
         self._events.close()
-        self.cover.close()
+        self.cover.flush()
         self.closed = True
 
     def discard(self) -> None:
@@ -156,7 +156,7 @@ def finish_streamed(
                 write_table(tables.table(name), folder, name, sink.format)
         if "jobs" in sink.tables:
             write_table(job_rows(tables, alone_s, totals.first_grant), folder, "jobs", sink.format)
-        (folder / COVER_FILE).unlink()
+        sink.cover.remove()
         # The timeline and plots read the holdings back when they were kept (the file, not
         # the run, bounds that); without them they show what is left (steps).
         shown = {name: read_table(folder, name) for name in STREAMED if name in sink.tables}

@@ -11,6 +11,7 @@ same row order, so the two give bit-identical figures.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,8 @@ HELD, BUSY, LOADING = 0, 1, 2
 #: all-active window.
 COVER_COLUMNS = ("held", "busy", "loading", "busy_in_window", "loading_in_window")
 TRAJECTORY_COLUMNS = ("trajectories", "generated_tokens", "preemptions", "recomputed_tokens")
-#: One spilled interval: pipeline code, GPU, start, end, layer (21 bytes on disk).
+#: One spilled interval: pipeline code, GPU, start, end, layer (21 bytes on disk; the code
+#: only in the buffer, each pipeline's records going to its own file).
 SPILL_DTYPE = np.dtype([("owner", "<i4"), ("gpu", "<i4"), ("t0", "<f8"), ("t1", "<f8"), ("layer", "i1")])
 
 
@@ -109,38 +111,51 @@ def _codes(frame: pd.DataFrame, pipeline_ids: list[str]) -> np.ndarray:
 def _reduce(pipeline_ids: list[str], owners: np.ndarray, gpu: np.ndarray, t0: np.ndarray,
             t1: np.ndarray, layer: np.ndarray, makespan_s: float,
             window: tuple[float, float] | None) -> tuple[np.ndarray, dict[str, float]]:
-    """Each pipeline's rows (in their order) through `pipeline_cover`; first grants."""
+    """Each pipeline's rows (in their order) through `_one_pipeline`."""
     order = np.argsort(owners, kind="stable")
     bounds = np.searchsorted(owners[order], np.arange(len(pipeline_ids) + 1))
     cover_s = np.zeros((len(pipeline_ids), len(COVER_COLUMNS)))
     first_grant: dict[str, float] = {}
     for index, pipeline_id in enumerate(pipeline_ids):
         rows = order[bounds[index] : bounds[index + 1]]
-        if not len(rows):
-            continue
-        cover_s[index] = pipeline_cover(gpu[rows], t0[rows], t1[rows], layer[rows], makespan_s, window)
-        held = t0[rows][layer[rows] == HELD]
-        if len(held):
-            first_grant[pipeline_id] = float(held.min())
+        _one_pipeline(cover_s, first_grant, index, pipeline_id,
+                      (gpu[rows], t0[rows], t1[rows], layer[rows]), makespan_s, window)
     return cover_s, first_grant
 
 
-class CoverSpill:
-    """Holdings and spans of a streamed run, appended to a file as compact records and reduced
-    per pipeline at the end (`totals`): their memory is a buffer, not the run's length."""
+def _one_pipeline(cover_s: np.ndarray, first_grant: dict[str, float], index: int, pipeline_id: str,
+                  rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], makespan_s: float,
+                  window: tuple[float, float] | None) -> None:
+    """Row `index` of `cover_s` and the pipeline's first grant from its rows (gpu, t0, t1, layer)."""
+    gpu, t0, t1, layer = rows
+    if not len(gpu):
+        return
+    cover_s[index] = pipeline_cover(gpu, t0, t1, layer, makespan_s, window)
+    held = t0[layer == HELD]
+    if len(held):
+        first_grant[pipeline_id] = float(held.min())
 
-    #: Records buffered before a write (~1.3 MB).
+
+class CoverSpill:
+    """Holdings and spans of a streamed run, appended to a file per pipeline as compact records
+    (`SPILL_DTYPE`) and reduced one pipeline at a time at the end (`totals`): their memory is a
+    buffer and one pipeline's intervals, not the run's length."""
+
+    #: Records buffered before they are written (~1.3 MB on disk).
     BUFFER_ROWS = 1 << 16
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._handle = path.open("wb")
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
         self._code: dict[str, int] = {}
         self._rows: list[tuple[int, int, float, float, int]] = []
 
     @property
     def pipeline_ids(self) -> list[str]:
         return list(self._code)
+
+    def _path(self, code: int) -> Path:
+        return self.folder / f"{code}.bin"
 
     def add(self, pipeline_id: str, gpu: int, t0: float, t1: float, layer: int) -> None:
         code = self._code.get(pipeline_id)
@@ -151,31 +166,34 @@ class CoverSpill:
             self.flush()
 
     def flush(self) -> None:
-        if self._rows:
-            self._handle.write(np.array(self._rows, dtype=SPILL_DTYPE).tobytes())
-            self._rows = []
-
-    def close(self) -> None:
-        self.flush()
-        self._handle.close()
+        """Append the buffered records to their pipelines' files, in the order they came."""
+        if not self._rows:
+            return
+        records = np.array(self._rows, dtype=SPILL_DTYPE)
+        self._rows = []
+        owners = records["owner"]
+        for code in np.unique(owners).tolist():
+            with self._path(code).open("ab") as handle:
+                handle.write(records[owners == code].tobytes())
 
     def totals(self, tables: RunTables, trajectories: pd.DataFrame) -> RunTotals:
         """The totals of the run (`tables`: its steps, waits and event facts; the long tables
         may be empty), with the trajectory counts kept as it ran."""
-        self.close()
+        self.flush()
         pipeline_ids = tables.pipeline_ids
         window = all_active_window(tables, pipeline_ids)
-        records = np.memmap(self.path, dtype=SPILL_DTYPE, mode="r") if self.path.stat().st_size else \
-            np.zeros(0, dtype=SPILL_DTYPE)
-        index = {pid: pipeline_ids.index(pid) for pid in self._code}
-        remap = np.array([index[pid] for pid in self._code] or [0], dtype=np.int64)
-        owners = remap[np.asarray(records["owner"], dtype=np.int64)]
-        cover_s, first_grant = _reduce(
-            pipeline_ids, owners, np.asarray(records["gpu"]), np.asarray(records["t0"]),
-            np.asarray(records["t1"]), np.asarray(records["layer"]), tables.makespan_s, window,
-        )
-        del records
+        cover_s = np.zeros((len(pipeline_ids), len(COVER_COLUMNS)))
+        first_grant: dict[str, float] = {}
+        for pipeline_id, code in self._code.items():
+            path = self._path(code)
+            records = np.fromfile(path, dtype=SPILL_DTYPE) if path.exists() else np.zeros(0, SPILL_DTYPE)
+            rows = (records["gpu"], records["t0"], records["t1"], records["layer"])
+            _one_pipeline(cover_s, first_grant, pipeline_ids.index(pipeline_id), pipeline_id, rows,
+                          tables.makespan_s, window)
         return RunTotals(cover_s, window, first_grant, trajectories)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 #: Rows per slice in `trajectory_counts` (its temporaries are a few bytes a row of one slice).

@@ -63,7 +63,7 @@ def test_totals_from_a_spill_equal_totals_from_the_tables(tmp_path: Path) -> Non
     tables, on a run with holdings, busy and loading spans, and shrinks of every reason."""
     recorder = two_pipeline_run()
     tables = tables_from_recorder(recorder)
-    spill = CoverSpill(tmp_path / "cover.bin")
+    spill = CoverSpill(tmp_path / "cover")
     spill.BUFFER_ROWS = 4  # several writes
     for row in recorder.allocations:
         spill.add(row[0], row[4], row[5], row[6], HELD)

@@ -57,7 +57,7 @@ def test_streamed_tables_equal_the_in_memory_ones(in_memory: Path, tmp_path: Pat
                                       read_table(in_memory, name) if name != "jobs" else pd.read_parquet(in_memory / "jobs.parquet"))
     assert _summary(out) == _summary(in_memory)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
-    assert not (out / stream.COVER_FILE).exists()
+    assert not (out / stream.COVER_FOLDER).exists()
 
 
 def test_a_streamed_folder_replays_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
