@@ -82,6 +82,7 @@ def on_admitted(sched: Scheduler, event: ev.PipelineAdmitted) -> None:
     if pipeline.admitted:
         raise EventError("pipeline_id", event.pipeline_id, "already admitted")
     pipeline.admitted_seq = sched.new_seq()
+    pipeline.admitted_s = sched.now
     for adapter in pipeline.spec.adapter_names:
         _pace(sched, pipeline, adapter)
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 from rlix.policy.errors import SpecError
 from rlix.policy.gap_ratio import CycleTrigger, plan_gap_ratio
 from rlix.policy.homes import choose_home, placement_unit
+from rlix.policy.job_order import runnable_jobs
 from rlix.policy.lifecycle import place
 from rlix.policy.queueing import JobQueue, admitted_in_order, place_admitted
 from rlix.policy.rollout import fill_free, plan_rlix
@@ -32,6 +33,7 @@ from rlix.policy.rollout import fill_free, plan_rlix
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
     from rlix.policy.events import Event
+    from rlix.policy.specs import PolicyConfig
 
 ALL_INVARIANTS = frozenset(range(1, 11))
 
@@ -48,6 +50,11 @@ class Policy:
     #: should give it (the simulator gives each job's time alone on its home).
     needs_runtime_estimates: ClassVar[bool] = False
     guarantees: ClassVar[frozenset[int]] = ALL_INVARIANTS
+
+    @classmethod
+    def wants_runtime_estimates(cls, config: PolicyConfig) -> bool:
+        """Whether, so configured, it plans with each job's expected run time."""
+        return cls.needs_runtime_estimates
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
         pipelines = sched.pipelines.values()
@@ -66,6 +73,16 @@ class Policy:
 
 class RlixPolicy(Policy):
     name = "rlix"
+
+    @classmethod
+    def wants_runtime_estimates(cls, config: PolicyConfig) -> bool:
+        return config.job_order == "shortest"
+
+    def runnable(self, sched: Scheduler) -> frozenset[str]:
+        config = sched.config
+        if not config.max_home_load and config.job_order == "arrival":
+            return super().runnable(sched)
+        return runnable_jobs(sched)
 
     def plan_rollout(self, sched: Scheduler) -> None:
         plan_rlix(sched)

@@ -273,6 +273,10 @@ class PipelineSpec:
                 raise SpecError(f"{pid}.max_staleness", value, "must be an integer >= 0")
 
 
+#: The orders in which admitted jobs may start (PolicyConfig.job_order).
+JOB_ORDERS = ("arrival", "shortest")
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """Tunables shared by the policies (all times in the driver's seconds)."""
@@ -299,12 +303,21 @@ class PolicyConfig:
     #: default: on the bundled scenarios it cost steps/h (agentic-4x32 41.2 -> 40.3, math-rlvr
     #: 191.7 -> 190.7) and won nothing (bench/policy_ablation.py).
     home_floor: bool = False
+    #: Which admitted job starts first when not every job may run (so it matters only with
+    #: `max_home_load`): "arrival" (first come, first served) or "shortest" (the shortest
+    #: runtime estimate first, aged by the time waited; see rlix.policy.job_order). rlix only.
+    job_order: str = "arrival"
+    #: At most this many GPUs of homes per GPU of the pool run at once (a job that would go past
+    #: it waits; the first job always runs); 0: every admitted job runs at once. rlix only.
+    max_home_load: float = 0.0
 
     def validate(self) -> None:
-        for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s"):
+        for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load"):
             value = getattr(self, name)
             if not (is_number(value) and value >= 0):
                 raise SpecError(f"config.{name}", value, "must be a finite number >= 0")
         for name in ("keep_busy_tail", "home_floor"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")
+        if self.job_order not in JOB_ORDERS:
+            raise SpecError("config.job_order", self.job_order, f"must be one of {', '.join(JOB_ORDERS)}")

@@ -90,6 +90,7 @@ class PipelineState:
     spec: PipelineSpec
     registered_seq: int
     admitted_seq: int = -1
+    admitted_s: float = float("-inf")  # when it was admitted (the job order's aging)
     ranks: list[Rank] = field(default_factory=list)
     rank_by_slot: dict[int, Rank] = field(default_factory=dict)
     slot_bits: int = 0  # ClusterState bits of this pipeline's rank slots

@@ -69,6 +69,10 @@ class PolicyTunables(Section):
     """A pipeline in its tail keeps its busy ranks and gives its idle ones (rlix only)."""
     home_floor: bool = _POLICY_DEFAULTS.home_floor
     """A rolling pipeline's share is at least the GPUs of its home it can use (rlix only)."""
+    job_order: Literal["arrival", "shortest"] = _POLICY_DEFAULTS.job_order  # type: ignore[assignment]
+    """Which waiting job starts first: arrival, or shortest runtime estimate, aged (rlix only)."""
+    max_home_load: float = Field(_POLICY_DEFAULTS.max_home_load, ge=0, allow_inf_nan=False)
+    """Homes of running jobs cover at most this many times the pool; 0: no limit (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

@@ -132,9 +132,10 @@ def new_simulation(
 
 
 def runtime_estimates(scenario: Scenario) -> dict[str, float] | None:
-    """What a policy that plans ahead (EASY backfill) is told of each job's run time: its time
-    alone on its home, simulated (as a Slurm user gives a time limit); None for other policies."""
-    if not POLICIES[scenario.policy.name].needs_runtime_estimates:
+    """What a policy that plans ahead (EASY backfill, rlix's shortest-first job order) is told of
+    each job's run time: its time alone on its home, simulated (as a Slurm user gives a time
+    limit); None for other policies."""
+    if not POLICIES[scenario.policy.name].wants_runtime_estimates(scenario.policy.config.spec()):
         return None
     from rlix.sim.alone import alone_jct_s
 

@@ -28,6 +28,7 @@ from rlix.policy import (
     PipelineRegistered,
     PipelineRemoved,
     PipelineSpec,
+    PolicyConfig,
     Scheduler,
     Topology,
 )
@@ -61,8 +62,8 @@ class QueueRun:
     moments: list[tuple[float, list[str], list[str]]]
 
 
-def run_queue(policy: str, topology: Topology, jobs: list[GangJob]) -> QueueRun:
-    sched = Scheduler(topology, policy, check_invariants=True)
+def run_queue(policy: str, topology: Topology, jobs: list[GangJob], config: PolicyConfig | None = None) -> QueueRun:
+    sched = Scheduler(topology, policy, config, check_invariants=True)
     by_id = {job.pipeline_id: job for job in jobs}
     events: list[tuple[float, int, str, str]] = []  # (time, 0 end / 1 arrival, seq, job id)
     for index, job in enumerate(jobs):
