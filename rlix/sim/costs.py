@@ -24,23 +24,23 @@ compute scales with parameters; attention FLOPs are left out).
 Everything else is FLOP counting (2·N·n forward, 6·N·n training, WORKLOADS.md) at a stated MFU,
 or bytes over a stated bandwidth.
 
-Measured constants. `rlix-sim calibrate` fits the fields listed in `CALIBRATED` from run folders
-(rlix.sim.calibrate); each one set replaces the formula it names (decode floor and per-sequence
-term, prefill and stage times per token, weight moves, publish, checkpoint and start-up times),
-so a scenario given a calibrated `costs:` runs on the measured machine, not on the H100's
-datasheet. Unset (None), the formula above holds.
+Measured constants. `rlix-sim calibrate` fits the fields of `rlix.sim.cost_fields.CALIBRATED`
+from run folders (rlix.sim.calibrate); each one set replaces the formula it names (decode floor
+and per-sequence term, prefill and stage times per token, weight moves, publish, checkpoint and
+start-up times), so a scenario given a calibrated `costs:` runs on the measured machine, not on
+the H100's datasheet. Unset (None), the formula above holds.
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlix.scenarios.models import MODELS, ModelShape
+from rlix.scenarios.models import ModelShape
+from rlix.sim.cost_fields import check_field, model_by_name
 
 GIB = 2**30
 
@@ -99,28 +99,6 @@ GPUS: dict[str, GpuType] = {
         host_link_bytes_per_s=12e9,
     ),
 }
-
-#: The measured constants `rlix-sim calibrate` fits (seconds; None: the formula holds). What
-#: each replaces is in `CostModel`'s comments; rlix.scenarios.costs documents them for users.
-CALIBRATED = (
-    "decode_iteration_s", "decode_per_sequence_s", "prefill_per_token_s",
-    "forward_fixed_s", "forward_per_token_s", "train_fixed_s", "train_per_token_s",
-    "load_s", "worker_start_per_pipeline_s", "offload_s", "expand_overhead_s", "shrink_overhead_s", "publish_full_s", "publish_adapter_s",
-    "checkpoint_full_s", "checkpoint_adapter_s", "init_s", "init_per_pipeline_s", "launch_s",
-    "launch_per_pipeline_s", "launch_stagger_s",
-)
-_NUMERIC_MIN_ZERO = {
-    *CALIBRATED,
-    "startup_pipelines",
-    "startup_order",
-    "decode_overhead_s",
-    "allreduce_latency_s",
-    "init_fixed_s",
-    "expand_fixed_s",
-    "shrink_fixed_s",
-}
-_FRACTIONS = {"gpu_memory_utilization", "prefill_mfu", "train_mfu", "forward_mfu"}
-
 
 @dataclass(frozen=True)
 class CostModel:
@@ -212,7 +190,7 @@ class CostModel:
         overrides: Mapping[str, Any] | None = None,
     ) -> CostModel:
         """Defaults for a size class of `rlix.scenarios.models.MODELS` on `gpu` ("h100", "a100")."""
-        shape = _model(model) if isinstance(model, str) else model
+        shape = model_by_name(model) if isinstance(model, str) else model
         if gpu not in GPUS:
             raise ValueError(f"unknown gpu {gpu!r} (known: {', '.join(GPUS)})")
         g = GPUS[gpu]
@@ -234,7 +212,7 @@ class CostModel:
         for key, value in overrides.items():
             if key not in fields:
                 raise ValueError(f"unknown cost field {key!r} (known: {', '.join(sorted(fields))})")
-            changes[key] = _checked(key, value)
+            changes[key] = check_field(key, value)
         if not changes:
             return self
         result = dataclasses.replace(self, **changes)
@@ -408,12 +386,6 @@ class CostModel:
         return int(free_per_gpu // self.kv_bytes_per_token_per_gpu(tp))
 
 
-def _model(name: str) -> ModelShape:
-    if name not in MODELS:
-        raise ValueError(f"unknown model size {name!r} (known: {', '.join(MODELS)})")
-    return MODELS[name]
-
-
 def _profile_excess(profile: tuple[tuple[int, float], ...], num_tokens: int) -> float:
     """Profile time above its flat floor at `num_tokens`, linear between points and past the last."""
     floor = profile[0][1]
@@ -423,45 +395,3 @@ def _profile_excess(profile: tuple[tuple[int, float], ...], num_tokens: int) -> 
     i = min(bisect.bisect_left(xs, num_tokens), len(profile) - 1)
     (x0, y0), (x1, y1) = profile[i - 1], profile[i]
     return y0 + (y1 - y0) * (num_tokens - x0) / (x1 - x0) - floor
-
-
-def _checked(key: str, value: Any) -> Any:
-    if key == "model":
-        if isinstance(value, ModelShape):
-            return value
-        if isinstance(value, str):
-            return _model(value)
-        raise ValueError(f"cost field 'model' must be a size name, got {value!r}")
-    if key == "gpu_name":
-        if not isinstance(value, str):
-            raise ValueError(f"cost field 'gpu_name' must be a string, got {value!r}")
-        return value
-    if key == "linear_profile_tp1_s":
-        return _checked_profile(value)
-    if key in CALIBRATED and value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"cost field {key!r} must be a finite number, got {value!r}")
-    if value < 0 or (value == 0 and key not in _NUMERIC_MIN_ZERO):
-        raise ValueError(f"cost field {key!r} must be positive, got {value!r}")
-    if key in _FRACTIONS and value > 1:
-        raise ValueError(f"cost field {key!r} is a fraction in (0, 1], got {value!r}")
-    return float(value)
-
-
-def _checked_profile(value: Any) -> tuple[tuple[int, float], ...]:
-    try:
-        points = tuple((int(n), float(s)) for n, s in value)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"cost field 'linear_profile_tp1_s' must be [tokens, seconds] pairs, got {value!r}"
-        ) from None
-    ok = len(points) >= 2 and all(
-        a[0] < b[0] and a[1] <= b[1] and a[1] > 0 for a, b in zip(points, points[1:], strict=False)
-    )
-    if not ok:
-        raise ValueError(
-            "cost field 'linear_profile_tp1_s' needs >= 2 points, tokens increasing, seconds positive "
-            f"and non-decreasing; got {value!r}"
-        )
-    return points
