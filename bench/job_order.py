@@ -1,0 +1,117 @@
+"""Job order bench: rlix's job-order settings on an oversubscribed stream, mean JCT against p95
+slowdown (the trade-off a lab chooses on).
+
+Variants of the `rlix` policy (rlix.policy.job_order): every job at once (`max_home_load` 0, the
+default), and limits on the home load in arrival and in shortest-first order; gap-ratio and
+static-backfill for reference. Every variant runs the same scenario and seed; each job's
+slowdown is its JCT over its time alone on its home (computed once, shared by the variants).
+Prints one table (mean and p95 JCT, p95 slowdown, p95 queueing, idle share, steps/h) and draws
+mean JCT against p95 slowdown. Deterministic simulator figures; lab-day takes 3-5 min a variant.
+
+    python bench/job_order.py                                  # lab-day, the table and the plot
+    python bench/job_order.py --json                           # one JSON line: {"rows": [...]}
+    python bench/job_order.py --scenario blog-4on12 --plot out.png --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from tqdm import tqdm
+
+from rlix.scenarios import bundled_scenarios, load_scenario
+from rlix.sim.report import format_table
+
+#: (label, policy, PolicyConfig overrides)
+VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
+    ("rlix, every job at once", "rlix", {"job_order": "arrival", "max_home_load": 0.0}),
+    ("rlix, arrival, limit 2.5", "rlix", {"job_order": "arrival", "max_home_load": 2.5}),
+    ("rlix, shortest, limit 2", "rlix", {"job_order": "shortest", "max_home_load": 2.0}),
+    ("rlix, shortest, limit 2.5", "rlix", {"job_order": "shortest", "max_home_load": 2.5}),
+    ("rlix, shortest, limit 3", "rlix", {"job_order": "shortest", "max_home_load": 3.0}),
+    ("gap-ratio", "gap-ratio", {}),
+    ("static-backfill", "static-backfill", {}),
+]
+FIGURES = ("mean_jct_s", "p95_jct_s", "p95_slowdown", "p95_queueing_s")
+
+
+def run_variant(name: str, label: str, policy: str, overrides: dict[str, Any], alone_s: dict[str, float]) -> dict[str, Any]:
+    from rlix.sim import simulate
+
+    base = load_scenario(name)
+    scenario = base.with_policy(policy, {**base.policy.config.model_dump(), **overrides})
+    overall = simulate(scenario, plots=False, alone_s=alone_s).summary["overall"]
+    row: dict[str, Any] = {"scenario": name, "variant": label}
+    row.update({key: overall["jobs"][key] for key in FIGURES})
+    row.update(idle_share=overall["idle_share"], steps_per_hour=overall["steps_per_hour"])
+    return row
+
+
+def bench(name: str, workers: int, quiet: bool) -> list[dict[str, Any]]:
+    from rlix.sim.alone import alone_jct_s
+
+    alone_s = alone_jct_s(load_scenario(name))
+    bar = tqdm(total=len(VARIANTS), unit="variant", disable=quiet, file=sys.stderr)
+    rows: dict[str, dict[str, Any]] = {}
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_variant, name, label, policy, overrides, alone_s): label
+                   for label, policy, overrides in VARIANTS}
+        for future in futures:
+            rows[futures[future]] = future.result()
+            bar.update()
+    bar.close()
+    return [rows[label] for label, _policy, _overrides in VARIANTS]
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for row in rows:
+        rlix = row["variant"].startswith("rlix")
+        ax.scatter(row["p95_slowdown"], row["mean_jct_s"], marker="o" if rlix else "s",
+                   color="tab:blue" if rlix else "tab:gray")
+        ax.annotate(row["variant"], (row["p95_slowdown"], row["mean_jct_s"]), fontsize=7,
+                    xytext=(4, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("p95 slowdown (JCT / time alone on its home), log scale")
+    ax.set_ylabel("mean JCT (s)")
+    ax.set_title(f"{rows[0]['scenario']}: mean JCT against p95 slowdown")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default="lab-day", help="a bundled scenario (default: lab-day)")
+    parser.add_argument("--workers", type=int, default=2, help="variants run at once (default 2)")
+    parser.add_argument("--plot", default="docs/job-order.png", help="where the plot goes")
+    parser.add_argument("--json", action="store_true", help="one JSON line")
+    args = parser.parse_args()
+    if args.scenario not in bundled_scenarios():
+        parser.error(f"unknown scenario {args.scenario!r}; bundled: {', '.join(bundled_scenarios())}")
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, not {args.workers}")
+    rows = bench(args.scenario, args.workers, quiet=args.json)
+    plot(rows, args.plot)
+    if args.json:
+        print(json.dumps({"rows": rows, "plot": args.plot}))
+        return 0
+    import pandas as pd
+
+    formats = {"mean_jct_s": "{:,.0f}", "p95_jct_s": "{:,.0f}", "p95_slowdown": "{:.2f}",
+               "p95_queueing_s": "{:,.0f}", "idle_share": "{:.1%}", "steps_per_hour": "{:.1f}"}
+    print(format_table(pd.DataFrame(rows), formats))
+    print(f"\nplot: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
