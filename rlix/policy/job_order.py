@@ -27,8 +27,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rlix.policy.homes import choose_home, placement_unit
-from rlix.policy.lifecycle import place
+from rlix.policy.queueing import home_load, place_least_covered
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
@@ -56,27 +55,24 @@ def runnable_jobs(sched: Scheduler) -> frozenset[str]:
     config = sched.config
     admitted = [p for p in sched.pipelines.values() if p.admitted]
     running = [p for p in admitted if p.pipeline_id in sched.runnable]
+    waiting = [p for p in admitted if p.pipeline_id not in sched.runnable]
+    if not waiting:  # the common case once the queue is empty: nothing to order or place
+        return frozenset(p.pipeline_id for p in running)
+    waiting.sort(key=lambda p: start_key(p, config.job_order, sched.now))
     limit = config.max_home_load * sched.topology.num_gpus if config.max_home_load else math.inf
     used = sum(home_gpus(p) for p in running)
-    waiting = sorted((p for p in admitted if p.pipeline_id not in sched.runnable),
-                     key=lambda p: start_key(p, config.job_order, sched.now))
-    load = [0] * sched.topology.num_gpus
-    for pipeline in running:
-        for gpu in pipeline.spec.home:
-            load[gpu] += 1
-    usable = set(range(sched.topology.num_gpus)) - sched.cluster.offline
+    load: list[int] | None = None  # with `usable`, built when a sized home is first placed
+    usable: set[int] = set()
     for pipeline in waiting:
         size = home_gpus(pipeline)
         if running and used + size > limit:
             break  # in order: a later, smaller job does not pass the one that waits
         if not pipeline.spec.placed:
-            home = choose_home(pipeline.spec.home_size, placement_unit(pipeline.spec), usable, sched.topology,
-                               load.__getitem__)
-            if home is None:
+            if load is None:
+                load = home_load(sched, running)
+                usable = set(range(sched.topology.num_gpus)) - sched.cluster.offline
+            if not place_least_covered(sched, pipeline, load, usable):
                 break  # more GPUs lost than the pool can spare: tried again next round
-            place(sched, pipeline, home, confine=False)
-            for gpu in home:
-                load[gpu] += 1
         running.append(pipeline)
         used += size
     return frozenset(p.pipeline_id for p in running)

@@ -29,6 +29,7 @@ fresh one and sees the same events).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from rlix.policy.homes import choose_home, placement_unit
@@ -49,19 +50,32 @@ def place_admitted(sched: Scheduler) -> None:
     waiting = [p for p in admitted_in_order(sched) if not p.spec.placed]
     if not waiting:
         return
-    load = [0] * sched.topology.num_gpus
-    for pipeline in sched.pipelines.values():
-        for gpu in pipeline.spec.home:
-            load[gpu] += 1
+    load = home_load(sched, sched.pipelines.values())
     usable = set(range(sched.topology.num_gpus)) - sched.cluster.offline
     for pipeline in waiting:
-        spec = pipeline.spec
-        home = choose_home(spec.home_size, placement_unit(spec), usable, sched.topology, load.__getitem__)
-        if home is None:
-            continue  # more GPUs lost than the pool can spare: tried again next round
-        place(sched, pipeline, home, confine=False)
-        for gpu in home:
+        place_least_covered(sched, pipeline, load, usable)  # if not: tried again next round
+
+
+def home_load(sched: Scheduler, pipelines: Iterable[PipelineState]) -> list[int]:
+    """How many of these pipelines' homes cover each GPU."""
+    load = [0] * sched.topology.num_gpus
+    for pipeline in pipelines:
+        for gpu in pipeline.spec.home:
             load[gpu] += 1
+    return load
+
+
+def place_least_covered(sched: Scheduler, pipeline: PipelineState, load: list[int], usable: set[int]) -> bool:
+    """Place the pipeline's sized home on the `usable` GPUs the fewest homes cover (`load`, which
+    then counts it too); False if they cannot hold it (more GPUs lost than the pool can spare)."""
+    spec = pipeline.spec
+    home = choose_home(spec.home_size, placement_unit(spec), usable, sched.topology, load.__getitem__)
+    if home is None:
+        return False
+    place(sched, pipeline, home, confine=False)
+    for gpu in home:
+        load[gpu] += 1
+    return True
 
 
 class JobQueue:
