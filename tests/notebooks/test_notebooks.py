@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-NAMES = ["utilization_study", "trace_explorer"]
+NAMES = ["utilization_study", "trace_explorer", "sim_vs_exec"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -57,3 +57,26 @@ def test_the_trace_explorer_reads_a_file_through_a_column_map(tmp_path: Path) ->
     text = "".join(str(o.get("text", "")) for o in outputs)
     lengths = pd.read_csv(tmp_path / "mine.csv")["resp_len"]
     assert f"{len(lengths)} samples, mean {lengths.mean():.0f} tokens" in text
+
+
+def test_sim_vs_exec_calibrates_on_a_short_live_run_and_predicts_an_unseen_one(tmp_path: Path) -> None:
+    """Two short live runs (cpu-demo and its two-GPU variant, 2 steps a pipeline): the
+    calibration, the prediction, the comparison; ~1.5 min on 2 cores."""
+    pytest.importorskip("ray")
+    pytest.importorskip("transformers")
+    out, configs = tmp_path / "fidelity", ["two-gpus"]
+    outputs = _run("sim_vs_exec", tmp_path, configs=configs, steps=2, out=str(out))
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert _images(outputs) == 2  # the errors against the targets, the side-by-side Gantt
+    assert (out / "costs.yaml").is_file() and (out / "sim_vs_exec.png").is_file()
+    text = "".join("".join(o["text"]) for o in outputs if o.get("name") == "stdout")  # type: ignore[arg-type]
+    lines = text.split("errors per config", 1)[1].splitlines()[1:]
+    assert "makespan" in lines[0] and "step time" in lines[0] and lines[1].startswith("config")
+    rows = lines[2:2 + len(configs)]
+    assert [row.split()[0] for row in rows] == configs and lines[2 + len(configs)].startswith("median step time error")
+    for name, row in zip(configs, rows, strict=True):
+        predicted, measured = (json.loads((out / name / side / "summary.json").read_text()) for side in ("sim", "live"))
+        steps = {pid: figures["steps"] for pid, figures in measured["pipelines"].items()}
+        assert measured["finished"] and steps == {"ft": 2, "lora": 4}  # lora: 2 for each of its 2 adapters
+        error = abs(predicted["makespan_s"] - measured["makespan_s"]) / measured["makespan_s"]
+        assert row.split()[1] == f"{error:.1%}"  # the table's makespan error is this run's

@@ -1,0 +1,327 @@
+"""Offline validation of the simulator: calibrated on one live run, does it predict live runs
+it has not seen? The parts of `bench/fidelity.py` and `notebooks/sim_vs_exec.ipynb`.
+
+1. `calibrate`: run the bundled cpu-demo live on the CPU executor (or take a given live run
+   folder) and calibrate the simulator on it (rlix.sim.calibrate: cost constants, and the
+   run's rollout lengths as the trace the simulator replays).
+2. `predict_and_run`: for an unseen config (`VARIANTS`, variants of cpu-demo), predict it with
+   the calibrated simulator, run it live, and `compare` the two: makespan, mean step time per
+   pipeline, busy / loading / idle shares of the pool, preemptions; errors are
+   |pred - meas| / meas.
+3. `plot_side_by_side`: the Gantt of one predicted run over its live run.
+
+Both drivers get the same scenario (`scenario_data`); its `engine:` section is set to what the
+executor does (`ENGINE`), which the executor ignores. Beside the prediction with the constants as
+calibrated, two rescaled to the other work's CPU demand are reported (`*_error_load`,
+`*_error_hindsight`; docs/calibration.md). The executor (Ray, torch) is imported only by the
+functions that run live.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Variant = Callable[[dict[str, Any]], dict[str, Any]]
+#: What the executor does, said to the simulator (PipelineSetup.max_batch_per_rank is 8; each
+#: rank takes from the shared queue, no router; nothing migrates when a rank joins).
+ENGINE = {"max_batch": 8, "balance": False, "migrate_on_expand": False}
+#: The targets of the check: median step-time error, median makespan error, and none (of
+#: either, in any config) over the last.
+TARGETS = {"median_step_time_error": 0.05, "median_makespan_error": 0.10, "max_error": 0.15}
+
+
+def _added_pipeline(data: dict[str, Any]) -> dict[str, Any]:
+    ft2 = {**data["pipelines"][0], "id": "ft2", "home": "2-3",
+           "clusters": {"actor_train": {"tp": 1, "gpus": "2-3"}, "actor_infer": {"tp": 1, "gpus": "2-3,0-1"}}}
+    return {**data, "pipelines": [*data["pipelines"], ft2]}
+
+
+def _two_gpus(data: dict[str, Any]) -> dict[str, Any]:
+    ft, lora = (dict(p) for p in data["pipelines"])
+    ft.update(home="0", clusters={"actor_train": {"tp": 1, "gpus": "0"}, "actor_infer": {"tp": 1, "gpus": "0-1"}})
+    lora.update(home="1", clusters={"actor_train": {"tp": 1, "gpus": "1"}, "actor_infer": {"tp": 1, "gpus": "1,0"}})
+    return {**data, "topology": {**data["topology"], "gpus_per_node": 2}, "pipelines": [ft, lora]}
+
+
+def _staleness_one(data: dict[str, Any]) -> dict[str, Any]:
+    ft, lora = (dict(p) for p in data["pipelines"])
+    ft["max_staleness"] = 1
+    lora["adapters"] = [{**a, "max_staleness": 1} for a in lora["adapters"]]
+    return {**data, "pipelines": [ft, lora]}
+
+
+def _static(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "policy": {**data["policy"], "name": "static"}}
+
+
+#: The unseen configs: cpu-demo with a pipeline added, on two declared GPUs instead of four,
+#: with staleness 1 everywhere, under the static policy.
+VARIANTS: dict[str, Variant] = {
+    "pipeline-added": _added_pipeline, "two-gpus": _two_gpus, "staleness-1": _staleness_one, "static": _static,
+}
+
+
+def _with_steps(data: dict[str, Any], steps: int) -> dict[str, Any]:
+    pipelines = []
+    for pipeline in data["pipelines"]:
+        pipeline = {**pipeline, "steps": steps}
+        if pipeline.get("adapters"):
+            pipeline["adapters"] = [{**adapter, "steps": steps} for adapter in pipeline["adapters"]]
+        pipelines.append(pipeline)
+    return {**data, "pipelines": pipelines}
+
+
+def scenario_data(variant: Variant | None, trace: Path | None = None,
+                  costs: Path | dict[str, float] | None = None, steps: int | None = None) -> dict[str, Any]:
+    """cpu-demo as plain data, the engine said as the executor runs it, then `variant`; with
+    `trace` and `costs`, the calibrated simulator's inputs; with `steps`, every pipeline (and
+    adapter) cut to that many steps (a short check; None: cpu-demo's own)."""
+    from rlix.scenarios import load_scenario
+
+    data = load_scenario("cpu-demo").model_dump(mode="json", exclude_none=True)
+    data["engine"] = {**data.get("engine", {}), **ENGINE}
+    if variant is not None:
+        data = variant(data)
+    if steps is not None:
+        data = _with_steps(data, steps)
+    if trace is not None:
+        ref = {"path": str(trace)}
+        data["trace"] = ref
+        for pipeline in data["pipelines"]:
+            pipeline["trace"] = ref
+            for adapter in pipeline.get("adapters", []):
+                adapter["trace"] = ref
+    if costs is not None:
+        data["costs"] = dict(costs) if isinstance(costs, dict) else str(costs)
+    return data
+
+
+def run_live(data: dict[str, Any], out: Path, reuse: bool = False) -> Path:
+    """The config run live into `out` (with `reuse`, a finished run already there is kept)."""
+    from rlix.executor.live import execute
+    from rlix.executor.run import plan
+    from rlix.scenarios.load import validate_scenario
+
+    if reuse and (out / "summary.json").is_file() and json.loads((out / "summary.json").read_text())["finished"]:
+        return out
+    result = execute(plan(validate_scenario(data)), out_dir=out, quiet=True, overwrite=True, timeout_s=1800)
+    if not result.finished or result.out_dir is None:
+        raise RuntimeError(f"live run {out} did not finish: {result.stop_reason}")
+    return Path(result.out_dir)
+
+
+def run_sim(data: dict[str, Any], out: Path) -> Path:
+    from rlix.scenarios.load import validate_scenario
+    from rlix.sim import simulate
+
+    result = simulate(validate_scenario(data), out=out, overwrite=True)
+    assert result.run_dir is not None
+    return Path(result.run_dir)
+
+
+def _error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None or measured == 0:
+        return None
+    return abs(predicted - measured) / abs(measured)
+
+
+def compare(name: str, sim_dir: Path, live_dir: Path) -> dict[str, Any]:
+    """Predicted against measured figures of one config, with errors."""
+    pred = json.loads((sim_dir / "summary.json").read_text())
+    meas = json.loads((live_dir / "summary.json").read_text())
+    row: dict[str, Any] = {"name": name, "makespan_pred_s": pred["makespan_s"], "makespan_meas_s": meas["makespan_s"],
+                           "makespan_error": _error(pred["makespan_s"], meas["makespan_s"])}
+    step_errors = {}
+    for pid, figures in meas["pipelines"].items():
+        predicted = pred["pipelines"].get(pid, {}).get("mean_step_time_s")
+        row[f"step_time_pred_s.{pid}"] = predicted
+        row[f"step_time_meas_s.{pid}"] = figures["mean_step_time_s"]
+        step_errors[pid] = _error(predicted, figures["mean_step_time_s"])
+    row["step_time_errors"] = step_errors
+    known = [e for e in step_errors.values() if e is not None]
+    row["step_time_error"] = statistics.mean(known) if known else None
+    for share in ("busy_share", "loading_share", "idle_share"):
+        p, m = pred["overall"][share], meas["overall"][share]
+        row[f"{share}_pred"], row[f"{share}_meas"] = p, m
+        row[f"{share}_error"] = _error(p, m)
+        row[f"{share}_points"] = None if p is None or m is None else abs(p - m)
+    row["preemptions_pred"], row["preemptions_meas"] = pred["overall"]["preemptions"], meas["overall"]["preemptions"]
+    row["preemptions_error"] = _error(row["preemptions_pred"], row["preemptions_meas"])
+    return row
+
+
+def plot_side_by_side(sim_dir: Path, live_dir: Path, out: Path) -> Path:
+    """The predicted run's Gantt (rlix.runs.plots.gantt) above the live run's, one time axis,
+    written to `out` (a PNG). Leaves matplotlib's backend as it is (a notebook's stays inline)."""
+    import io
+
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from rlix.runs.plots import gantt, pipeline_colours
+    from rlix.runs.reader import load
+
+    runs = [load(sim_dir).tables(), load(live_dir).tables()]
+    colours = pipeline_colours(sorted(set(runs[0].pipeline_ids) | set(runs[1].pipeline_ids)))
+    span = max(t.makespan_s for t in runs)
+    images = []
+    for tables, label in zip(runs, ("predicted (simulator)", "measured (executor)"), strict=True):
+        figure = plt.figure()
+        gantt(figure, tables, colours)  # sizes the figure by the GPU count: the same for both
+        axis = figure.axes[0]
+        axis.set_xlim(0, span)
+        axis.set_title(f"{label}: {tables.makespan_s:.1f} s, {tables.policy}, {tables.num_gpus} GPUs")
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")  # the legend kept
+        plt.close(figure)
+        buffer.seek(0)
+        images.append(plt.imread(buffer))
+    width = max(image.shape[1] for image in images)
+    padded = [np.pad(image, ((0, 0), (0, width - image.shape[1]), (0, 0)), constant_values=1.0) for image in images]
+    plt.imsave(out, np.concatenate(padded, axis=0))
+    return out
+
+
+def calibrate(out: Path, live_dir: Path | None, reuse: bool = False,
+              steps: int | None = None) -> tuple[Path, Path, Path]:
+    """The calibration run (made unless given: cpu-demo, cut to `steps` if given), its cost
+    file and its rollout lengths. The other work's CPU demand is probed before the run as before
+    each predicted one, and the cost file says that (the same instrument on both sides of a
+    rescaling)."""
+    from rlix.scenarios.costs import write_costs_file
+    from rlix.sim.calibrate import fit_runs, write_trace
+
+    background = None
+    if live_dir is None:
+        background = probe(out / "calibration", reuse)
+        live_dir = run_live(scenario_data(None, steps=steps), out / "calibration" / "live", reuse)
+    costs, trace = out / "costs.yaml", out / "lengths.parquet"
+    calibrated = fit_runs([live_dir]).costs_file()
+    if background is not None and calibrated.machine:
+        calibrated = calibrated.model_copy(update={"machine": {**calibrated.machine, "background_demand": background}})
+    write_costs_file(calibrated, costs)
+    write_trace([live_dir], trace)
+    return live_dir, costs, trace
+
+
+def probe(folder: Path, reuse: bool) -> float | None:
+    """Other work's CPU demand now (3 s; rlix.executor.machine), kept in `folder` for `reuse`."""
+    from rlix.executor.machine import probe_background
+
+    folder.mkdir(parents=True, exist_ok=True)
+    probe_file = folder / "background.json"
+    if reuse and probe_file.is_file():
+        value: float | None = json.loads(probe_file.read_text())["background_demand"]
+        return value
+    value = probe_background(3.0)
+    probe_file.write_text(json.dumps({"background_demand": value}))
+    return value
+
+
+def predict_and_run(name: str, out: Path, costs: Path, trace: Path, reuse: bool,
+                    steps: int | None = None) -> tuple[dict[str, Any], Path, Path]:
+    """Predict config `name` with the constants as calibrated, then run it live (both cut to
+    `steps` if given). Two more predictions are reported beside it: rescaled to the other
+    work's CPU demand probed just before the run (`*_error_load`), and in hindsight to the
+    demand the live run measured (`*_error_hindsight`, not a prediction)."""
+    from rlix.scenarios.costs import read_costs_file
+    from rlix.sim.calibrate import costs_for_background
+
+    variant, folder = VARIANTS[name], out / name
+    background = probe(folder, reuse)
+    calibrated = read_costs_file(costs)
+    sim_dir = run_sim(scenario_data(variant, trace, dict(calibrated.costs), steps), folder / "sim")
+    live_dir = run_live(scenario_data(variant, steps=steps), folder / "live", reuse)
+    row = compare(name, sim_dir, live_dir)
+    measured = json.loads((live_dir / "summary.json").read_text()).get("machine", {}).get("background_demand")
+    row["background_probe_demand"], row["background_run_demand"] = background, measured
+    for label, demand in (("load", background), ("hindsight", measured)):
+        if demand is not None and calibrated.machine:
+            scaled = run_sim(scenario_data(variant, trace, costs_for_background(calibrated, demand), steps),
+                             folder / f"sim-{label}")
+            again = compare(name, scaled, live_dir)
+            row[f"makespan_error_{label}"], row[f"step_time_error_{label}"] = again["makespan_error"], again["step_time_error"]
+    return row, sim_dir, live_dir
+
+
+def summarize(rows: list[dict[str, Any]], cal_dir: Path, costs: Path, plot: Path, wall_s: float) -> dict[str, Any]:
+    steps = [r["step_time_error"] for r in rows if r["step_time_error"] is not None]
+    spans = [r["makespan_error"] for r in rows if r["makespan_error"] is not None]
+    return {"configs": rows, "calibration_run": str(cal_dir), "costs": str(costs), "plot": str(plot),
+            "median_step_time_error": statistics.median(steps) if steps else None,
+            "median_makespan_error": statistics.median(spans) if spans else None,
+            "max_makespan_error": max(spans) if spans else None,
+            "max_step_time_error": max(steps) if steps else None, "wall_s": wall_s}
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"{'config':<16} {'makespan pred/meas s':>22} {'err':>6} {'step err':>9} "
+          f"{'busy p/m':>12} {'loading p/m':>12} {'idle p/m':>12} {'preempt p/m':>12}")
+    for r in report["configs"]:
+        shares = "".join(f" {r[f'{s}_pred']:>5.0%}/{r[f'{s}_meas']:<5.0%}" for s in ("busy_share", "loading_share", "idle_share"))
+        print(f"{r['name']:<16} {r['makespan_pred_s']:>10.1f}/{r['makespan_meas_s']:<10.1f} {r['makespan_error']:>6.1%} "
+              f"{r['step_time_error']:>9.1%} {shares} {r['preemptions_pred']:>5}/{r['preemptions_meas']:<5}")
+    print(f"median step-time error {report['median_step_time_error']:.1%}, "
+          f"median makespan error {report['median_makespan_error']:.1%}, max {report['max_makespan_error']:.1%}; "
+          f"plot {report['plot']}; {report['wall_s']:.0f} s")
+
+
+# --- tables (the notebook's) ------------------------------------------------------------------
+
+
+def fit_table(costs: Path) -> pd.DataFrame:
+    """The cost file's fitted constants: value, RMS residual of its fit (s) and samples."""
+    import pandas as pd
+
+    from rlix.scenarios.costs import read_costs_file
+
+    fits = read_costs_file(costs).fits
+    return pd.DataFrame([{"constant": name, "value": f.value, "residual_s": f.residual_s, "samples": f.samples}
+                         for name, f in fits.items()]).set_index("constant")
+
+
+def comparison_table(row: dict[str, Any]) -> pd.DataFrame:
+    """One config (a `compare` row): predicted, measured and |pred - meas| / meas of each figure."""
+    import pandas as pd
+
+    lines = [("makespan s", row["makespan_pred_s"], row["makespan_meas_s"], row["makespan_error"])]
+    for pid, error in row["step_time_errors"].items():
+        lines.append((f"mean step s: {pid}", row[f"step_time_pred_s.{pid}"], row[f"step_time_meas_s.{pid}"], error))
+    for share in ("busy_share", "loading_share", "idle_share"):
+        lines.append((share.replace("_", " "), row[f"{share}_pred"], row[f"{share}_meas"], row[f"{share}_error"]))
+    lines.append(("preemptions", row["preemptions_pred"], row["preemptions_meas"], row["preemptions_error"]))
+    return pd.DataFrame(lines, columns=["figure", "predicted", "measured", "error"]).set_index("figure")
+
+
+def error_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """One line per config: its errors, |pred - meas| / meas (step time: the mean over its
+    pipelines, and the worst pipeline's), and the rescaled predictions' beside them."""
+    import pandas as pd
+
+    lines = []
+    for r in rows:
+        known = [e for e in r["step_time_errors"].values() if e is not None]
+        lines.append({"config": r["name"], "makespan": r["makespan_error"], "step time": r["step_time_error"],
+                      "worst step time": max(known) if known else None, "busy": r["busy_share_error"],
+                      "loading": r["loading_share_error"], "idle": r["idle_share_error"],
+                      "preemptions": r["preemptions_error"],
+                      "makespan (load)": r.get("makespan_error_load"), "step time (load)": r.get("step_time_error_load")})
+    return pd.DataFrame(lines).set_index("config").astype(float)
+
+
+def verdict(errors: pd.DataFrame) -> dict[str, tuple[float, float, bool]]:
+    """Each target of `TARGETS` against an `error_table`: (value, target, met). NaN: unknown."""
+    import math
+
+    step, span = errors["step time"].median(), errors["makespan"].median()
+    worst = errors[["makespan", "step time"]].max().max()
+    found = {"median_step_time_error": step, "median_makespan_error": span, "max_error": worst}
+    return {name: (float(value), TARGETS[name], not math.isnan(value) and value <= TARGETS[name])
+            for name, value in found.items()}
