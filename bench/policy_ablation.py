@@ -2,13 +2,17 @@
 
 Rules (rlix.policy.PolicyConfig): `keep_busy_tail` (on by default: a pipeline with nothing
 queued keeps its busy ranks and gives its idle ones), `home_floor` (off by default: a rolling
-pipeline's share is at least the GPUs of its home it can use), and the no-reversal interval
-`min_rebalance_interval_s` (30 s; off is 0). For each scenario: rlix as it is, with each rule
-switched the other way (-rule: off, +rule: on), with all three off, and gap-ratio and static
-for reference. Figures: steps/h, mean JCT, idle and loading shares, and
-recomputed over generated tokens. Deterministic simulator figures.
+pipeline's share is at least the GPUs of its home it can use), the no-reversal interval
+`min_rebalance_interval_s` (30 s; off is 0), and `look_ahead` (on by default: loans of an away
+pipeline's own home pay for their moves and are handed back on time). For each scenario: rlix
+as it is, with each rule switched the other way (-rule: off, +rule: on), with all of them off,
+and gap-ratio and static for reference. Figures: steps/h, mean JCT, idle and loading shares,
+and recomputed over generated tokens. Deterministic simulator figures; with `--seeds N`, each
+is the mean over seeds 0..N-1 (one seed's steps/h moves by about 1% with any small change of
+timing, as one job's last step decides the makespan: compare rules over several seeds).
 
     python bench/policy_ablation.py                  # the table
+    python bench/policy_ablation.py --seeds 8        # means over seeds 0-7
     python bench/policy_ablation.py --json           # one JSON line: {"rows": [...]}
     python bench/policy_ablation.py --scenarios agentic-4x32,blog-4on12
 """
@@ -29,8 +33,9 @@ from rlix.sim.report import format_table
 DEFAULT_SCENARIOS = ("agentic-4x32", "math-rlvr", "mixed-lora", "blog-4on12")
 #: Each rule switched from its default: (label, override).
 SWITCHED = {"keep_busy_tail": ("-keep_busy_tail", False), "home_floor": ("+home_floor", True),
-            "min_rebalance_interval_s": ("-min_rebalance_interval_s", 0.0)}
-ALL_OFF = {"keep_busy_tail": False, "home_floor": False, "min_rebalance_interval_s": 0.0}
+            "min_rebalance_interval_s": ("-min_rebalance_interval_s", 0.0), "look_ahead": ("-look_ahead", False)}
+ALL_OFF = {"keep_busy_tail": False, "home_floor": False, "min_rebalance_interval_s": 0.0, "look_ahead": False}
+FIGURES = ("steps_per_hour", "mean_jct_s", "idle_share", "loading_share", "recomputed_share")
 
 
 def variants() -> list[tuple[str, str, dict[str, Any]]]:
@@ -41,9 +46,23 @@ def variants() -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
-def row(name: str, label: str, policy: str, overrides: dict[str, Any]) -> dict[str, Any]:
+def row(name: str, label: str, policy: str, overrides: dict[str, Any], seeds: int = 0) -> dict[str, Any]:
+    """One variant on one scenario: its own seed, or the mean over seeds 0..seeds-1."""
+    if seeds:
+        rows = [_row(name, label, policy, overrides, seed) for seed in range(seeds)]
+        out = dict(rows[0])
+        for key in FIGURES:
+            values = [r[key] for r in rows if r[key] is not None]
+            out[key] = sum(values) / len(values) if values else None
+        return out
+    return _row(name, label, policy, overrides, None)
+
+
+def _row(name: str, label: str, policy: str, overrides: dict[str, Any], seed: int | None) -> dict[str, Any]:
     base = load_scenario(name)
     scenario = base.with_policy(policy, {**base.policy.config.model_dump(), **overrides})
+    if seed is not None:
+        scenario = scenario.model_copy(update={"seed": seed})
     summary = simulate(scenario, plots=False).summary
     overall = summary["overall"]
     generated = overall.get("generated_tokens") or 0
@@ -62,9 +81,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS))
     parser.add_argument("--json", action="store_true", help="one JSON line")
+    parser.add_argument("--seeds", type=int, default=0, metavar="N",
+                        help="mean of each figure over seeds 0..N-1 (default: each scenario's own seed)")
     args = parser.parse_args()
+    if args.seeds < 0:
+        parser.error("--seeds must be >= 0")
     jobs = [(name, *variant) for name in args.scenarios.split(",") if name for variant in variants()]
-    rows = [row(*job) for job in tqdm(jobs, disable=args.json, file=sys.stderr, unit="run")]
+    rows = [row(*job, seeds=args.seeds) for job in tqdm(jobs, disable=args.json, file=sys.stderr, unit="run")]
     if args.json:
         print(json.dumps({"rows": rows}))
         return 0

@@ -24,6 +24,7 @@ from ray.exceptions import RayTaskError
 
 from rlix.executor.actors import ACTOR_GONE
 from rlix.policy import decisions as dec
+from rlix.policy import events as ev
 
 if TYPE_CHECKING:
     from rlix.executor.orchestrator import Orchestrator
@@ -54,6 +55,19 @@ class RayActuator:
             orch.loop.applied(decision.decision_id)
             return
         self._start(self._call(record.handler, decision))
+
+    def wake_at(self, at_s: float) -> None:
+        # The orchestrator ticks every second anyway; this makes a reclaim punctual.
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # outside the event loop (setup, shutdown): the ticks will do
+            return
+        loop.call_later(max(at_s - self.orch.now(), 0.0), self._wake)
+
+    def _wake(self) -> None:
+        orch = self.orch
+        if any(r.alive for r in orch.pipelines.values()):
+            orch.loop.send(ev.Tick(orch.now()))
 
     def revoke(self, decision: dec.Revoke) -> None:
         record = self.orch.pipelines.get(decision.pipeline_id)

@@ -23,7 +23,10 @@ Handling an event has three phases:
       gang grants, preempting rollout ranks only when that makes the grant happen now, and
       reserving the GPUs of blocked requests so later, lower work cannot overtake them;
    d. rollout GPUs are split among the pipelines still rolling out (`rlix.policy.rollout`,
-      or `rlix.policy.gap_ratio` for the RLix model).
+      or `rlix.policy.gap_ratio` for the RLix model). The rlix policy first prices loans of
+      the homes of pipelines away between steps and reclaims those falling due
+      (`rlix.policy.look_ahead`, from move times and absences the core measured itself); it
+      may ask to be woken at a time (`wake_at_s`), which drivers answer with a Tick.
 
 Decisions that move GPUs count as done when emitted (so one GPU is never promised twice) and
 are settled later by `DecisionApplied` / `DecisionFailed`. Ties always break by priority, then
@@ -33,6 +36,7 @@ the core's arrival number, then pipeline id, so a run is deterministic.
 from __future__ import annotations
 
 import bisect
+import math
 from typing import TYPE_CHECKING
 
 from rlix.policy import lifecycle
@@ -80,6 +84,9 @@ class Scheduler:
         self.ideal: dict[str, float] = {}
         self.reservations = Reservations()
         self.runnable: frozenset[str] = frozenset()
+        #: When the core wants to run a round even if no event comes (a loan falls due back,
+        #: rlix.policy.look_ahead); inf: never. A driver sends a Tick then, or soon after.
+        self.wake_at_s = math.inf
         self._checker: InvariantChecker | None = None
         if check_invariants:
             from rlix.policy.invariants import InvariantChecker

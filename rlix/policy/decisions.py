@@ -49,7 +49,9 @@ class Shrink(Decision):
     """Stop rollout rank `dp_rank` and free its bundle. In-flight trajectories are re-queued.
 
     `reason` is "preempt" (for a higher-priority grant), "rebalance" (for another pipeline's
-    rollout share) or "release" (the pipeline's rollout demand ended).
+    rollout share), "release" (the pipeline's rollout demand ended) or "reclaim" (a loan of
+    the home of a pipeline away between steps, handed back as its owner is due: see
+    rlix.policy.look_ahead).
     """
 
     dp_rank: int

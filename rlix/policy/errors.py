@@ -35,4 +35,9 @@ class InvariantViolation(PolicyError, AssertionError):
     def __init__(self, number: int, detail: str) -> None:
         self.number = number
         self.detail = detail
-        super().__init__(f"invariant {number} violated: {detail}")
+        # args are the constructor's, so that copies (SimPy re-raises a process's exception
+        # as type(e)(*e.args), pickling does the same) are whole.
+        super().__init__(number, detail)
+
+    def __str__(self) -> str:
+        return f"invariant {self.number} violated: {self.detail}"

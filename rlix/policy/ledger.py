@@ -31,6 +31,7 @@ from rlix.policy.decisions import (
     Revoke,
     Shrink,
 )
+from rlix.policy.look_ahead import measure_move
 from rlix.policy.state import (
     RANK_ACTIVE,
     RANK_EXPANDING,
@@ -44,6 +45,8 @@ from rlix.policy.state import (
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
+
+NAN = float("nan")
 
 
 class Ledger:
@@ -124,6 +127,7 @@ class Ledger:
         decision = Expand(decision_id, rank.pipeline_id, rank.dp_rank, gpus, requires)
         rank.status = RANK_EXPANDING
         rank.decision_id = decision_id
+        rank.emitted_s = NAN if requires else sched.now
         pipeline = sched.pipelines[rank.pipeline_id]
         pipeline.num_active_gpus += num_gpus
         pipeline.activate(rank)
@@ -143,6 +147,7 @@ class Ledger:
         for gpu in rank.gpus:
             releasing[gpu] = decision.decision_id
         rank.decision_id = decision.decision_id
+        rank.emitted_s = sched.now
         self._track(decision, rank, ())
         return decision
 
@@ -166,12 +171,14 @@ class Ledger:
             releasing[gpu] = shrink_id
         victim.status = RANK_INACTIVE
         victim.decision_id = shrink_id
+        victim.emitted_s = sched.now
         num_gpus = len(gpus)
         donor = sched.pipelines[victim.pipeline_id]
         donor.num_active_gpus -= num_gpus
         donor.deactivate(victim.dp_rank)
         rank.status = RANK_EXPANDING
         rank.decision_id = expand_id
+        rank.emitted_s = NAN
         receiver = sched.pipelines[rank.pipeline_id]
         receiver.num_active_gpus += num_gpus
         receiver.activate(rank)
@@ -239,10 +246,13 @@ class Ledger:
         elif isinstance(decision, Expand):
             assert isinstance(holder, Rank)
             holder.status = RankStatus.ACTIVE
+            measure_move(self.sched, holder, loaded=True)
             if holder.release_when_applied:
                 holder.release_when_applied = False
                 self.shrink(holder, "release")
         elif isinstance(decision, Shrink):
+            assert isinstance(holder, Rank)
+            measure_move(self.sched, holder, loaded=False)
             self._clear_releasing(decision)
 
     def _clear_releasing(self, decision: Shrink) -> None:

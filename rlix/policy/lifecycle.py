@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rlix.policy import events as ev
 from rlix.policy.errors import EventError
 from rlix.policy.homes import resolve
+from rlix.policy.look_ahead import note_back, note_left
 from rlix.policy.specs import (
     MAX_WORK,
     ROLLOUT_CLUSTER,
@@ -42,6 +43,7 @@ def on_registered(sched: Scheduler, event: ev.PipelineRegistered) -> None:
     for adapter in spec.adapter_names:
         pipeline.versions[adapter] = 0
     sched.pipelines[spec.pipeline_id] = pipeline
+    sched.cluster.count_home(spec.home, 1)
     _add_ranks(sched, pipeline)
 
 
@@ -72,6 +74,7 @@ def place(sched: Scheduler, pipeline: PipelineState, home: tuple[int, ...], conf
     spec = resolve(pipeline.spec, home, sched.topology, confine)
     pipeline.spec = spec
     pipeline.placed = True
+    sched.cluster.count_home(spec.home, 1)
     _add_ranks(sched, pipeline)
     mappings = {name: c.mapping for name, c in spec.clusters.items() if c.scope}
     sched.ledger.place(pipeline.pipeline_id, spec.home, mappings)
@@ -99,6 +102,7 @@ def on_removed(sched: Scheduler, event: ev.PipelineRemoved) -> None:
     for request in pipeline.pending.values():
         sched.queue.remove(request)
     del sched.pipelines[pipeline.pipeline_id]
+    cluster.count_home(pipeline.spec.home, -1)
 
 
 # --- requests and releases ------------------------------------------------------------------
@@ -139,6 +143,7 @@ def _check_request(
 def _apply_request(
     sched: Scheduler, pipeline: PipelineState, cluster: str, priority: int, estimate: float | None
 ) -> None:
+    note_back(sched, pipeline)
     if priority == Priority.ROLLOUT:
         pipeline.start_rollout(1.0 if estimate is None else float(estimate))
         return
@@ -178,6 +183,7 @@ def on_released(sched: Scheduler, event: ev.ClusterReleased) -> None:
     pipeline = sched.pipeline(event.pipeline_id)
     _check_release(pipeline, event.cluster)
     _apply_release(sched, pipeline, event.cluster)
+    note_left(sched, pipeline)
 
 
 def on_released_and_requested(sched: Scheduler, event: ev.ClusterReleasedAndRequested) -> None:
@@ -196,9 +202,11 @@ def on_withdrawn(sched: Scheduler, event: ev.RequestWithdrawn) -> None:
     if request is not None:
         del pipeline.pending[cluster]
         sched.queue.remove(request)
+        note_left(sched, pipeline)
         return
     if cluster == ROLLOUT_CLUSTER and pipeline.rolling:
         pipeline.end_rollout()  # as a release: the round shrinks whatever was started
+        note_left(sched, pipeline)
         return
     if cluster in pipeline.holdings:
         raise EventError("cluster", cluster, f"pipeline {pipeline.pipeline_id} was already granted it (release it)")

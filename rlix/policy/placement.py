@@ -59,9 +59,17 @@ class RoundPlanner:
         # pipeline -> bits of free bundles it may not use this round (reserved, backing off);
         # neither changes within a round, so each is looked at once
         self._unusable: dict[str, int] = {}
+        #: pipeline -> bits of bundles it may not be lent this round (rlix.policy.look_ahead)
+        self.forbidden: dict[str, int] = {}
         #: Searching for a pipeline's first bundle: donors given ranks by a recent rebalance
         #: donate too (see is_donor).
         self.first_bundle = False
+
+    def forbid(self, pipeline_id: str, bits: int) -> None:
+        """Keep `pipeline_id` off the slots of `bits` this round (free_fit skips them)."""
+        if bits:
+            self.forbidden[pipeline_id] = bits
+            self._unusable[pipeline_id] = self._unusable.get(pipeline_id, 0) | bits
 
     def _usable_by(self, rank: Rank, pipeline_id: str) -> bool:
         if rank.status is not RANK_INACTIVE or rank.retry_after_s > self.sched.now:
@@ -90,6 +98,12 @@ class RoundPlanner:
             candidates ^= lowest
             unusable |= lowest
             self._unusable[pid] = unusable
+        forbidden = self.forbidden.get(pid, 0) if self.forbidden else 0
+        if forbidden and not pipeline.num_active_gpus:
+            # A first bundle comes first: on a home kept back for its owner if nothing else.
+            del self.forbidden[pid]
+            self._unusable[pid] = unusable & ~forbidden
+            return self.free_fit(pipeline)
         return None
 
     def donor_fit(self, pipeline: PipelineState, donors: list[PipelineState]) -> tuple[Rank, list[Rank]] | None:
@@ -105,6 +119,8 @@ class RoundPlanner:
         best: tuple[int, Rank, list[Rank]] | None = None
         keep_tail = self.sched.config.keep_busy_tail
         bits = pipeline.slot_bits
+        forbidden = self.forbidden.get(pid, 0) if self.forbidden else 0
+        slot_mask = self.cluster.slot_mask
         for donor in donors:
             if not partial and not (donor.slot_bits & bits):
                 # Every bundle aligned, and none of the donor's mapping in ours: none of its
@@ -115,6 +131,8 @@ class RoundPlanner:
                 ranks = _idle_first(donor)  # without the busy ranks a pipeline in its tail keeps
             for donor_rank in ranks:
                 slot = donor_rank.slot
+                if forbidden and slot_mask[slot] & forbidden:
+                    continue  # a loan that would not pay (rlix.policy.look_ahead)
                 if slot not in partial:
                     # An aligned bundle: the receiver's rank there (if any) needs exactly it,
                     # and one rank is never more than a donor holds above its target. (The

@@ -14,6 +14,10 @@ this round, then:
    that could work; a later move takes them back if a target calls for it. A pipeline that
    was lent GPUs may now be above target, so moves and fill repeat until nothing is lent.
 
+Before both, loans of the homes of pipelines away between steps are priced and reclaimed on
+time (`rlix.policy.look_ahead`): bundles whose loan would not pay are kept from the pipelines
+they would not pay for, in the moves and the fill alike.
+
 Finding a free bundle is a few operations on bitsets (free slots and a pipeline's slots as
 Python ints: linear in the number of bundles, but at machine-word speed in C), and finding a
 donor rank looks only at donors' active ranks, so a round costs about the number of moves, not
@@ -26,6 +30,7 @@ import heapq
 import math
 from typing import TYPE_CHECKING
 
+from rlix.policy.look_ahead import Loans
 from rlix.policy.placement import Move, RoundPlanner, is_donor, may_receive
 from rlix.policy.split import Claim, split_rollout
 from rlix.policy.state import PipelineState, Rank
@@ -133,9 +138,15 @@ def plan_rlix(sched: Scheduler) -> None:
     rollers = sched.rolling_pipelines()
     if not rollers:
         sched.targets, sched.ideal = {}, {}
+        sched.wake_at_s = math.inf
         return
+    loans = Loans(sched)
+    sched.wake_at_s = loans.reclaim() if loans.owners else math.inf
     compute_split(sched, rollers)
     planner = RoundPlanner(sched)
+    if loans.owners:
+        for pipeline in rollers:
+            planner.forbid(pipeline.pipeline_id, loans.blocked_bits(pipeline))
     # Lending free GPUs can put a pipeline above its target, which makes it a donor for a
     # pipeline that could not be served before; so move, fill, and move again until the fill
     # has nothing left to lend (each pass lends at least one bundle, so this ends).
@@ -151,6 +162,7 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
     ledger = sched.ledger
     cluster = sched.cluster
     now, reserved = planner.now, planner.reserved
+    forbidden = bool(planner.forbidden)
     targets = sched.targets
     stickiness = 1.0 + sched.config.rebalance_margin_bundles
     heap: list[tuple[float, int, PipelineState, int]] = []
@@ -170,7 +182,7 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
         candidates = cluster.free_bits & pipeline.slot_bits
         if candidates:
             rank = pipeline.rank_by_slot[cluster.slot_of_bit[(candidates & -candidates).bit_length() - 1]]
-            if reserved or rank.retry_after_s > now:
+            if reserved or rank.retry_after_s > now or forbidden:
                 rank = planner.free_fit(pipeline)
         if rank is not None:
             ledger.expand(rank)

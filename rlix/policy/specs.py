@@ -310,13 +310,20 @@ class PolicyConfig:
     #: At most this many GPUs of homes per GPU of the pool run at once (a job that would go past
     #: it waits; the first job always runs); 0: every admitted job runs at once. rlix only.
     max_home_load: float = 0.0
+    #: Loans of a home whose owner is away between steps are priced and handed back on time
+    #: (see rlix.policy.look_ahead): no loan that would end before it worked `loan_payback`
+    #: times as long as its weight load and offload take, and a loan is shrunk its offload
+    #: time before the owner is expected back. rlix only.
+    look_ahead: bool = True
+    loan_payback: float = 1.0
 
     def validate(self) -> None:
-        for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load"):
+        for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load",
+                     "loan_payback"):
             value = getattr(self, name)
             if not (is_number(value) and value >= 0):
                 raise SpecError(f"config.{name}", value, "must be a finite number >= 0")
-        for name in ("keep_busy_tail", "home_floor"):
+        for name in ("keep_busy_tail", "home_floor", "look_ahead"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")
         if self.job_order not in JOB_ORDERS:

@@ -80,6 +80,9 @@ class Rank:
     retry_after_s: float = float("-inf")  # a failed Expand: not restarted before this
     shrink_retry_after_s: float = float("-inf")  # a failed Shrink: not shrunk again before this
     release_when_applied: bool = False
+    #: When its in-flight Expand or Shrink was emitted (nan: an Expand that waits for a Shrink,
+    #: whose time is not its own), to measure the pipeline's load and offload times.
+    emitted_s: float = float("nan")
 
 
 Holder = ClusterHold | Rank
@@ -129,6 +132,18 @@ class PipelineState:
     #: When this pipeline last took ranks from, or gave ranks to, another by a rebalance.
     last_rebalanced_in_s: float = float("-inf")
     last_rebalanced_out_s: float = float("-inf")
+    #: Measured by the core (rlix.policy.look_ahead): how long an Expand (a weight load) and a
+    #: Shrink (an offload) of this pipeline take, emitted to applied; 0 until measured.
+    load_s: float = 0.0
+    offload_s: float = 0.0
+    #: Away: holding, requesting and rolling out nothing (between steps). Since when (nan: not
+    #: away), and how long its last absence lasted (nan: none yet).
+    away_since_s: float = float("nan")
+    last_away_s: float = float("nan")
+    #: The GPUs of its home no other home covers, with the bits of the slots on them, and the
+    #: (slot count, homes version) they were found for (rlix.policy.look_ahead.own_home).
+    own_home: tuple[tuple[int, ...], int] = ((), 0)
+    own_home_key: tuple[int, int] = (-1, -1)
 
     # Copied from the spec: read on every hot path.
     pipeline_id: str = field(init=False)
@@ -224,6 +239,9 @@ class ClusterState:
         self.topology = topology
         num_gpus = topology.num_gpus
         self.owner: list[Holder | None] = [None] * num_gpus
+        #: How many pipelines' homes cover each GPU, and a count of changes to it.
+        self.home_count = [0] * num_gpus
+        self.homes_version = 0
         #: GPUs still physically held by a rank whose Shrink is in flight: gpu -> shrink id.
         self.releasing_by: dict[int, int] = {}
         self.offline: set[int] = set()
@@ -253,6 +271,11 @@ class ClusterState:
         self.free_bits = 0
         self.slot_mask: list[int] = []  # slot -> 1 << its bit
         self.slot_of_bit: list[int] = []
+
+    def count_home(self, home: tuple[int, ...], change: int) -> None:
+        for gpu in home:
+            self.home_count[gpu] += change
+        self.homes_version += 1
 
     def slot_for(self, bundle: tuple[int, ...]) -> int:
         slot = self.slot_of_bundle.get(bundle)

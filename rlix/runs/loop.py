@@ -24,6 +24,7 @@ the core still sees every report in the order it came.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -48,6 +49,10 @@ class Actuator(Protocol):
     def revoke(self, decision: dec.Revoke) -> None:
         """A holding lost a GPU: abort the stage or rank (its trajectories are re-queued)."""
 
+    def wake_at(self, at_s: float) -> None:
+        """The core wants a round at `at_s` even if nothing happens: send a Tick then (or soon
+        after: a driver that ticks every second anyway may ignore it)."""
+
 
 class Loop:
     def __init__(self, scheduler: Scheduler, recorder: Recorder, actuator: Actuator,
@@ -69,6 +74,8 @@ class Loop:
         self._waiting_on: dict[int, list[Moving]] = {}
         self._failed_ids: set[int] = set()
         self.num_events = 0
+        #: Wake-ups asked of the actuator and not yet passed (Scheduler.wake_at_s).
+        self._wakes: set[float] = set()
 
     # --- events in ------------------------------------------------------------------------
 
@@ -95,6 +102,11 @@ class Loop:
             self._forget(event.pipeline_id)
         for decision in decisions:
             self._dispatch(decision)
+        wake = self.scheduler.wake_at_s
+        if wake != math.inf and wake not in self._wakes:
+            self._wakes = {w for w in self._wakes if w > event.now}
+            self._wakes.add(wake)
+            self.actuator.wake_at(wake)
 
     # --- decisions out --------------------------------------------------------------------
 

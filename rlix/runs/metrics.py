@@ -27,7 +27,7 @@ Definitions (one scope is the whole pool, "overall", or one pipeline):
   GPUs were revoked.
 - preemptions: trajectory attempts cut short and re-queued (rows of `rollouts` with status
   requeued), whether by a shrink or a lost GPU. `shrinks` counts rollout ranks shrunk, by
-  reason (preempt, rebalance, release), from the decisions in the event log.
+  reason (preempt, rebalance, release, reclaim), from the decisions in the event log.
 - recomputed_tokens: sum of `rollouts.recomputed_tokens` (prefixes generated again after a
   re-queue); 0 when the table has no such column.
 
@@ -213,7 +213,7 @@ def _waits_by_priority(waits: pd.DataFrame) -> dict[str, dict[str, Any]]:
 
 
 def _count_shrinks(counters: Any) -> dict[str, int]:
-    total = {"preempt": 0, "rebalance": 0, "release": 0}
+    total = {"preempt": 0, "rebalance": 0, "release": 0, "reclaim": 0}
     for counter in counters:
         for reason, count in counter.items():
             total[reason] = total.get(reason, 0) + int(count)

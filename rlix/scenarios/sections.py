@@ -73,6 +73,10 @@ class PolicyTunables(Section):
     """Which waiting job starts first: arrival, or shortest runtime estimate, aged (rlix only)."""
     max_home_load: float = Field(_POLICY_DEFAULTS.max_home_load, ge=0, allow_inf_nan=False)
     """Homes of running jobs cover at most this many times the pool; 0: no limit (rlix only)."""
+    look_ahead: bool = _POLICY_DEFAULTS.look_ahead
+    """Loans of an away pipeline's home pay for their moves and are handed back on time (rlix only)."""
+    loan_payback: float = Field(_POLICY_DEFAULTS.loan_payback, ge=0, allow_inf_nan=False)
+    """A loan must work this many times as long as its weight load and offload take (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

@@ -46,6 +46,10 @@ class SimActuator:
         else:
             sim.env.process(self._shrink(decision))
 
+    def wake_at(self, at_s: float) -> None:
+        sim = self.sim
+        sim.schedule_tick(max(at_s - float(sim.env.now), 0.0))
+
     def revoke(self, decision: dec.Revoke) -> None:
         sim = self.sim
         if decision.dp_rank >= 0:

@@ -36,6 +36,9 @@ class ApplyAtOnce:
     def revoke(self, decision: dec.Revoke) -> None:
         pass
 
+    def wake_at(self, at_s: float) -> None:
+        pass
+
 
 def specs() -> dict[str, PipelineSpec]:
     rollout = ClusterSpec(1, (0, 1, 2, 3))

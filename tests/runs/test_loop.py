@@ -32,6 +32,9 @@ class Keep:
     def revoke(self, decision: dec.Revoke) -> None:
         pass
 
+    def wake_at(self, at_s: float) -> None:
+        pass
+
 
 def rolling_loop(defer: Callable[[Callable[[], None]], None] | None) -> tuple[Loop, Keep]:
     topology = Topology(1, 4)

@@ -1,0 +1,155 @@
+"""Look-ahead on loans: what the core learns of each pipeline's rhythm, and the rules built on it.
+
+Between two steps a pipeline often holds nothing for a while: its training ended and it
+publishes the new weights (a sync that takes about the same time every step), or it waits for
+its staleness bound. Its home's GPUs are free then, and the rlix split lends them to pipelines
+still rolling out. A loan has a price: the borrower loads weights before it does any work, and
+it must offload before the owner can have the GPUs back. If it still holds them when the owner
+returns, the owner waits for that offload, and the owner of a home is often the job on the
+critical path (a 7B on-policy job spends ~1 s a step so in math-rlvr). Nothing about this needs
+a new event: the core already sees when each pipeline goes away and comes back, and when each
+Expand and Shrink it emitted was applied.
+
+What is measured, per pipeline (`PipelineState`):
+
+- `load_s` and `offload_s`: emitted-to-applied time of its Expands (that wait for nothing) and
+  Shrinks, a running mean (each new figure weighs one half), 0 until measured;
+- `last_away_s`: how long its last absence lasted, from the release that left it holding and
+  requesting nothing to its next request. Its expected return is `away_since_s + last_away_s`.
+
+The rules (`PolicyConfig.look_ahead`, rlix only), for the home of an away pipeline expected back
+at `r` (an owner late by more than its last absence is no longer expected: its home is lent as
+any free GPU):
+
+1. No loan that does not pay. A free bundle sharing a GPU with that home is not lent to a
+   pipeline B with `r - now < (1 + loan_payback) * (load_s(B) + offload_s(B))`: the loan would
+   not work at least `loan_payback` times as long as it spends moving.
+2. Reclaim on time. A rank of another pipeline B on that home is shrunk ("reclaim") once
+   `now >= r - offload_s(B)`, so the owner finds its home free when it returns. The core asks
+   its driver to wake it then (`Scheduler.wake_at_s`), since no other event may come.
+
+An owner that returns earlier than expected waits for the offload as it would without these
+rules; one that returns later leaves its home idle for at most its last absence past `r`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from rlix.policy.state import RANK_ACTIVE, PipelineState, Rank
+
+if TYPE_CHECKING:
+    from rlix.policy.core import Scheduler
+
+
+def measure_move(sched: Scheduler, rank: Rank, loaded: bool) -> None:
+    """A decision on `rank` was applied: fold its emitted-to-applied time into its pipeline's
+    load (an Expand) or offload (a Shrink) time."""
+    emitted = rank.emitted_s
+    if emitted != emitted:  # nan: an Expand that waited for a Shrink; not its own time
+        return
+    rank.emitted_s = math.nan
+    pipeline = sched.pipelines.get(rank.pipeline_id)
+    if pipeline is None:
+        return
+    took = sched.now - emitted
+    if loaded:
+        pipeline.load_s = took if pipeline.load_s == 0.0 else 0.5 * (pipeline.load_s + took)
+    else:
+        pipeline.offload_s = took if pipeline.offload_s == 0.0 else 0.5 * (pipeline.offload_s + took)
+
+
+def note_left(sched: Scheduler, pipeline: PipelineState) -> None:
+    """After a release or a withdrawal: the pipeline is away if it now holds, requests and
+    rolls out nothing."""
+    if not (pipeline.holdings or pipeline.pending or pipeline.rolling) and pipeline.away_since_s != pipeline.away_since_s:
+        pipeline.away_since_s = sched.now
+
+
+def note_back(sched: Scheduler, pipeline: PipelineState) -> None:
+    """A request: an absence, if any, ends and its length is the next expectation."""
+    since = pipeline.away_since_s
+    if since == since:
+        pipeline.last_away_s = sched.now - since
+        pipeline.away_since_s = math.nan
+
+
+def expected_return_s(sched: Scheduler, pipeline: PipelineState) -> float | None:
+    """When an away pipeline is expected back, or None (not away, no absence measured yet, or
+    late by more than its last absence)."""
+    since, usual = pipeline.away_since_s, pipeline.last_away_s
+    if since != since or usual != usual:
+        return None
+    back = since + usual
+    return back if sched.now <= back + usual else None
+
+
+def own_home(sched: Scheduler, pipeline: PipelineState) -> tuple[tuple[int, ...], int]:
+    """The GPUs of the pipeline's home that no other pipeline's home covers (a home shared
+    with others is not a promise anyone can keep), and the bits of every slot sharing a GPU
+    with them; cached while the slots and the homes stay as they are."""
+    cluster = sched.cluster
+    key = (len(cluster.slot_of_bit), cluster.homes_version)
+    if pipeline.own_home_key != key:
+        count = cluster.home_count
+        gpus = tuple(g for g in pipeline.spec.home if count[g] == 1)
+        bits = 0
+        for gpu in gpus:
+            for slot in cluster.slots_by_gpu[gpu]:
+                bits |= cluster.slot_mask[slot]
+        pipeline.own_home, pipeline.own_home_key = (gpus, bits), key
+    return pipeline.own_home
+
+
+class Loans:
+    """The homes of away pipelines expected back, for one round."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.payback = sched.config.loan_payback
+        #: (expected return, slot bits and GPUs of its own home, owner) of each away pipeline
+        #: that is expected back and has a home of its own.
+        self.owners: list[tuple[float, int, tuple[int, ...], PipelineState]] = []
+        if not sched.config.look_ahead:
+            return
+        runnable = sched.runnable
+        for pipeline in sched.pipelines.values():
+            if pipeline.away_since_s != pipeline.away_since_s or pipeline.pipeline_id not in runnable:
+                continue
+            back = expected_return_s(sched, pipeline)
+            if back is not None and pipeline.spec.home:
+                gpus, bits = own_home(sched, pipeline)
+                if gpus:
+                    self.owners.append((back, bits, gpus, pipeline))
+
+    def blocked_bits(self, borrower: PipelineState) -> int:
+        """Slots `borrower` may not be lent this round: on homes whose owners are back before a
+        loan would pay (rule 1)."""
+        horizon = self.sched.now + (1.0 + self.payback) * (borrower.load_s + borrower.offload_s)
+        bits = 0
+        for back, home, _gpus, owner in self.owners:
+            if back < horizon and owner is not borrower:
+                bits |= home
+        return bits
+
+    def reclaim(self) -> float:
+        """Shrink loans due back (rule 2); returns when the next one falls due (inf: none)."""
+        sched = self.sched
+        now = sched.now
+        owner_of = sched.cluster.owner
+        next_due = math.inf
+        for back, _bits, gpus, owner in self.owners:
+            seen: set[Rank] = set()
+            for gpu in gpus:
+                rank = owner_of[gpu]
+                if type(rank) is not Rank or rank.pipeline_id == owner.pipeline_id or rank in seen:
+                    continue
+                seen.add(rank)
+                borrower = sched.pipelines[rank.pipeline_id]
+                due = back - borrower.offload_s
+                if due > now:
+                    next_due = min(next_due, due)
+                elif rank.status is RANK_ACTIVE and rank.shrink_retry_after_s <= now:
+                    sched.ledger.shrink(rank, "reclaim")
+        return next_due

@@ -1,0 +1,165 @@
+"""Look-ahead on loans (rlix.policy.look_ahead): measured move times and absences, loans that
+do not pay kept back, and loans reclaimed on time. Golden runs worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlix.policy import (
+    ClusterReleased,
+    ClusterReleasedAndRequested,
+    ClusterRequested,
+    ClusterSpec,
+    PipelineKind,
+    PipelineSpec,
+    PolicyConfig,
+    Priority,
+    Tick,
+    Topology,
+)
+from tests.policy.drive import Driver
+
+
+def spec(pid: str, home: tuple[int, ...], pool: tuple[int, ...]) -> PipelineSpec:
+    """A pipeline trained on its home (TP 1), rolling out TP 1 over its home first, then the rest."""
+    return PipelineSpec(
+        pid, PipelineKind.FULL_FINETUNE,
+        {"actor_infer": ClusterSpec(1, home + tuple(g for g in pool if g not in home)),
+         "actor_train": ClusterSpec(1, home)},
+        home=home,
+    )
+
+
+def at(driver: Driver, now: float) -> None:
+    """Let time pass to `now` and carry out everything outstanding then."""
+    driver.send(Tick(now))
+    driver.apply_all()
+
+
+def two_homes(config: PolicyConfig) -> Driver:
+    """O at home on GPUs 0-1, B on 2-3, each may roll out on all four. Both roll out at 0
+    (loads take 2 s), O trains from 10 to 20 and is away (publishing) until 30, rolls out
+    again, trains from 40 to 50 and is away again from 50: by then it has been away 10 s once."""
+    driver = Driver(Topology(1, 4), config)
+    driver.add(spec("O", (0, 1), (0, 1, 2, 3)), spec("B", (2, 3), (0, 1, 2, 3)))
+    driver.send(ClusterRequested(0.0, "O", "actor_infer", Priority.ROLLOUT, 100.0))
+    driver.send(ClusterRequested(0.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 2.0)  # every Expand applied 2 s after it was emitted
+    for start in (10.0, 40.0):
+        driver.send(ClusterReleasedAndRequested(start, "O", "actor_infer", "actor_train", Priority.ACTOR_TRAIN))
+        at(driver, start + 1.0)  # O's rollout ranks offloaded in 1 s, its training granted
+        driver.send(ClusterReleased(start + 10.0, "O", "actor_train"))
+        if start == 10.0:
+            at(driver, start + 12.0)  # its first absence: nothing known yet, so B is lent 0-1
+            driver.send(ClusterRequested(start + 20.0, "O", "actor_infer", Priority.ROLLOUT, 100.0))
+            at(driver, start + 23.0)
+    return driver
+
+
+def ranks_on(driver: Driver, pid: str, gpus: set[int]) -> int:
+    return sum(1 for r in driver.sched.pipelines[pid].active.values() if gpus & set(r.gpus))
+
+
+def test_the_core_measures_loads_offloads_and_absences() -> None:
+    driver = two_homes(PolicyConfig())
+    o, b = driver.sched.pipelines["O"], driver.sched.pipelines["B"]
+    assert o.load_s == 2.0 and b.load_s == 2.0  # emitted at 0 (and 30 for O), applied 2 s later
+    assert o.offload_s == 1.0  # released at 10 and 40, applied at 11 and 41
+    assert o.last_away_s == 10.0 and o.away_since_s == 50.0  # away 20-30, and again since 50
+
+
+def test_a_loan_that_pays_is_made_and_reclaimed_its_offload_time_before_the_owner_returns() -> None:
+    driver = two_homes(PolicyConfig(loan_payback=1.0))
+    sched = driver.sched
+    b = sched.pipelines["B"]
+    # Back at 60; B's moves take 2 + offload: 10 s away >= (1 + 1) * (2 + offload): lent.
+    assert 10.0 >= 2 * (b.load_s + b.offload_s)
+    at(driver, 50.5)
+    assert ranks_on(driver, "B", {0, 1}) == 2
+    assert sched.wake_at_s == 60.0 - b.offload_s
+    lines = driver.send(Tick(sched.wake_at_s))
+    assert [line for line in lines if line.startswith("shrink")] == ["shrink B2 reclaim", "shrink B3 reclaim"]
+    assert ranks_on(driver, "B", {0, 1}) == 0
+    assert not any(line.startswith("expand B") for line in lines)  # not lent again so near
+
+
+def test_a_loan_that_would_not_pay_is_not_made() -> None:
+    driver = two_homes(PolicyConfig(loan_payback=3.0))
+    b = driver.sched.pipelines["B"]
+    assert 10.0 < 4 * (b.load_s + b.offload_s)
+    at(driver, 50.5)
+    assert ranks_on(driver, "B", {0, 1}) == 0
+    assert driver.sched.pipelines["O"].away_since_s == 50.0
+
+
+def test_without_look_ahead_the_home_is_lent_and_kept_until_the_owner_returns() -> None:
+    driver = two_homes(PolicyConfig(look_ahead=False, loan_payback=3.0))
+    at(driver, 50.5)
+    assert ranks_on(driver, "B", {0, 1}) == 2
+    assert driver.sched.wake_at_s == math.inf
+    at(driver, 59.9)
+    assert ranks_on(driver, "B", {0, 1}) == 2
+
+
+def test_a_home_shared_with_another_home_is_no_loan() -> None:
+    """B's home covers GPU 1 too: only GPU 0 is O's alone, and only it is kept for O."""
+    driver = Driver(Topology(1, 4), PolicyConfig(loan_payback=3.0))
+    driver.add(spec("O", (0, 1), (0, 1, 2, 3)), spec("B", (1, 2, 3), (0, 1, 2, 3)))
+    driver.send(ClusterRequested(0.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 2.0)
+    for start in (10.0, 40.0):
+        driver.send(ClusterRequested(start, "O", "actor_train", Priority.ACTOR_TRAIN))
+        at(driver, start + 1.0)
+        driver.send(ClusterReleased(start + 10.0, "O", "actor_train"))
+        at(driver, start + 12.0)
+        if start == 10.0:
+            driver.send(ClusterRequested(start + 20.0, "O", "actor_train", Priority.ACTOR_TRAIN))
+            at(driver, start + 21.0)
+            driver.send(ClusterReleased(start + 25.0, "O", "actor_train"))
+            at(driver, start + 26.0)
+    # O away since 50, back at 55 (its last absence, 30-35, was 5 s): too soon for B's loan
+    # on GPU 0, O's alone; GPU 1 is B's home too, so no loan, and B keeps it.
+    assert driver.sched.pipelines["O"].last_away_s == 5.0
+    assert ranks_on(driver, "B", {0}) == 0
+    assert ranks_on(driver, "B", {1}) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(away_s=st.floats(10.0, 30.0), load_s=st.floats(0.1, 4.0), offload_s=st.floats(0.1, 4.0),
+       payback=st.floats(0.0, 4.0))
+def test_a_loan_is_made_exactly_when_it_pays_and_never_outstays_its_offload_time(
+    away_s: float, load_s: float, offload_s: float, payback: float
+) -> None:
+    """Whatever the times: after O's second departure, B is lent O's home exactly when O's
+    expected absence is at least (1 + payback) times B's load plus offload, and no rank of B
+    is left there once its offload must start."""
+    driver = Driver(Topology(1, 4), PolicyConfig(loan_payback=payback))
+    driver.add(spec("O", (0, 1), (0, 1, 2, 3)), spec("B", (2, 3), (0, 1, 2, 3)))
+    driver.send(ClusterRequested(0.0, "B", "actor_infer", Priority.ROLLOUT, 1000.0))
+    at(driver, load_s)  # B on all four GPUs
+    t = 100.0
+    for cycle in range(2):
+        driver.send(ClusterRequested(t, "O", "actor_train", Priority.ACTOR_TRAIN))  # preempts B on 0-1
+        at(driver, t + offload_s)
+        driver.send(ClusterReleased(t + 10.0, "O", "actor_train"))  # O away from t + 10
+        at(driver, t + 10.0 + load_s)
+        if cycle == 0:
+            t += 10.0 + away_s
+    b = driver.sched.pipelines["B"]
+    assert (b.load_s, b.offload_s) == (pytest.approx(load_s), pytest.approx(offload_s))
+    horizon = (1.0 + payback) * (load_s + offload_s)
+    if abs(away_s - horizon) < 1e-6:
+        return  # a tie: either is right
+    assert (ranks_on(driver, "B", {0, 1}) > 0) == (away_s > horizon)
+    back = t + 10.0 + away_s
+    due = back - offload_s
+    if away_s > horizon:
+        assert driver.sched.wake_at_s == pytest.approx(due)
+        due = driver.sched.wake_at_s
+    driver.send(Tick(due))
+    at(driver, due + offload_s)  # the reclaims' offloads end as O returns
+    assert ranks_on(driver, "B", {0, 1}) == 0
