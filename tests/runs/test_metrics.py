@@ -111,8 +111,8 @@ def test_two_pipeline_run_against_brute_force() -> None:
         assert figures["loading_share"] == pytest.approx(tally["loading"] / tally["held"])
     overall = result["overall"]
     assert overall["busy_share"] == pytest.approx(sum(t["busy"] for t in seconds.values()) / pool_s)
-    assert overall["shrinks"] == {"preempt": 2, "rebalance": 2, "release": 6}
-    assert result["pipelines"]["p1"]["shrinks"] == {"preempt": 0, "rebalance": 2, "release": 2}
+    assert overall["shrinks"] == {"preempt": 2, "rebalance": 2, "release": 6, "reclaim": 0}
+    assert result["pipelines"]["p1"]["shrinks"] == {"preempt": 0, "rebalance": 2, "release": 2, "reclaim": 0}
     assert (result["pipelines"]["p1"]["kind"], result["pipelines"]["p1"]["max_staleness"]) == ("multi_lora", 1)
 
 
