@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
 from rlix.traces.options import UsageError
 
 SWEEP_HELP = """\
@@ -26,6 +27,7 @@ policy.config.min_rebalance_interval_s). A sweep file (--file) may give `scenari
   rlix-sim sweep tiny --grid policy=rlix,static --grid seed=0,1,2 --out sweeps/tiny
   rlix-sim sweep agentic-4x32 --grid policy=rlix,gap-ratio,static \\
       --grid pipelines.*.max_staleness=0,1 --workers 2 --out sweeps/staleness
+  rlix-sim sweep cluster-1024 --grid seed=0,1 --tables steps --out sweeps/days   # bounded memory
 """
 
 
@@ -45,6 +47,12 @@ def register(commands: Any) -> None:
                         help="local Ray workers (default: the cores)")
     parser.add_argument("--address", metavar="HOST:PORT", help="join this Ray cluster instead")
     parser.add_argument("--runs", action="store_true", help="keep each point's run folder in DIR/runs")
+    parser.add_argument(
+        "--tables", metavar="NAME,...", type=tables_option,
+        help=f"stream each point's record to disk as it runs and keep only these tables, of "
+             f"{','.join(TABLE_CHOICES)} (bounded memory for long points; with --runs the folders "
+             f"keep them, else they go when the point is done)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="no plots")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
@@ -84,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = run_sweep(base, grid, args.out, address=args.address, workers=args.workers,
-                           keep_runs=args.runs, progress=progress)
+                           keep_runs=args.runs, progress=progress, tables=args.tables)
     finally:
         if bar is not None:
             bar.close()

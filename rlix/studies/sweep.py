@@ -63,15 +63,26 @@ def flatten(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return row
 
 
-def run_point(scenario: Scenario, run_dir: str | None) -> tuple[dict[str, Any], str]:
+def run_point(
+    scenario: Scenario, run_dir: str | None, tables: frozenset[str] | None = None
+) -> tuple[dict[str, Any], str]:
     """One point: the figures of its summary.json (what `rlix-sim run` writes), and the Ray
-    node that ran it."""
+    node that ran it. With `tables`, the run streams its record to disk as it goes and its
+    folder keeps only those tables (memory stays bounded however long the run); without a
+    `run_dir` to keep, it streams into a temporary folder that goes when the point is done."""
+    import tempfile
+
     import ray
 
     from rlix.sim import simulate
 
-    result = simulate(scenario, out=run_dir, overwrite=True, plots=False, alone=True)
-    return flatten(result.summary), ray.get_runtime_context().get_node_id()
+    node = ray.get_runtime_context().get_node_id()
+    if tables is None or run_dir is not None:
+        result = simulate(scenario, out=run_dir, overwrite=True, plots=False, alone=True, tables=tables)
+        return flatten(result.summary), node
+    with tempfile.TemporaryDirectory(prefix="rlix-point-") as scratch:
+        result = simulate(scenario, out=Path(scratch) / "run", plots=False, alone=True, tables=tables)
+        return flatten(result.summary), node
 
 
 def run_sweep(
@@ -83,8 +94,10 @@ def run_sweep(
     workers: int = 1,
     keep_runs: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    tables: frozenset[str] | None = None,
 ) -> SweepResult:
-    """Run every point not done yet (see the module docstring) and return all rows."""
+    """Run every point not done yet (see the module docstring) and return all rows. `tables`:
+    stream each point's record to disk and keep only those tables (`rlix-sim run --tables`)."""
     points = grid.points(base)  # validated up front: a bad axis runs nothing
     out.mkdir(parents=True, exist_ok=True)
     done = _claim_folder(out, base, grid)
@@ -92,7 +105,7 @@ def run_sweep(
     started = time.monotonic()
     rows = {pid: row for pid, row in done.items()}
     if todo:
-        _run_on_ray(todo, out, rows, address, workers, keep_runs, progress, len(points))
+        _run_on_ray(todo, out, rows, address, workers, keep_runs, progress, len(points), tables)
     frame = _frame(rows, [p.point_id for p in points])
     return SweepResult(out, frame, len(todo), len(points) - len(todo), time.monotonic() - started)
 
@@ -122,6 +135,7 @@ def _claim_folder(out: Path, base: Scenario, grid: Grid) -> dict[str, dict[str, 
 def _run_on_ray(
     todo: list[Point], out: Path, rows: dict[str, dict[str, Any]], address: str | None, workers: int,
     keep_runs: bool, progress: Callable[[int, int], None] | None, total: int,
+    tables: frozenset[str] | None = None,
 ) -> None:
     import ray
 
@@ -137,7 +151,7 @@ def _run_on_ray(
         pending = {}
         for point in todo:
             run_dir = str(out / "runs" / point.point_id) if keep_runs else None
-            pending[task.remote(point.scenario, run_dir)] = point
+            pending[task.remote(point.scenario, run_dir, tables)] = point
         finished = total - len(todo)
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)

@@ -51,6 +51,24 @@ def test_rows_equal_single_runs_and_resume_runs_nothing_twice(local_ray: None, t
     pd.testing.assert_frame_equal(again.rows, result.rows, check_dtype=False)
 
 
+def test_streamed_points_give_the_same_rows_and_keep_only_the_tables_named(local_ray: None, tmp_path: Path) -> None:
+    grid = parse_grid(["policy=rlix,static"])
+    base = load_scenario("tiny")
+    full = run_sweep(base, grid, tmp_path / "full").rows.set_index("point_id")
+    streamed = run_sweep(base, grid, tmp_path / "streamed", tables=frozenset({"steps"})).rows.set_index("point_id")
+    kept = run_sweep(base, grid, tmp_path / "kept", keep_runs=True, tables=frozenset({"steps"}))
+    for point_id, row in full.iterrows():
+        for key, value in row.items():
+            if key == "ray_node" or not isinstance(value, float):
+                continue
+            assert streamed.loc[point_id, key] == pytest.approx(value, rel=1e-12, abs=1e-12, nan_ok=True), key
+    for point_id in kept.rows["point_id"]:
+        folder = tmp_path / "kept" / "runs" / point_id
+        assert (folder / "steps.parquet").exists() and (folder / "summary.json").exists()
+        assert not (folder / "rollouts.parquet").exists() and not (folder / "allocations.parquet").exists()
+    assert not (tmp_path / "streamed" / "runs").exists()
+
+
 def test_a_failed_point_is_recorded_and_the_rest_goes_on(local_ray: None, tmp_path: Path) -> None:
     data = load_scenario("tiny").model_dump(mode="json", exclude_none=True)
     data["costs"] = {"linear_floor_tp2_s": 0.003}
