@@ -21,7 +21,9 @@ from rlix.runs.errors import RunError
 from rlix.runs.eventlog import EventFacts, events_path, facts_from_file, iter_records, read_header
 from rlix.runs.folder import SCENARIO_FILE, SUMMARY_FILE
 from rlix.runs.frames import RunTables
-from rlix.traces.tables import read_table
+from rlix.runs.tablechoice import TABLE_CHOICES
+from rlix.traces.schema import TABLE_NAMES
+from rlix.traces.tables import read_table, table_path
 
 
 @dataclass
@@ -45,30 +47,45 @@ class Run:
     def config(self) -> PolicyConfig:
         return codec.core_from_header(self.header)[2]
 
+    @property
+    def kept_tables(self) -> list[str]:
+        """The tables this folder holds (a run with `--tables` keeps only those named)."""
+        return [name for name in TABLE_CHOICES if self._has(name)]
+
+    def _has(self, name: str) -> bool:
+        return any(table_path(self.path, name, fmt).exists() for fmt in ("parquet", "csv"))  # type: ignore[arg-type]
+
+    def _read(self, name: str) -> pd.DataFrame:
+        if not self._has(name):
+            kept = ", ".join(self.kept_tables) or "none"
+            raise RunError(f"no {name} table here: the run kept {kept} (it was run with --tables; run "
+                           f"again with {name} among them, or without --tables)", file=self.path)
+        return read_table(self.path, name)  # type: ignore[arg-type]
+
     @cached_property
     def allocations(self) -> pd.DataFrame:
-        return read_table(self.path, "allocations")
+        return self._read("allocations")
 
     @cached_property
     def steps(self) -> pd.DataFrame:
-        return read_table(self.path, "steps")
+        return self._read("steps")
 
     @cached_property
     def rollouts(self) -> pd.DataFrame:
-        return read_table(self.path, "rollouts")
+        return self._read("rollouts")
 
     @cached_property
     def activity(self) -> pd.DataFrame:
-        return read_table(self.path, "activity")
+        return self._read("activity")
 
     @cached_property
     def waits(self) -> pd.DataFrame:
-        return read_table(self.path, "waits")
+        return self._read("waits")
 
     @cached_property
     def jobs(self) -> pd.DataFrame:
         """One row per pipeline: arrival, start, finish, JCT, alone, slowdown (rlix.runs.jobs)."""
-        return read_table(self.path, "jobs")
+        return self._read("jobs")
 
     @cached_property
     def facts(self) -> EventFacts:
@@ -87,7 +104,12 @@ class Run:
                 yield record
 
     def tables(self) -> RunTables:
-        """The tables in the form the metrics, timeline and plots take."""
+        """The tables in the form the metrics, timeline and plots take (all five run tables:
+        RunError naming those a `--tables` run did not keep)."""
+        missing = [name for name in TABLE_NAMES if not self._has(name)]
+        if missing:
+            raise RunError(f"the metrics and plots need every run table; this run kept "
+                           f"{', '.join(self.kept_tables) or 'none'}, not {', '.join(missing)}", file=self.path)
         return RunTables(
             policy=self.policy,
             num_gpus=self.topology.num_gpus,
