@@ -122,7 +122,8 @@ class SchedulerMachine(RuleBasedStateMachine):
     def register(self, data: st.DataObject) -> None:
         pid = f"p{self.num_registered}"
         self.num_registered += 1
-        self.send(PipelineRegistered(self.now, data.draw(pipeline_specs(self.topology, pid))))
+        homes = self.policy_name == "rlix"  # the look-ahead's homes: rlix alone keeps them
+        self.send(PipelineRegistered(self.now, data.draw(pipeline_specs(self.topology, pid, homes))))
 
     @rule(data=st.data(), rolling=st.booleans())
     def register_and_admit(self, data: st.DataObject, rolling: bool) -> None:
@@ -297,6 +298,22 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.send(GpuRestored(self.now, gpu))
         elif len(self.sched.cluster.offline) < 2:
             self.send(GpuLost(self.now, gpu))
+
+    def _away(self) -> list[str]:
+        return sorted(pid for pid, p in self.sched.pipelines.items()
+                      if p.admitted and p.spec.home and p.away_since_s == p.away_since_s)
+
+    @precondition(lambda self: self._away())
+    @rule(data=st.data(), away_s=st.sampled_from([2.0, 8.0, 20.0]), estimate=st.integers(1, 300))
+    def come_back(self, data: st.DataObject, away_s: float, estimate: int) -> None:
+        """A pipeline away between steps comes back after a while (to roll out or to train),
+        so that absences are measured and the look-ahead keeps and reclaims homes."""
+        pid = data.draw(st.sampled_from(self._away()))
+        self.now += away_s
+        self.send(Tick(self.now))
+        if pid in self.sched.pipelines and self._requestable(pid):
+            cluster, priority = data.draw(st.sampled_from(self._requestable(pid)))
+            self.send(ClusterRequested(self.now, pid, cluster, priority, estimate))
 
     @rule(dt=st.sampled_from([0.0, 0.5, 3.0, 10.0]))
     def tick(self, dt: float) -> None:
