@@ -17,10 +17,16 @@ calibrated. Reported beside it: the other work's CPU demand probed for 3 s befor
 run (the calibration too; rlix.executor.machine) and the prediction rescaled to it
 (rlix.sim.calibrate.costs_for_background, `*_error_load`), and in hindsight to the demand the
 live run measured (`*_error_hindsight`; not a prediction). On this machine neither rescaling
-has helped consistently (docs/calibration.md). The parts are rlix.sim.fidelity's, which
-notebooks/sim_vs_exec.ipynb shows step by step.
+has helped consistently (docs/calibration.md). With `--concurrency-fit three-gpus` the
+calibration also runs cpu-demo on three declared GPUs live, fits the per-op slowdown against
+the run's concurrency across the two (rlix.sim.concurrency), and each config is predicted
+again with the constants rescaled to its own concurrency: `*_error_contention` (the
+concurrency as the live calibration runs had it) and `*_error_contention_simc` (as the
+simulator counts it in replays of the calibration configs: like with like), beside the errors
+as before. The parts are rlix.sim.fidelity's, which notebooks/sim_vs_exec.ipynb shows step by
+step.
 
-    .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--json]
+    .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--concurrency-fit three-gpus] [--json]
 
 `--json` prints one line: {"configs": [{"name", "makespan_error", "step_time_error", ...}],
 "median_step_time_error", "max_makespan_error", ...}. Takes ~10-15 minutes on 2 cores.
@@ -59,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/fidelity", help="where run folders, costs and the plot go")
     parser.add_argument("--configs", default=",".join(VARIANTS), help=f"unseen configs, of {','.join(VARIANTS)}")
     parser.add_argument("--calibration-run", type=Path, help="calibrate on this live run folder instead of a new one")
+    parser.add_argument("--concurrency-fit", metavar="SECOND", default=None,
+                        help="calibrate on a second run too (three-gpus: cpu-demo on 3 declared GPUs, run live; or "
+                             "a live run folder) and also predict with the per-op slowdown against run concurrency "
+                             "(*_error_contention beside the errors as before)")
     parser.add_argument("--reuse", action="store_true",
                         help="keep the finished live runs already in --out (predict again, do not run again)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
@@ -74,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         os.dup2(2, 1)
     t0 = time.monotonic()
-    cal_dir, costs, trace = calibrate(out, args.calibration_run, args.reuse)
+    cal_dir, costs, trace = calibrate(out, args.calibration_run, args.reuse, second=args.concurrency_fit)
     rows, first = [], None
     for name in names:
         row, sim_dir, live_dir = predict_and_run(name, out, costs, trace, args.reuse)

@@ -13,6 +13,8 @@ numbers themselves and replays without the file. The file:
     contention: {...}                          # the contention fit (rlix.sim.contention)
     driver: {...}                              # grant latency (rlix.sim.calibrate_events)
     machine: {cores: 2, own_demand: 3.1, background_demand: 1.4}   # CPU wanted: the runs, the rest
+    concurrency: {fitted: true, form: linear, slope: 0.4, reference_concurrency: 2.5, ...}
+                                               # per-op slowdown against run concurrency (rlix.sim.concurrency)
 
 Only `costs` acts on a run; names there are checked by the simulator's cost model like any
 `costs:` mapping. The constants hold for a machine as busy as the calibration runs' was;
@@ -62,6 +64,10 @@ class CostsFile(Section):
     machine: dict[str, float] = {}
     """How busy the calibration runs' machine was (cores, own_demand, background_demand: the
     mean of the runs' summary.json `machine`); empty when the runs did not say."""
+    concurrency: dict[str, Any] = {}
+    """The per-op slowdown against a run's concurrency across the calibration runs
+    (rlix.sim.concurrency.fit_concurrency); `costs` hold at `reference_concurrency` and
+    rlix.sim.concurrency.costs_at rescales them to another. Empty in files written before it."""
 
 
 def read_costs_file(path: str | Path) -> CostsFile:

@@ -26,6 +26,10 @@ Every fit (rlix.sim.calibrate_fits) is least squares (numpy) with non-negative c
 constant with the root-mean-square residual of its fit, in seconds.
 
 Contention (rlix.sim.contention) is fitted here too, from the activity table, and reported.
+Across runs of different concurrency (rlix.sim.concurrency) the per-op slowdown is fitted, and
+the constants of the operations that share the cores are then each run's own fit brought to
+the first run's concurrency (the reference) and averaged; with one concurrency seen, the pooled
+fit as before.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from rlix.sim.calibrate_fits import (
     fit_weight_moves,
     fit_worker_start,
 )
+from rlix.sim.concurrency import fit_concurrency, reference_costs
 from rlix.sim.contention import fit_contention
 from rlix.traces.tables import read_table
 
@@ -67,6 +72,8 @@ class Calibration:
     driver: dict[str, Any] = field(default_factory=dict)
     #: How busy the machine was besides the runs (their summary.json `machine`, averaged).
     machine: dict[str, float] = field(default_factory=dict)
+    #: Per-op slowdown against run concurrency across the runs (rlix.sim.concurrency).
+    concurrency: dict[str, Any] = field(default_factory=dict)
 
     @property
     def costs(self) -> dict[str, float]:
@@ -76,7 +83,7 @@ class Calibration:
         return CostsFile(
             calibrated_from=self.runs, costs=self.costs,
             fits={f.name: ConstantFit(value=f.value, residual_s=f.residual_s, samples=f.samples) for f in self.fits},
-            contention=self.contention, driver=self.driver, machine=self.machine,
+            contention=self.contention, driver=self.driver, machine=self.machine, concurrency=self.concurrency,
         )
 
 
@@ -107,12 +114,22 @@ def fit_runs(paths: Sequence[str | Path], accept_simulated: bool = False) -> Cal
     if not paths:
         raise RunError("no run folder given")
     data = [read_run(p, accept_simulated) for p in paths]
-    fits = [*fit_decode(data), *fit_stages(data), *fit_weight_moves(data), *fit_publish(data), *fit_init(data)]
-    found = {f.name: f.value for f in fits}
-    fits += fit_worker_start(data, found.get("load_s", 0.0) + found.get("expand_overhead_s", 0.0))
+    fits = fit_constants(data)
+    concurrency = fit_concurrency([(str(d.path), d.activity) for d in data])
+    if concurrency["fitted"]:
+        per_run = [{f.name: (f.value, f.samples) for f in fit_constants([d])} for d in data]
+        at_reference = reference_costs(per_run, {f.name: f.value for f in fits}, concurrency)
+        fits = [Fit(f.name, at_reference[f.name], f.residual_s, f.samples) for f in fits]
     driver = driver_overhead(pd.concat([d.spans for d in data], ignore_index=True))
     return Calibration(fits, fit_contention([d.activity for d in data]), [str(d.path) for d in data], driver,
-                       machine_load(data))
+                       machine_load(data), concurrency)
+
+
+def fit_constants(data: Sequence[RunData]) -> list[Fit]:
+    """Every constant fitted over `data` pooled."""
+    fits = [*fit_decode(data), *fit_stages(data), *fit_weight_moves(data), *fit_publish(data), *fit_init(data)]
+    found = {f.name: f.value for f in fits}
+    return fits + fit_worker_start(data, found.get("load_s", 0.0) + found.get("expand_overhead_s", 0.0))
 
 
 def machine_load(data: Sequence[RunData]) -> dict[str, float]:

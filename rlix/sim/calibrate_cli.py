@@ -27,7 +27,10 @@ share the cores, process start-up, is modelled per pipeline started together. Ot
 the machine is measured too: each live run records the CPU demand of its own processes and of
 the rest (summary.json `machine`), the cost file keeps it, and
 rlix.sim.calibrate.costs_for_background rescales the constants to another load.
-See docs/calibration.md.
+Across runs: given runs of different concurrency (the time-weighted mean number of spans of
+work running at once), the per-op slowdown against it is fitted and kept (`concurrency:`;
+rlix.sim.concurrency.costs_at rescales the constants to another concurrency), and the
+constants are given at the first run's. See docs/calibration.md.
 
 A folder that lacks what a fit needs (no steps, no rollouts, no weight moves, no init), or a
 simulator run folder, is refused in one line (--accept-simulated reads a simulator folder,
@@ -51,6 +54,7 @@ def calibrate_main(args: argparse.Namespace) -> int:
     for fit in calibration.fits:
         print(f"{fit.name:<28} {fit.value:>12.6g} {fit.residual_s:>11.4g} {fit.samples:>8}")
     _print_contention(calibration.contention)
+    _print_concurrency(calibration.concurrency)
     machine = calibration.machine
     if machine:
         print(f"machine: {machine['cores']:.0f} cores; the runs wanted {machine['own_demand']:.2f} of them, other work "
@@ -74,6 +78,18 @@ def _print_contention(fit: dict[str, Any]) -> None:
     print(f"contention: slowdown {fit['slowdown_per_busy']:.3g} per other busy span "
           f"(mean {fit['mean_concurrent']:.2f} running), explains {fit['explained']:.1%} of the spread "
           f"over {fit['samples']} spans; {fit['reason']}")
+
+
+def _print_concurrency(fit: dict[str, Any]) -> None:
+    runs = ", ".join(f"{r['concurrency']:.2f}" for r in fit.get("runs", []))
+    if not fit.get("fitted"):
+        print(f"across runs: concurrency {runs}; no per-op slowdown fitted ({fit.get('reason', '')})")
+        return
+    form = (f"1 + {fit['slope']:.3g} * (C - {fit['reference_concurrency']:.2f})" if fit["form"] == "linear"
+            else f"max(1, C / {fit['effective_cores']:.2f}) relative to C = {fit['reference_concurrency']:.2f}")
+    print(f"across runs: concurrency {runs}; per-op slowdown f(C) = {form} ({fit['form']}; relative rms: linear "
+          f"{fit['relative_rms_linear']:.3f}, fair share {fit['relative_rms_fair_share']:.3f}, none "
+          f"{fit['relative_rms_flat']:.3f}); the constants are at the first run's concurrency")
 
 
 def register(commands: Any) -> None:

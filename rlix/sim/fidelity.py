@@ -13,7 +13,9 @@ it has not seen? The parts of `bench/fidelity.py` and `notebooks/sim_vs_exec.ipy
 Both drivers get the same scenario (`scenario_data`); its `engine:` section is set to what the
 executor does (`ENGINE`), which the executor ignores. Beside the prediction with the constants as
 calibrated, two rescaled to the other work's CPU demand are reported (`*_error_load`,
-`*_error_hindsight`; docs/calibration.md). The executor (Ray, torch) is imported only by the
+`*_error_hindsight`; docs/calibration.md), and, when the calibration read runs of two
+concurrencies (`calibrate(..., second=...)`), the prediction with the per-op slowdown across
+configs (rlix.sim.concurrency; `*_error_contention`, `predict_with_concurrency`). The executor (Ray, torch) is imported only by the
 functions that run live.
 """
 
@@ -60,6 +62,19 @@ def _staleness_one(data: dict[str, Any]) -> dict[str, Any]:
 def _static(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "policy": {**data["policy"], "name": "static"}}
 
+
+def _three_gpus(data: dict[str, Any]) -> dict[str, Any]:
+    ft, lora = (dict(p) for p in data["pipelines"])
+    ft.update(home="0", clusters={"actor_train": {"tp": 1, "gpus": "0"}, "actor_infer": {"tp": 1, "gpus": "0-2"}})
+    lora.update(home="1-2", clusters={"actor_train": {"tp": 1, "gpus": "1-2"},
+                                      "actor_infer": {"tp": 1, "gpus": "1-2,0"}})
+    return {**data, "topology": {**data["topology"], "gpus_per_node": 3}, "pipelines": [ft, lora]}
+
+
+#: The second calibration config (not one of the unseen ones): cpu-demo on three declared GPUs,
+#: so the calibration sees two run concurrencies and can fit the per-op slowdown across them
+#: (rlix.sim.concurrency).
+SECOND_CALIBRATION: dict[str, Variant] = {"three-gpus": _three_gpus}
 
 #: The unseen configs: cpu-demo with a pipeline added, on two declared GPUs instead of four,
 #: with staleness 1 everywhere, under the static policy.
@@ -190,11 +205,13 @@ def plot_side_by_side(sim_dir: Path, live_dir: Path, out: Path) -> Path:
 
 
 def calibrate(out: Path, live_dir: Path | None, reuse: bool = False,
-              steps: int | None = None) -> tuple[Path, Path, Path]:
+              steps: int | None = None, second: str | Path | None = None) -> tuple[Path, Path, Path]:
     """The calibration run (made unless given: cpu-demo, cut to `steps` if given), its cost
     file and its rollout lengths. The other work's CPU demand is probed before the run as before
     each predicted one, and the cost file says that (the same instrument on both sides of a
-    rescaling)."""
+    rescaling). With `second` (a SECOND_CALIBRATION name, run live, or a live run folder) the
+    calibration reads that run too, and fits the per-op slowdown against run concurrency
+    (rlix.sim.concurrency; the first run is the reference)."""
     from rlix.scenarios.costs import write_costs_file
     from rlix.sim.calibrate import fit_runs, write_trace
 
@@ -202,12 +219,18 @@ def calibrate(out: Path, live_dir: Path | None, reuse: bool = False,
     if live_dir is None:
         background = probe(out / "calibration", reuse)
         live_dir = run_live(scenario_data(None, steps=steps), out / "calibration" / "live", reuse)
+    runs = [live_dir]
+    if isinstance(second, str) and second in SECOND_CALIBRATION:
+        runs.append(run_live(scenario_data(SECOND_CALIBRATION[second], steps=steps),
+                             out / f"calibration-{second}" / "live", reuse))
+    elif second is not None:
+        runs.append(Path(second))
     costs, trace = out / "costs.yaml", out / "lengths.parquet"
-    calibrated = fit_runs([live_dir]).costs_file()
+    calibrated = fit_runs(runs).costs_file()
     if background is not None and calibrated.machine:
         calibrated = calibrated.model_copy(update={"machine": {**calibrated.machine, "background_demand": background}})
     write_costs_file(calibrated, costs)
-    write_trace([live_dir], trace)
+    write_trace(runs, trace)
     return live_dir, costs, trace
 
 
@@ -248,17 +271,90 @@ def predict_and_run(name: str, out: Path, costs: Path, trace: Path, reuse: bool,
                              folder / f"sim-{label}")
             again = compare(name, scaled, live_dir)
             row[f"makespan_error_{label}"], row[f"step_time_error_{label}"] = again["makespan_error"], again["step_time_error"]
+    from rlix.runs.reader import load
+    from rlix.sim.concurrency import run_concurrency
+
+    row["concurrency_meas"] = run_concurrency(load(live_dir).activity)
+    if calibrated.concurrency.get("fitted"):
+        contended, history = predict_with_concurrency(variant, folder, calibrated, trace, steps, sim_dir)
+        again = compare(name, contended, live_dir)
+        row["makespan_pred_s_contention"] = again["makespan_pred_s"]
+        row["makespan_error_contention"], row["step_time_error_contention"] = (again["makespan_error"],
+                                                                               again["step_time_error"])
+        row["step_time_errors_contention"] = again["step_time_errors"]
+        row["concurrency_pred"], row["concurrency_runs"] = history[-1], history
+        as_simulated = simulated_concurrency_fit(calibrated, trace, steps, out, reuse)
+        if as_simulated.concurrency.get("fitted"):
+            contended, history = predict_with_concurrency(variant, folder, as_simulated, trace, steps, sim_dir,
+                                                          label="sim-contention-simc")
+            again = compare(name, contended, live_dir)
+            row["makespan_pred_s_contention_simc"] = again["makespan_pred_s"]
+            row["makespan_error_contention_simc"], row["step_time_error_contention_simc"] = (
+                again["makespan_error"], again["step_time_error"])
+            row["concurrency_runs_simc"] = history
     return row, sim_dir, live_dir
 
 
+def simulated_concurrency_fit(calibrated: Any, trace: Path, steps: int | None, out: Path, reuse: bool) -> Any:
+    """The cost file with its per-op slowdown refitted against the concurrency the simulator
+    gives each calibration run's config (replayed on the reference constants), not the live
+    run's: the simulator counts a rollout rank busier than a live one (its spans cover a rank's
+    decoding, not only its engine calls), so the predicted run's concurrency is set against
+    the calibration's as the simulator counts both. Each calibration run's config is told from
+    its folder's name (calibration: cpu-demo; calibration-<name>: SECOND_CALIBRATION[name])."""
+    from rlix.runs.reader import load
+    from rlix.sim.concurrency import fit_concurrency, run_concurrency
+
+    names = [Path(r["run"]).parent.name for r in calibrated.concurrency["runs"]]
+    variants = {"calibration": None, **{f"calibration-{k}": v for k, v in SECOND_CALIBRATION.items()}}
+    if any(name not in variants for name in names):
+        return calibrated.model_copy(update={"concurrency": {}})
+    simulated = []
+    for name in names:
+        folder = out / "simc" / name
+        if not (reuse and (folder / "summary.json").is_file()):
+            run_sim(scenario_data(variants[name], trace, dict(calibrated.costs), steps), folder)
+        simulated.append(run_concurrency(load(folder).activity))
+    runs = [(r["run"], load(r["run"]).activity) for r in calibrated.concurrency["runs"]]
+    return calibrated.model_copy(update={"concurrency": fit_concurrency(runs, simulated)})
+
+
+def predict_with_concurrency(variant: Variant, folder: Path, calibrated: Any, trace: Path, steps: int | None,
+                             first: Path, max_runs: int = 3, tolerance: float = 0.02,
+                             label: str = "sim-contention") -> tuple[Path, list[float]]:
+    """The prediction with the per-op slowdown across configs (rlix.sim.concurrency): the run
+    `first` (made on the constants at the reference concurrency) says the config's concurrency
+    C; the constants rescaled to C (costs_at) make the next run, whose C makes the next, until C
+    moves less than `tolerance` (relative) or `max_runs` runs were made (`first` counted).
+    Returns the last run's folder and the concurrencies that were used, in order."""
+    from rlix.runs.reader import load
+    from rlix.sim.concurrency import costs_at, run_concurrency
+
+    current, history = first, [run_concurrency(load(first).activity)]
+    for index in range(1, max_runs):
+        current = run_sim(scenario_data(variant, trace, costs_at(calibrated, history[-1]), steps),
+                          folder / f"{label}-{index}")
+        measured = run_concurrency(load(current).activity)
+        moved = abs(measured - history[-1]) / history[-1] if history[-1] else 0.0
+        history.append(measured)
+        if moved < tolerance:
+            break
+    return current, history
+
+
 def summarize(rows: list[dict[str, Any]], cal_dir: Path, costs: Path, plot: Path, wall_s: float) -> dict[str, Any]:
-    steps = [r["step_time_error"] for r in rows if r["step_time_error"] is not None]
-    spans = [r["makespan_error"] for r in rows if r["makespan_error"] is not None]
-    return {"configs": rows, "calibration_run": str(cal_dir), "costs": str(costs), "plot": str(plot),
-            "median_step_time_error": statistics.median(steps) if steps else None,
-            "median_makespan_error": statistics.median(spans) if spans else None,
-            "max_makespan_error": max(spans) if spans else None,
-            "max_step_time_error": max(steps) if steps else None, "wall_s": wall_s}
+    report = {"configs": rows, "calibration_run": str(cal_dir), "costs": str(costs), "plot": str(plot),
+              "wall_s": wall_s}
+    for suffix in ("", "_contention", "_contention_simc"):
+        steps = [r[f"step_time_error{suffix}"] for r in rows if r.get(f"step_time_error{suffix}") is not None]
+        spans = [r[f"makespan_error{suffix}"] for r in rows if r.get(f"makespan_error{suffix}") is not None]
+        if suffix and not spans:
+            continue
+        report.update({f"median_step_time_error{suffix}": statistics.median(steps) if steps else None,
+                       f"median_makespan_error{suffix}": statistics.median(spans) if spans else None,
+                       f"max_makespan_error{suffix}": max(spans) if spans else None,
+                       f"max_step_time_error{suffix}": max(steps) if steps else None})
+    return report
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -268,6 +364,10 @@ def print_table(report: dict[str, Any]) -> None:
         shares = "".join(f" {r[f'{s}_pred']:>5.0%}/{r[f'{s}_meas']:<5.0%}" for s in ("busy_share", "loading_share", "idle_share"))
         print(f"{r['name']:<16} {r['makespan_pred_s']:>10.1f}/{r['makespan_meas_s']:<10.1f} {r['makespan_error']:>6.1%} "
               f"{r['step_time_error']:>9.1%} {shares} {r['preemptions_pred']:>5}/{r['preemptions_meas']:<5}")
+        if r.get("makespan_error_contention") is not None:
+            print(f"{'  +contention':<16} {r['makespan_pred_s_contention']:>10.1f}/{r['makespan_meas_s']:<10.1f} "
+                  f"{r['makespan_error_contention']:>6.1%} {r['step_time_error_contention']:>9.1%}  "
+                  f"C pred {r['concurrency_runs']} meas {r['concurrency_meas']:.2f}")
     print(f"median step-time error {report['median_step_time_error']:.1%}, "
           f"median makespan error {report['median_makespan_error']:.1%}, max {report['max_makespan_error']:.1%}; "
           f"plot {report['plot']}; {report['wall_s']:.0f} s")
@@ -302,7 +402,8 @@ def comparison_table(row: dict[str, Any]) -> pd.DataFrame:
 
 def error_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """One line per config: its errors, |pred - meas| / meas (step time: the mean over its
-    pipelines, and the worst pipeline's), and the rescaled predictions' beside them."""
+    pipelines, and the worst pipeline's), and the rescaled predictions' beside them (to the
+    other work's load; with a slowdown fitted across concurrencies, to the config's concurrency)."""
     import pandas as pd
 
     lines = []
@@ -313,6 +414,9 @@ def error_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
                       "loading": r["loading_share_error"], "idle": r["idle_share_error"],
                       "preemptions": r["preemptions_error"],
                       "makespan (load)": r.get("makespan_error_load"), "step time (load)": r.get("step_time_error_load")})
+        if any(row.get("makespan_error_contention") is not None for row in rows):  # calibrated on two concurrencies
+            lines[-1].update({"makespan (contention)": r.get("makespan_error_contention"),
+                              "step time (contention)": r.get("step_time_error_contention")})
     return pd.DataFrame(lines).set_index("config").astype(float)
 
 
