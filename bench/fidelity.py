@@ -49,12 +49,11 @@ from rlix.sim.fidelity import (
     compare,
     plot_side_by_side,
     predict_and_run,
-    print_table,
     run_live,
     run_sim,
     scenario_data,
-    summarize,
 )
+from rlix.sim.fidelity_report import print_table, summarize
 
 __all__ = ["ENGINE", "VARIANTS", "Variant", "calibrate", "compare", "main", "plot_side_by_side", "predict_and_run",
            "print_table", "run_live", "run_sim", "scenario_data", "summarize"]

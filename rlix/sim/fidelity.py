@@ -10,6 +10,8 @@ it has not seen? The parts of `bench/fidelity.py` and `notebooks/sim_vs_exec.ipy
    |pred - meas| / meas.
 3. `plot_side_by_side`: the Gantt of one predicted run over its live run.
 
+The report and the tables of the errors are in `rlix.sim.fidelity_report`.
+
 Both drivers get the same scenario (`scenario_data`); its `engine:` section is set to what the
 executor does (`ENGINE`), which the executor ignores. Beside the prediction with the constants as
 calibrated, two rescaled to the other work's CPU demand are reported (`*_error_load`,
@@ -25,18 +27,12 @@ import json
 import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import pandas as pd
+from typing import Any
 
 Variant = Callable[[dict[str, Any]], dict[str, Any]]
 #: What the executor does, said to the simulator (PipelineSetup.max_batch_per_rank is 8; each
 #: rank takes from the shared queue, no router; nothing migrates when a rank joins).
 ENGINE = {"max_batch": 8, "balance": False, "migrate_on_expand": False}
-#: The targets of the check: median step-time error, median makespan error, and none (of
-#: either, in any config) over the last.
-TARGETS = {"median_step_time_error": 0.05, "median_makespan_error": 0.10, "max_error": 0.15}
 
 
 def _added_pipeline(data: dict[str, Any]) -> dict[str, Any]:
@@ -340,92 +336,3 @@ def predict_with_concurrency(variant: Variant, folder: Path, calibrated: Any, tr
         if moved < tolerance:
             break
     return current, history
-
-
-def summarize(rows: list[dict[str, Any]], cal_dir: Path, costs: Path, plot: Path, wall_s: float) -> dict[str, Any]:
-    report = {"configs": rows, "calibration_run": str(cal_dir), "costs": str(costs), "plot": str(plot),
-              "wall_s": wall_s}
-    for suffix in ("", "_contention", "_contention_simc"):
-        steps = [r[f"step_time_error{suffix}"] for r in rows if r.get(f"step_time_error{suffix}") is not None]
-        spans = [r[f"makespan_error{suffix}"] for r in rows if r.get(f"makespan_error{suffix}") is not None]
-        if suffix and not spans:
-            continue
-        report.update({f"median_step_time_error{suffix}": statistics.median(steps) if steps else None,
-                       f"median_makespan_error{suffix}": statistics.median(spans) if spans else None,
-                       f"max_makespan_error{suffix}": max(spans) if spans else None,
-                       f"max_step_time_error{suffix}": max(steps) if steps else None})
-    return report
-
-
-def print_table(report: dict[str, Any]) -> None:
-    print(f"{'config':<16} {'makespan pred/meas s':>22} {'err':>6} {'step err':>9} "
-          f"{'busy p/m':>12} {'loading p/m':>12} {'idle p/m':>12} {'preempt p/m':>12}")
-    for r in report["configs"]:
-        shares = "".join(f" {r[f'{s}_pred']:>5.0%}/{r[f'{s}_meas']:<5.0%}" for s in ("busy_share", "loading_share", "idle_share"))
-        print(f"{r['name']:<16} {r['makespan_pred_s']:>10.1f}/{r['makespan_meas_s']:<10.1f} {r['makespan_error']:>6.1%} "
-              f"{r['step_time_error']:>9.1%} {shares} {r['preemptions_pred']:>5}/{r['preemptions_meas']:<5}")
-        if r.get("makespan_error_contention") is not None:
-            print(f"{'  +contention':<16} {r['makespan_pred_s_contention']:>10.1f}/{r['makespan_meas_s']:<10.1f} "
-                  f"{r['makespan_error_contention']:>6.1%} {r['step_time_error_contention']:>9.1%}  "
-                  f"C pred {r['concurrency_runs']} meas {r['concurrency_meas']:.2f}")
-    print(f"median step-time error {report['median_step_time_error']:.1%}, "
-          f"median makespan error {report['median_makespan_error']:.1%}, max {report['max_makespan_error']:.1%}; "
-          f"plot {report['plot']}; {report['wall_s']:.0f} s")
-
-
-# --- tables (the notebook's) ------------------------------------------------------------------
-
-
-def fit_table(costs: Path) -> pd.DataFrame:
-    """The cost file's fitted constants: value, RMS residual of its fit (s) and samples."""
-    import pandas as pd
-
-    from rlix.scenarios.costs import read_costs_file
-
-    fits = read_costs_file(costs).fits
-    return pd.DataFrame([{"constant": name, "value": f.value, "residual_s": f.residual_s, "samples": f.samples}
-                         for name, f in fits.items()]).set_index("constant")
-
-
-def comparison_table(row: dict[str, Any]) -> pd.DataFrame:
-    """One config (a `compare` row): predicted, measured and |pred - meas| / meas of each figure."""
-    import pandas as pd
-
-    lines = [("makespan s", row["makespan_pred_s"], row["makespan_meas_s"], row["makespan_error"])]
-    for pid, error in row["step_time_errors"].items():
-        lines.append((f"mean step s: {pid}", row[f"step_time_pred_s.{pid}"], row[f"step_time_meas_s.{pid}"], error))
-    for share in ("busy_share", "loading_share", "idle_share"):
-        lines.append((share.replace("_", " "), row[f"{share}_pred"], row[f"{share}_meas"], row[f"{share}_error"]))
-    lines.append(("preemptions", row["preemptions_pred"], row["preemptions_meas"], row["preemptions_error"]))
-    return pd.DataFrame(lines, columns=["figure", "predicted", "measured", "error"]).set_index("figure")
-
-
-def error_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """One line per config: its errors, |pred - meas| / meas (step time: the mean over its
-    pipelines, and the worst pipeline's), and the rescaled predictions' beside them (to the
-    other work's load; with a slowdown fitted across concurrencies, to the config's concurrency)."""
-    import pandas as pd
-
-    lines = []
-    for r in rows:
-        known = [e for e in r["step_time_errors"].values() if e is not None]
-        lines.append({"config": r["name"], "makespan": r["makespan_error"], "step time": r["step_time_error"],
-                      "worst step time": max(known) if known else None, "busy": r["busy_share_error"],
-                      "loading": r["loading_share_error"], "idle": r["idle_share_error"],
-                      "preemptions": r["preemptions_error"],
-                      "makespan (load)": r.get("makespan_error_load"), "step time (load)": r.get("step_time_error_load")})
-        if any(row.get("makespan_error_contention") is not None for row in rows):  # calibrated on two concurrencies
-            lines[-1].update({"makespan (contention)": r.get("makespan_error_contention"),
-                              "step time (contention)": r.get("step_time_error_contention")})
-    return pd.DataFrame(lines).set_index("config").astype(float)
-
-
-def verdict(errors: pd.DataFrame) -> dict[str, tuple[float, float, bool]]:
-    """Each target of `TARGETS` against an `error_table`: (value, target, met). NaN: unknown."""
-    import math
-
-    step, span = errors["step time"].median(), errors["makespan"].median()
-    worst = errors[["makespan", "step time"]].max().max()
-    found = {"median_step_time_error": step, "median_makespan_error": span, "max_error": worst}
-    return {name: (float(value), TARGETS[name], not math.isnan(value) and value <= TARGETS[name])
-            for name, value in found.items()}
