@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from rlix.policy import events as ev
 from rlix.policy.decisions import AllowRollout, Decision, Expand, Grant, Revoke, Shrink
 from rlix.policy.errors import InvariantViolation
+from rlix.policy.invariants_loans import away_homes, check_reclaims
 from rlix.policy.state import ClusterHold, HoldStatus, Rank, RankStatus, Request
 
 if TYPE_CHECKING:
@@ -148,37 +149,6 @@ def check_shrink_reasons(decisions: list[Decision], strict: bool) -> None:
             _fail(4, f"preempting shrink {d.decision_id} is not followed by its grant")
         if d.reason == "rebalance" and d.decision_id not in required_by_expands:
             _fail(4, f"rebalancing shrink {d.decision_id} is not followed by an expansion")
-
-
-def check_reclaims(sched: Scheduler, decisions: list[Decision]) -> None:
-    """Invariant 3 (look-ahead side): a rank is reclaimed only from a home that is another
-    pipeline's alone and whose owner is away (admitted, rolling out, holding and requesting
-    nothing), found here from the specs and holdings rather than from the core's clocks."""
-    for d in decisions:
-        if not (isinstance(d, Shrink) and d.reason == "reclaim"):
-            continue
-        covering: dict[int, list[PipelineState]] = {g: [] for g in d.gpus}
-        for p in sched.pipelines.values():
-            for g in covering.keys() & set(p.spec.home):
-                covering[g].append(p)
-        alone = [ps[0] for ps in covering.values() if len(ps) == 1]  # a GPU in one home only
-        if not any(
-            p.pipeline_id != d.pipeline_id and p.admitted and not (p.rolling or p.holdings or p.pending) for p in alone
-        ):
-            _fail(3, f"{d.pipeline_id} rank {d.dp_rank} reclaimed from no home of an away pipeline alone")
-
-
-def _away_homes(sched: Scheduler) -> dict[int, str]:
-    """GPU -> the away pipeline (admitted, holding, requesting and rolling out nothing) whose
-    home alone covers it."""
-    covering: dict[int, list[PipelineState]] = {}
-    for p in sched.pipelines.values():
-        for g in p.spec.home:
-            covering.setdefault(g, []).append(p)
-    return {
-        g: ps[0].pipeline_id for g, ps in covering.items()
-        if len(ps) == 1 and ps[0].admitted and not (ps[0].rolling or ps[0].holdings or ps[0].pending)
-    }
 
 
 def check_shrink_backoff(sched: Scheduler, decisions: list[Decision]) -> None:
@@ -323,7 +293,7 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
             donors = settled
         else:
             donors = {}
-        kept = _away_homes(sched) if held and config.look_ahead and sched.policy.name == "rlix" else {}
+        kept = away_homes(sched) if held and config.look_ahead and sched.policy.name == "rlix" else {}
         for rank in p.ranks:
             if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > sched.now:
                 continue

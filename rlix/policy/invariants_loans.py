@@ -1,0 +1,49 @@
+"""The invariant checks of the look-ahead's loans (rlix.policy.look_ahead), computed their own
+way: from the specs and holdings, never from the core's clocks. Part of
+rlix.policy.invariants (invariant 3's reclaim side, and the homes invariant 6 may keep back)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlix.policy.decisions import Decision, Shrink
+from rlix.policy.errors import InvariantViolation
+
+if TYPE_CHECKING:
+    from rlix.policy.core import Scheduler
+    from rlix.policy.state import PipelineState
+
+
+def _fail(detail: str) -> None:
+    raise InvariantViolation(3, detail)
+
+
+def check_reclaims(sched: Scheduler, decisions: list[Decision]) -> None:
+    """Invariant 3 (look-ahead side): a rank is reclaimed only from a home that is another
+    pipeline's alone and whose owner is away (admitted, rolling out, holding and requesting
+    nothing), found here from the specs and holdings rather than from the core's clocks."""
+    for d in decisions:
+        if not (isinstance(d, Shrink) and d.reason == "reclaim"):
+            continue
+        covering: dict[int, list[PipelineState]] = {g: [] for g in d.gpus}
+        for p in sched.pipelines.values():
+            for g in covering.keys() & set(p.spec.home):
+                covering[g].append(p)
+        alone = [ps[0] for ps in covering.values() if len(ps) == 1]  # a GPU in one home only
+        if not any(
+            p.pipeline_id != d.pipeline_id and p.admitted and not (p.rolling or p.holdings or p.pending) for p in alone
+        ):
+            _fail(f"{d.pipeline_id} rank {d.dp_rank} reclaimed from no home of an away pipeline alone")
+
+
+def away_homes(sched: Scheduler) -> dict[int, str]:
+    """GPU -> the away pipeline (admitted, holding, requesting and rolling out nothing) whose
+    home alone covers it."""
+    covering: dict[int, list[PipelineState]] = {}
+    for p in sched.pipelines.values():
+        for g in p.spec.home:
+            covering.setdefault(g, []).append(p)
+    return {
+        g: ps[0].pipeline_id for g, ps in covering.items()
+        if len(ps) == 1 and ps[0].admitted and not (ps[0].rolling or ps[0].holdings or ps[0].pending)
+    }
