@@ -84,6 +84,8 @@ class Scheduler:
         self.ideal: dict[str, float] = {}
         self.reservations = Reservations()
         self.runnable: frozenset[str] = frozenset()
+        #: Pipelines away between steps (rlix.policy.look_ahead), kept by note_left/note_back.
+        self.away: dict[str, PipelineState] = {}
         #: When the core wants to run a round even if no event comes (a loan falls due back,
         #: rlix.policy.look_ahead); inf: never. A driver sends a Tick then, or soon after.
         self.wake_at_s = math.inf

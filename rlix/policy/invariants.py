@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from rlix.policy import events as ev
 from rlix.policy.decisions import AllowRollout, Decision, Expand, Grant, Revoke, Shrink
 from rlix.policy.errors import InvariantViolation
-from rlix.policy.invariants_loans import away_homes, check_reclaims
+from rlix.policy.invariants_loans import away_homes, check_away_set, check_reclaims
 from rlix.policy.state import ClusterHold, HoldStatus, Rank, RankStatus, Request
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ class InvariantChecker:
         self._check_holdings_kept(event, decisions)  # 3 and 9
         check_shrink_reasons(decisions, strict=4 in guarantees)
         check_reclaims(sched, decisions)
+        check_away_set(sched)
         check_shrink_backoff(sched, decisions)
         if 5 in guarantees or 6 in guarantees:
             view = ReservationView(sched, decisions)

@@ -47,3 +47,15 @@ def away_homes(sched: Scheduler) -> dict[int, str]:
         g: ps[0].pipeline_id for g, ps in covering.items()
         if len(ps) == 1 and ps[0].admitted and not (ps[0].rolling or ps[0].holdings or ps[0].pending)
     }
+
+
+def check_away_set(sched: Scheduler) -> None:
+    """The look-ahead's away set (kept by note_left/note_back, read by every round's loans) is
+    exactly the registered pipelines marked away, and each of those holds, requests and rolls
+    out nothing: a stale entry would lend or reclaim a home for an owner who is back."""
+    marked = {p.pipeline_id for p in sched.pipelines.values() if p.away_since_s == p.away_since_s}
+    if set(sched.away) != marked:
+        _fail(f"away set {sorted(sched.away)} is not the pipelines marked away {sorted(marked)}")
+    for pipeline_id, p in sched.away.items():
+        if sched.pipelines.get(pipeline_id) is not p or p.rolling or p.holdings or p.pending:
+            _fail(f"{pipeline_id} is in the away set but is not away (or not registered)")

@@ -102,6 +102,7 @@ def on_removed(sched: Scheduler, event: ev.PipelineRemoved) -> None:
     for request in pipeline.pending.values():
         sched.queue.remove(request)
     del sched.pipelines[pipeline.pipeline_id]
+    sched.away.pop(pipeline.pipeline_id, None)
     cluster.count_home(pipeline.spec.home, -1)
 
 

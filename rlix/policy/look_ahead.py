@@ -13,7 +13,8 @@ Expand and Shrink it emitted was applied.
 What is measured, per pipeline (`PipelineState`):
 
 - `load_s` and `offload_s`: emitted-to-applied time of its Expands (that wait for nothing) and
-  Shrinks, a running mean (each new figure weighs one half), 0 until measured;
+  Shrinks, a running mean (each new figure weighs one half), nan until measured (a move not
+  measured yet counts as free: `move_s`);
 - `last_away_s`: how long its last absence lasted, from the release that left it holding and
   requesting nothing to its next request. Its expected return is `away_since_s + last_away_s`.
 
@@ -55,9 +56,14 @@ def measure_move(sched: Scheduler, rank: Rank, loaded: bool) -> None:
         return
     took = sched.now - emitted
     if loaded:
-        pipeline.load_s = took if pipeline.load_s == 0.0 else 0.5 * (pipeline.load_s + took)
+        pipeline.load_s = took if pipeline.load_s != pipeline.load_s else 0.5 * (pipeline.load_s + took)
     else:
-        pipeline.offload_s = took if pipeline.offload_s == 0.0 else 0.5 * (pipeline.offload_s + took)
+        pipeline.offload_s = took if pipeline.offload_s != pipeline.offload_s else 0.5 * (pipeline.offload_s + took)
+
+
+def move_s(seconds: float) -> float:
+    """A measured move time, or 0 for one not measured yet."""
+    return 0.0 if seconds != seconds else seconds
 
 
 def note_left(sched: Scheduler, pipeline: PipelineState) -> None:
@@ -65,6 +71,7 @@ def note_left(sched: Scheduler, pipeline: PipelineState) -> None:
     rolls out nothing."""
     if not (pipeline.holdings or pipeline.pending or pipeline.rolling) and pipeline.away_since_s != pipeline.away_since_s:
         pipeline.away_since_s = sched.now
+        sched.away[pipeline.pipeline_id] = pipeline
 
 
 def note_back(sched: Scheduler, pipeline: PipelineState) -> None:
@@ -73,6 +80,7 @@ def note_back(sched: Scheduler, pipeline: PipelineState) -> None:
     if since == since:
         pipeline.last_away_s = sched.now - since
         pipeline.away_since_s = math.nan
+        del sched.away[pipeline.pipeline_id]
 
 
 def expected_return_s(sched: Scheduler, pipeline: PipelineState) -> float | None:
@@ -102,6 +110,10 @@ def own_home(sched: Scheduler, pipeline: PipelineState) -> tuple[tuple[int, ...]
     return pipeline.own_home
 
 
+def _registered(pipeline: PipelineState) -> int:
+    return pipeline.registered_seq
+
+
 class Loans:
     """The homes of away pipelines expected back, for one round."""
 
@@ -114,8 +126,11 @@ class Loans:
         if not sched.config.look_ahead:
             return
         runnable = sched.runnable
-        for pipeline in sched.pipelines.values():
-            if pipeline.away_since_s != pipeline.away_since_s or pipeline.pipeline_id not in runnable:
+        away = sched.away.values()
+        # Registration order, as the pipelines are visited everywhere else: reclaims keep one
+        # order whatever order the owners left in.
+        for pipeline in sorted(away, key=_registered) if len(sched.away) > 1 else away:
+            if pipeline.pipeline_id not in runnable:
                 continue
             back = expected_return_s(sched, pipeline)
             if back is not None and pipeline.spec.home:
@@ -126,7 +141,7 @@ class Loans:
     def blocked_bits(self, borrower: PipelineState) -> int:
         """Slots `borrower` may not be lent this round: on homes whose owners are back before a
         loan would pay (rule 1)."""
-        horizon = self.sched.now + (1.0 + self.payback) * (borrower.load_s + borrower.offload_s)
+        horizon = self.sched.now + (1.0 + self.payback) * (move_s(borrower.load_s) + move_s(borrower.offload_s))
         bits = 0
         for back, home, _gpus, owner in self.owners:
             if back < horizon and owner is not borrower:
@@ -147,7 +162,7 @@ class Loans:
                     continue
                 seen.add(rank)
                 borrower = sched.pipelines[rank.pipeline_id]
-                due = back - borrower.offload_s
+                due = back - move_s(borrower.offload_s)
                 if due > now:
                     next_due = min(next_due, due)
                 elif rank.status is RANK_ACTIVE and rank.shrink_retry_after_s <= now:

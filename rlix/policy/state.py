@@ -133,9 +133,9 @@ class PipelineState:
     last_rebalanced_in_s: float = float("-inf")
     last_rebalanced_out_s: float = float("-inf")
     #: Measured by the core (rlix.policy.look_ahead): how long an Expand (a weight load) and a
-    #: Shrink (an offload) of this pipeline take, emitted to applied; 0 until measured.
-    load_s: float = 0.0
-    offload_s: float = 0.0
+    #: Shrink (an offload) of this pipeline take, emitted to applied; nan until measured.
+    load_s: float = float("nan")
+    offload_s: float = float("nan")
     #: Away: holding, requesting and rolling out nothing (between steps). Since when (nan: not
     #: away), and how long its last absence lasted (nan: none yet).
     away_since_s: float = float("nan")

@@ -68,7 +68,10 @@ def test_the_core_measures_loads_offloads_and_absences() -> None:
     driver = two_homes(PolicyConfig())
     o, b = driver.sched.pipelines["O"], driver.sched.pipelines["B"]
     assert o.load_s == 2.0 and b.load_s == 2.0  # emitted at 0 (and 30 for O), applied 2 s later
-    assert o.offload_s == 1.0  # released at 10 and 40, applied at 11 and 41
+    # Offloads, a running mean weighing each new one half: two ranks given to B at 2 and
+    # applied at once (0 s, a measurement like any), then two at 10 -> 11 and two at 40 -> 41.
+    assert o.offload_s == ((((0.0 + 1.0) / 2 + 1.0) / 2 + 1.0) / 2 + 1.0) / 2 == 0.9375
+    assert sorted(driver.sched.away) == ["O"]
     assert o.last_away_s == 10.0 and o.away_since_s == 50.0  # away 20-30, and again since 50
 
 
