@@ -14,6 +14,11 @@ this round, then:
    that could work; a later move takes them back if a target calls for it. A pipeline that
    was lent GPUs may now be above target, so moves and fill repeat until nothing is lent.
 
+Targets follow remaining work, except that a pipeline in its tail (nothing queued) is held at
+its busy ranks (`keep_busy_tail`): more ranks cannot help it, unless its driver migrates running
+trajectories onto a joining rank and it runs many per rank, on-policy, when it takes part in the
+split with its busy ranks as a floor (`tail_spread_batch`, `spreads`).
+
 Before both, loans of the homes of pipelines away between steps are priced and reclaimed on
 time (`rlix.policy.look_ahead`): bundles whose loan would not pay are kept from the pipelines
 they would not pay for, in the moves and the fill alike.
@@ -84,16 +89,17 @@ def _rollout_union(sched: Scheduler, rollers: list[PipelineState]) -> frozenset[
 def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
     """Split targets over the rollout budget. With `keep_busy_tail`, a pipeline in its tail
     is held at exactly its busy ranks (at least one bundle while it has work) and the others
-    split what is left."""
+    split what is left; one whose tail still gains from more ranks (`_spreads`) takes part in
+    the split instead, its busy ranks a floor."""
     budget = rollout_budget(sched, rollers)
     demands = [p.demand for p in rollers]  # a property with branches: read once a round
-    fixed = _tail_targets(sched, rollers, demands, budget) if sched.config.keep_busy_tail else {}
+    fixed, spread = _tail_targets(sched, rollers, demands, budget) if sched.config.keep_busy_tail else ({}, {})
     # Positional: keyword arguments cost about a third more, once per roller every round.
-    # (pipeline_id, demand, tp, weight, num_active_gpus, max_ranks, order)
+    # (pipeline_id, demand, tp, weight, num_active_gpus, max_ranks, order, floor)
     floors = sched.config.home_floor
     claims = [
         Claim(p.pipeline_id, demand, p.tp, p.spec.weight, p.num_active_gpus, len(p.ranks), p.admitted_seq,
-              _home_floor(p, demand) if floors else 0)
+              max(_home_floor(p, demand) if floors else 0, spread.get(p.pipeline_id, 0)))
         for p, demand in zip(rollers, demands, strict=True)
         if p.pipeline_id not in fixed
     ]
@@ -114,14 +120,19 @@ def _home_floor(pipeline: PipelineState, demand: float) -> int:
     return min(pipeline.home_rollout_gpus, wanted)
 
 
-def _tail_targets(sched: Scheduler, rollers: list[PipelineState], demands: list[float], budget: int) -> dict[str, int]:
+def _tail_targets(
+    sched: Scheduler, rollers: list[PipelineState], demands: list[float], budget: int
+) -> tuple[dict[str, int], dict[str, int]]:
     """Targets of the pipelines in their tail: the GPUs of their busy ranks outside reserved
     GPUs (a reserved one goes to the request that waits for it), one bundle at least while
-    they have work. None at all if they would leave too little for every other pipeline with
-    work to have its one bundle: that minimum comes first."""
+    they have work; and, apart, the same figure as a floor for those whose tail spreads. None
+    at all if the held ones would leave too little for every other pipeline with work to have
+    its one bundle: that minimum comes first."""
     reserved = sched.reservations.reserved_for
     fixed: dict[str, int] = {}
-    others = 0  # the first bundles of the pipelines not in their tail
+    spread: dict[str, int] = {}
+    others = 0  # the first bundles of the pipelines not held
+    spread_batch = sched.config.tail_spread_batch
     for pipeline, demand in zip(rollers, demands, strict=True):
         if not pipeline.in_tail:
             others += pipeline.tp if demand > 0 else 0
@@ -130,8 +141,25 @@ def _tail_targets(sched: Scheduler, rollers: list[PipelineState], demands: list[
             busy = sum(len(r.gpus) for n, r in pipeline.active.items() if n in pipeline.busy and reserved.keys().isdisjoint(r.gpus))
         else:
             busy = pipeline.busy_gpus()
-        fixed[pipeline.pipeline_id] = max(busy, pipeline.tp if demand > 0 else 0)
-    return fixed if sum(fixed.values()) + others <= budget else {}
+        if spread_batch and spreads(pipeline, spread_batch):
+            spread[pipeline.pipeline_id] = busy
+            others += pipeline.tp if demand > 0 else 0
+        else:
+            fixed[pipeline.pipeline_id] = max(busy, pipeline.tp if demand > 0 else 0)
+    return (fixed if sum(fixed.values()) + others <= budget else {}), spread
+
+
+def spreads(pipeline: PipelineState, batch: int) -> bool:
+    """An on-policy pipeline in its tail still gains from more ranks: its driver moves running
+    trajectories onto a rank that joins (`PipelineSpec.rollout_migrates`), and its busy ranks
+    run more than `batch` trajectories each on average, so splitting them shortens every
+    decode iteration (its time grows with the batch and the KV cache it reads). Its step waits
+    for the last of them and nothing else of it can run meanwhile; an off-policy pipeline's
+    next rollout overlaps its tail, and spreading that tail measured no better there."""
+    in_flight = pipeline.in_flight
+    if not pipeline.spec.rollout_migrates or not in_flight or not pipeline.on_policy:
+        return False
+    return sum(in_flight.values()) > batch * max(1, pipeline.num_busy_active)
 
 
 def plan_rlix(sched: Scheduler) -> None:

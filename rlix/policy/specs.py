@@ -159,6 +159,8 @@ class PipelineSpec:
     `home_size` > 0 with an empty `home` asks the core to place a home of that many GPUs
     (clusters with a `scope` are mapped then). `runtime_estimate_s` is the job's expected
     time alone, for policies that plan ahead (EASY backfill); None: unknown.
+    `rollout_migrates`: its driver moves running trajectories onto a rollout rank that joins
+    (prefix kept and recomputed there), so more ranks help even when nothing is queued.
     """
 
     pipeline_id: str
@@ -170,6 +172,7 @@ class PipelineSpec:
     home: tuple[int, ...] = ()
     home_size: int = 0
     runtime_estimate_s: float | None = None
+    rollout_migrates: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "adapters", _as_tuple(self.adapters))
@@ -224,6 +227,8 @@ class PipelineSpec:
         estimate = self.runtime_estimate_s
         if estimate is not None and not (is_number(estimate) and estimate > 0):
             raise SpecError(f"{pid}.runtime_estimate_s", estimate, "must be None or a positive finite number")
+        if not isinstance(self.rollout_migrates, bool):
+            raise SpecError(f"{pid}.rollout_migrates", self.rollout_migrates, "must be true or false")
 
     def _validate_home(self, topology: Topology) -> None:
         pid, home, size = self.pipeline_id, self.home, self.home_size
@@ -316,6 +321,11 @@ class PolicyConfig:
     #: time before the owner is expected back. rlix only.
     look_ahead: bool = True
     loan_payback: float = 1.0
+    #: With `keep_busy_tail`: an on-policy pipeline in its tail whose driver migrates running
+    #: trajectories to a joining rank, and whose busy ranks run more than this many each on
+    #: average, is not held at its busy ranks but takes part in the split with them as a floor
+    #: (rlix.policy.rollout.spreads); 0 holds every tail. rlix only.
+    tail_spread_batch: int = 32
 
     def validate(self) -> None:
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load",
@@ -323,6 +333,8 @@ class PolicyConfig:
             value = getattr(self, name)
             if not (is_number(value) and value >= 0):
                 raise SpecError(f"config.{name}", value, "must be a finite number >= 0")
+        if not is_int(self.tail_spread_batch) or self.tail_spread_batch < 0:
+            raise SpecError("config.tail_spread_batch", self.tail_spread_batch, "must be an integer >= 0")
         for name in ("keep_busy_tail", "home_floor", "look_ahead"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")

@@ -44,7 +44,8 @@ def _plain(value: Any) -> Any:
 
 
 def spec_to_dict(spec: PipelineSpec) -> dict[str, Any]:
-    """A spec as JSON-ready data; the home fields only when set (older logs have none)."""
+    """A spec as JSON-ready data; the home fields, the estimate and migration only when set
+    (older logs have none)."""
     out: dict[str, Any] = {
         "pipeline_id": spec.pipeline_id,
         "kind": spec.kind.value,
@@ -59,6 +60,8 @@ def spec_to_dict(spec: PipelineSpec) -> dict[str, Any]:
         out["home_size"] = spec.home_size
     if spec.runtime_estimate_s is not None:
         out["runtime_estimate_s"] = spec.runtime_estimate_s
+    if spec.rollout_migrates:
+        out["rollout_migrates"] = True
     return out
 
 
@@ -83,6 +86,7 @@ def spec_from_dict(data: dict[str, Any]) -> PipelineSpec:
         home=tuple(data.get("home", ())),
         home_size=data.get("home_size", 0),
         runtime_estimate_s=data.get("runtime_estimate_s"),
+        rollout_migrates=data.get("rollout_migrates", False),
     )
 
 

@@ -77,6 +77,9 @@ class PolicyTunables(Section):
     """Loans of an away pipeline's home pay for their moves and are handed back on time (rlix only)."""
     loan_payback: float = Field(_POLICY_DEFAULTS.loan_payback, ge=0, allow_inf_nan=False)
     """A loan must work this many times as long as its weight load and offload take (rlix only)."""
+    tail_spread_batch: int = Field(_POLICY_DEFAULTS.tail_spread_batch, ge=0)
+    """An on-policy tail running more than this many trajectories per busy rank, whose engine
+    migrates them, takes part in the split instead of being held; 0: every tail held (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

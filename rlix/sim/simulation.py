@@ -108,6 +108,9 @@ class Simulation:
         self.alone_s = runtime_estimates_s
         for pid, estimate_s in (runtime_estimates_s or {}).items():
             self.specs[pid] = dataclasses.replace(self.specs[pid], runtime_estimate_s=estimate_s)
+        if scenario.engine.migrate_on_expand:  # the simulated engine moves running trajectories
+            for pid, spec in self.specs.items():
+                self.specs[pid] = dataclasses.replace(spec, rollout_migrates=True)
         self.pipelines = {p.id: p for p in scenario.pipelines}
         gpu = scenario.topology_config.gpu
         self.costs: dict[str, CostModel] = {

@@ -66,14 +66,15 @@ class Job:
 class Loop:
     def __init__(self, sched: Scheduler, jobs: list[Job], dt_s: float = 1.0, rate: float = 1.0,
                  fail_every: int = 0, load_s: float = 0.0, preempt_loss_s: float = 0.0,
-                 report_ranks: bool = False) -> None:
+                 report_ranks: bool = False, per_rank: int = 1) -> None:
         """`load_s`: a rank generates only this long after its expansion (weight load);
         `preempt_loss_s`: a shrink of a rank that is still needed re-queues this many seconds
         of its work (its in-flight trajectories start over); `report_ranks`: report where the
         work is (RanksProgressed), as if each unit of remaining work were one trajectory and
-        each active rank ran one at a time, lowest ranks first."""
+        each active rank ran `per_rank` at a time, lowest ranks first."""
         self.sched = sched
         self.report_ranks = report_ranks
+        self.per_rank = per_rank
         self.load_s = load_s
         self.preempt_loss_s = preempt_loss_s
         self.ready_at: dict[tuple[str, int], float] = {}
@@ -146,10 +147,13 @@ class Loop:
         return {pid: j.finished_at for pid, j in self.jobs.items() if j.finished_at is not None}
 
     def _report_ranks(self, pid: str, trajectories: int) -> None:
-        ranks = sorted(self.sched.pipelines[pid].active)
-        running = min(trajectories, len(ranks))
-        in_flight = tuple((rank, 1 if i < running else 0) for i, rank in enumerate(ranks))
-        self.send(RanksProgressed(self.now, pid, in_flight, trajectories - running))
+        left = trajectories
+        in_flight = []
+        for rank in sorted(self.sched.pipelines[pid].active):
+            running = min(self.per_rank, left)
+            in_flight.append((rank, running))
+            left -= running
+        self.send(RanksProgressed(self.now, pid, tuple(in_flight), left))
 
     def _take_grant(self, job: Job, cluster: str) -> bool:
         if cluster in job.granted:

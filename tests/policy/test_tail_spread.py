@@ -1,0 +1,99 @@
+"""Spreading a tail (PolicyConfig.tail_spread_batch, rlix.policy.rollout.spreads): an on-policy
+pipeline in its tail whose driver migrates running trajectories, with more than the batch of
+them per busy rank, takes part in the split with its busy ranks as a floor; every other tail is
+held at its busy ranks. A golden worked out by hand, each condition of the rule switched off in
+turn, and random workloads with packed ranks driven to the end under the invariant checker."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlix.policy import (
+    ClusterRequested,
+    ClusterSpec,
+    PipelineKind,
+    PipelineSpec,
+    PolicyConfig,
+    Priority,
+    RanksProgressed,
+    RolloutProgressed,
+    Scheduler,
+    SpecError,
+    Topology,
+)
+from tests.policy.drive import Driver
+from tests.policy.test_liveness import workloads
+from tests.policy.test_tail import WatchedLoop
+from tests.policy.toy_driver import sequential_bound_s
+
+EXAMPLES = int(os.environ.get("RLIX_HYPOTHESIS_EXAMPLES", "500")) // 5
+
+
+def rollout_spec(pid: str, migrates: bool = True, staleness: int = 0) -> PipelineSpec:
+    return PipelineSpec(pid, PipelineKind.FULL_FINETUNE, {"actor_infer": ClusterSpec(1, tuple(range(8)))},
+                        max_staleness=staleness, rollout_migrates=migrates)
+
+
+def a_tail_then_b(config: PolicyConfig, migrates: bool = True, staleness: int = 0) -> Driver:
+    """One node of 8. A rolls out alone on all 8 GPUs; at 2 s it has 60 units of work left, 40
+    trajectories on each of ranks 0 and 1 and nothing queued (its tail); at 3 s B asks for
+    rollout with 100 units."""
+    driver = Driver(Topology(1, 8), dataclasses.replace(config, min_rebalance_interval_s=0.0))
+    driver.add(rollout_spec("A", migrates, staleness), rollout_spec("B"))
+    driver.send(ClusterRequested(1.0, "A", "actor_infer", Priority.ROLLOUT, 100.0))
+    driver.apply_all()
+    assert driver.held("A") == 8
+    driver.send(RolloutProgressed(2.0, "A", 60.0))
+    driver.send(RanksProgressed(2.0, "A", tuple((rank, 40 if rank < 2 else 0) for rank in range(8)), 0))
+    driver.send(ClusterRequested(3.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
+    return driver
+
+
+def test_by_hand_a_packed_on_policy_tail_takes_its_share_with_its_busy_ranks_a_floor() -> None:
+    # 80 trajectories on 2 busy ranks: 40 each > 32. By remaining work A gets 8 * 60/160 = 3
+    # GPUs and B 5; A's floor (its 2 busy GPUs) is below its share.
+    driver = a_tail_then_b(PolicyConfig())
+    assert driver.sched.targets == {"A": 3, "B": 5}
+    driver.apply_all()
+    assert driver.held("A") == 3 and driver.held("B") == 5
+    assert {0, 1} <= set(driver.sched.pipelines["A"].active)  # the busy ranks stay
+
+
+@pytest.mark.parametrize(("config", "migrates", "staleness"), [
+    (PolicyConfig(tail_spread_batch=0), True, 0),   # the rule off
+    (PolicyConfig(), False, 0),                     # a driver that does not migrate
+    (PolicyConfig(), True, 1),                      # off-policy: its next rollout overlaps
+    (PolicyConfig(tail_spread_batch=40), True, 0),  # 40 per busy rank is not more than 40
+])
+def test_every_other_tail_is_held_at_its_busy_ranks(config: PolicyConfig, migrates: bool, staleness: int) -> None:
+    driver = a_tail_then_b(config, migrates, staleness)
+    assert driver.sched.targets == {"A": 2, "B": 6}
+    driver.apply_all()
+    assert sorted(driver.sched.pipelines["A"].active) == [0, 1]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "32"])
+def test_a_bad_batch_is_refused(bad: object) -> None:
+    with pytest.raises(SpecError, match="tail_spread_batch"):
+        Scheduler(Topology(1, 8), "rlix", PolicyConfig(tail_spread_batch=bad))  # type: ignore[arg-type]
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workload=workloads(), per_rank=st.integers(1, 6), batch=st.integers(0, 3))
+def test_spreading_tails_finish_under_the_invariant_checker(workload: tuple, per_rank: int, batch: int) -> None:
+    """Every pipeline migrates and ranks run up to `per_rank` trajectories each, so tails
+    spread whenever more than `batch` run per busy rank. The invariants hold, every pipeline
+    finishes, and a tail the core holds is still never lent a rank nor cut on a busy one
+    (WatchedLoop's checks, which hold for any tail whose target is its busy GPUs)."""
+    topology, jobs = workload
+    for job in jobs:
+        job.spec = dataclasses.replace(job.spec, rollout_migrates=True)
+    sched = Scheduler(topology, "rlix", PolicyConfig(tail_spread_batch=batch), check_invariants=True)
+    loop = WatchedLoop(sched, jobs, report_ranks=True, per_rank=per_rank)
+    finished = loop.run(max_time_s=sequential_bound_s(jobs))
+    assert set(finished) == {j.pipeline_id for j in jobs}
