@@ -155,7 +155,9 @@ def spreads(pipeline: PipelineState, batch: int) -> bool:
     run more than `batch` trajectories each on average, so splitting them shortens every
     decode iteration (its time grows with the batch and the KV cache it reads). Its step waits
     for the last of them and nothing else of it can run meanwhile; an off-policy pipeline's
-    next rollout overlaps its tail, and spreading that tail measured no better there."""
+    (or adapter's) next rollout overlaps its tail, and spreading such tails measured no better
+    (blog-4on12, 8 seeds: 181.2 -> 180.3 steps/h; mixed-lora's multi-LoRA pipelines with one
+    off-policy adapter: 116.2 -> 115.5)."""
     in_flight = pipeline.in_flight
     if not pipeline.spec.rollout_migrates or not in_flight or not pipeline.on_policy:
         return False

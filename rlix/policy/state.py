@@ -149,15 +149,15 @@ class PipelineState:
     pipeline_id: str = field(init=False)
     tp: int = field(init=False)  # rollout TP size: GPUs per rank
     num_adapters: int = field(init=False)
-    #: Some adapter (or the base) trains on-policy (staleness 0): its steps wait for their
-    #: last trajectory.
+    #: Every adapter (or the base) trains on-policy (staleness 0): each step waits for its last
+    #: trajectory, and no rollout of the next step overlaps the tail.
     on_policy: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.pipeline_id = self.spec.pipeline_id
         self.tp = self.spec.rollout.tp
         self.num_adapters = len(self.spec.adapter_names)
-        self.on_policy = any(self.spec.staleness_of(a) == 0 for a in self.spec.adapter_names)
+        self.on_policy = all(self.spec.staleness_of(a) == 0 for a in self.spec.adapter_names)
 
     def start_rollout(self, estimate: float) -> None:
         self.rolling = True

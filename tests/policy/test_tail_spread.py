@@ -34,12 +34,16 @@ from tests.policy.toy_driver import sequential_bound_s
 EXAMPLES = int(os.environ.get("RLIX_HYPOTHESIS_EXAMPLES", "500")) // 5
 
 
-def rollout_spec(pid: str, migrates: bool = True, staleness: int = 0) -> PipelineSpec:
+def rollout_spec(pid: str, migrates: bool = True, staleness: int | dict[str, int] = 0) -> PipelineSpec:
+    """Rollout on all 8 GPUs (TP 1); a staleness per adapter makes it a multi-LoRA pipeline."""
+    if isinstance(staleness, dict):
+        return PipelineSpec(pid, PipelineKind.MULTI_LORA, {"actor_infer": ClusterSpec(1, tuple(range(8)))},
+                            adapters=tuple(staleness), max_staleness=staleness, rollout_migrates=migrates)
     return PipelineSpec(pid, PipelineKind.FULL_FINETUNE, {"actor_infer": ClusterSpec(1, tuple(range(8)))},
                         max_staleness=staleness, rollout_migrates=migrates)
 
 
-def a_tail_then_b(config: PolicyConfig, migrates: bool = True, staleness: int = 0) -> Driver:
+def a_tail_then_b(config: PolicyConfig, migrates: bool = True, staleness: int | dict[str, int] = 0) -> Driver:
     """One node of 8. A rolls out alone on all 8 GPUs; at 2 s it has 60 units of work left, 40
     trajectories on each of ranks 0 and 1 and nothing queued (its tail); at 3 s B asks for
     rollout with 100 units."""
@@ -54,10 +58,13 @@ def a_tail_then_b(config: PolicyConfig, migrates: bool = True, staleness: int = 
     return driver
 
 
-def test_by_hand_a_packed_on_policy_tail_takes_its_share_with_its_busy_ranks_a_floor() -> None:
+@pytest.mark.parametrize("staleness", [0, {"a": 0, "b": 0}])
+def test_by_hand_a_packed_on_policy_tail_takes_its_share_with_its_busy_ranks_a_floor(
+    staleness: int | dict[str, int]
+) -> None:
     # 80 trajectories on 2 busy ranks: 40 each > 32. By remaining work A gets 8 * 60/160 = 3
     # GPUs and B 5; A's floor (its 2 busy GPUs) is below its share.
-    driver = a_tail_then_b(PolicyConfig())
+    driver = a_tail_then_b(PolicyConfig(), staleness=staleness)
     assert driver.sched.targets == {"A": 3, "B": 5}
     driver.apply_all()
     assert driver.held("A") == 3 and driver.held("B") == 5
@@ -68,9 +75,12 @@ def test_by_hand_a_packed_on_policy_tail_takes_its_share_with_its_busy_ranks_a_f
     (PolicyConfig(tail_spread_batch=0), True, 0),   # the rule off
     (PolicyConfig(), False, 0),                     # a driver that does not migrate
     (PolicyConfig(), True, 1),                      # off-policy: its next rollout overlaps
+    (PolicyConfig(), True, {"a": 0, "b": 1}),       # one adapter off-policy
     (PolicyConfig(tail_spread_batch=40), True, 0),  # 40 per busy rank is not more than 40
 ])
-def test_every_other_tail_is_held_at_its_busy_ranks(config: PolicyConfig, migrates: bool, staleness: int) -> None:
+def test_every_other_tail_is_held_at_its_busy_ranks(
+    config: PolicyConfig, migrates: bool, staleness: int | dict[str, int]
+) -> None:
     driver = a_tail_then_b(config, migrates, staleness)
     assert driver.sched.targets == {"A": 2, "B": 6}
     driver.apply_all()
