@@ -60,7 +60,8 @@ def gang_mappings(draw: st.DrawFn, topology: Topology) -> tuple[int, ...]:
 @st.composite
 def pipeline_specs(draw: st.DrawFn, topology: Topology, pipeline_id: str, homes: bool = False) -> PipelineSpec:
     """A random pipeline; with `homes`, half of them with a home among their training GPUs
-    (the homes the look-ahead keeps for pipelines away between steps)."""
+    (the homes the look-ahead keeps for pipelines away between steps), and half of them on
+    an engine that migrates running trajectories (whose tails may spread)."""
     tp, rollout = draw(rollout_mappings(topology))
     clusters = {
         "actor_infer": ClusterSpec(tp, rollout),
@@ -76,7 +77,10 @@ def pipeline_specs(draw: st.DrawFn, topology: Topology, pipeline_id: str, homes:
     if homes and draw(st.booleans()):  # a small part of its training GPUs, so homes overlap little
         train = clusters["actor_train"].mapping
         home = tuple(sorted(draw(st.sets(st.sampled_from(train), min_size=1, max_size=min(2, len(train))))))
+    migrates = homes and draw(st.booleans())
     if draw(st.booleans()):
         adapters = tuple(f"a{i}" for i in range(draw(st.integers(1, 3))))
-        return PipelineSpec(pipeline_id, PipelineKind.MULTI_LORA, clusters, adapters, staleness, weight, home=home)
-    return PipelineSpec(pipeline_id, PipelineKind.FULL_FINETUNE, clusters, (), staleness, weight, home=home)
+        return PipelineSpec(pipeline_id, PipelineKind.MULTI_LORA, clusters, adapters, staleness, weight, home=home,
+                            rollout_migrates=migrates)
+    return PipelineSpec(pipeline_id, PipelineKind.FULL_FINETUNE, clusters, (), staleness, weight, home=home,
+                        rollout_migrates=migrates)

@@ -38,6 +38,7 @@ from rlix.policy import (
     PipelineSpec,
     PolicyConfig,
     PolicyError,
+    RanksProgressed,
     RequestWithdrawn,
     Revoke,
     RolloutProgressed,
@@ -218,6 +219,19 @@ class SchedulerMachine(RuleBasedStateMachine):
         pid = data.draw(st.sampled_from(sorted(p for p, s in self.sched.pipelines.items() if s.rolling)))
         adapters = list(self.sched.pipelines[pid].spec.adapters) or [None]
         self.send(RolloutProgressed(self.now, pid, remaining, data.draw(st.sampled_from(adapters))))
+
+    @precondition(lambda self: any(p.rolling for p in self.sched.pipelines.values()))
+    @rule(data=st.data(), packed=st.booleans())
+    def ranks_report(self, data: st.DataObject, packed: bool) -> None:
+        """Where a rolling pipeline's trajectories run: on its active ranks (a few, or packed
+        many to a rank, so that on-policy tails on migrating engines spread), with some queued
+        or none (its tail)."""
+        pid = data.draw(st.sampled_from(sorted(p for p, s in self.sched.pipelines.items() if s.rolling)))
+        pipeline = self.sched.pipelines[pid]
+        counts = st.integers(0, 80) if packed else st.integers(0, 3)
+        pairs = tuple((rank, data.draw(counts)) for rank in sorted(pipeline.active))
+        queued = data.draw(st.sampled_from([0, 0, data.draw(st.integers(1, 50))]))
+        self.send(RanksProgressed(self.now, pid, pairs, queued))
 
     @precondition(lambda self: self.pipelines())
     @rule(data=st.data())
