@@ -89,7 +89,7 @@ def _rollout_union(sched: Scheduler, rollers: list[PipelineState]) -> frozenset[
 def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
     """Split targets over the rollout budget. With `keep_busy_tail`, a pipeline in its tail
     is held at exactly its busy ranks (at least one bundle while it has work) and the others
-    split what is left; one whose tail still gains from more ranks (`_spreads`) takes part in
+    split what is left; one whose tail still gains from more ranks (`spreads`) takes part in
     the split instead, its busy ranks a floor."""
     budget = rollout_budget(sched, rollers)
     demands = [p.demand for p in rollers]  # a property with branches: read once a round
