@@ -1,9 +1,10 @@
 """Known weaknesses of a proportional split, and what the split does about them.
 
 - Multi-LoRA: an adapter that has not reported keeps its share of the estimate.
-- A large TP-4 claimant gets its bundle: when not every pipeline fits one bundle, the largest
-  shares get theirs first; and a first bundle may relocate ranks of pipelines at their
-  targets (made whole elsewhere in the same round) instead of leaving the claimant with 0.
+- When not every pipeline fits one bundle, holders keep theirs and the largest shares get the
+  rest (a newcomer waits for a holder's rollout to end rather than take its bundle); a TP-4
+  claimant's first bundle may relocate ranks of pipelines at their targets (made whole
+  elsewhere in the same round) instead of leaving the claimant with 0.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlix.policy import (
+    ClusterReleased,
     ClusterRequested,
     ClusterSpec,
     PipelineKind,
@@ -56,9 +58,13 @@ def test_a_total_then_adapter_reports() -> None:
     assert d.sched.pipelines["L"].demand == 40
 
 
-def test_a_large_tp4_newcomer_gets_a_bundle_before_a_small_holder() -> None:
+def test_a_small_holder_keeps_its_bundle_and_a_tp4_newcomer_gets_one_when_it_frees() -> None:
     """small (TP 1, share 10) and big (TP 4, share 400) hold; late (TP 4, share 160) comes:
-    one bundle each does not fit 8 GPUs, and late's share is 16x small's."""
+    one bundle each does not fit 8 GPUs. Holders keep their minimum (moving it would cost an
+    offload, a load and small's in-flight prefixes, for a bundle small's rollout frees
+    anyway): small's target is 1 GPU and big's 4, late waits; nobody can use small's other 3
+    GPUs, so small keeps working on them. When small's rollout ends, late gets its bundle in
+    that round."""
     d = Driver(Topology(1, 8))
     d.add(rollout_only("small", 1), rollout_only("big", 4, weight=2.0), rollout_only("late", 4))
     d.send(ClusterRequested(0, "small", "actor_infer", 6, 10.0))
@@ -66,8 +72,13 @@ def test_a_large_tp4_newcomer_gets_a_bundle_before_a_small_holder() -> None:
     d.apply_all()
     assert (d.held("small"), d.held("big")) == (4, 4)  # small was lent the free half
     d.send(ClusterRequested(1, "late", "actor_infer", 6, 40.0))
-    assert d.sched.targets == {"small": 0, "big": 4, "late": 4}
-    assert (d.held("small"), d.held("big"), d.held("late")) == (0, 4, 4)  # in the same round
+    assert d.sched.targets == {"small": 1, "big": 4, "late": 0}
+    d.apply_all()
+    assert (d.held("small"), d.held("big"), d.held("late")) == (4, 4, 0)
+    d.send(ClusterReleased(2, "small", "actor_infer"))
+    assert d.sched.targets == {"big": 4, "late": 4}
+    d.apply_all()
+    assert (d.held("big"), d.held("late")) == (4, 4)
 
 
 def test_a_tp4_claimant_is_not_left_with_nothing_by_a_tp1_holder_at_its_target() -> None:
@@ -120,8 +131,12 @@ def test_the_split_is_finite_and_within_budget_for_any_valid_numbers(
         assert all(split.targets[c.pipeline_id] >= c.tp for c in demanding)
 
 
-def test_floors_go_to_the_largest_shares() -> None:
+def test_floors_go_to_holders_then_the_largest_shares() -> None:
+    # small and big hold: both keep a bundle; big's 4 + small's 1 leave 3, too few for late.
     cs = [Claim("small", 10, 1, 1.0, 4, 8, 0), Claim("big", 50, 4, 2.0, 4, 2, 1), Claim("late", 40, 4, 1.0, 0, 2, 2)]
+    assert split_rollout(cs, 8).targets == {"small": 1, "big": 4, "late": 0}
+    # Nobody holds: the largest shares (big 400, late 160 against small's 10) come first.
+    cs = [Claim("small", 10, 1, 1.0, 0, 8, 0), Claim("big", 50, 4, 2.0, 0, 2, 1), Claim("late", 40, 4, 1.0, 0, 2, 2)]
     assert split_rollout(cs, 8).targets == {"small": 0, "big": 4, "late": 4}
     # Equal shares: holders first, then admission order.
     cs = [Claim(f"p{i}", 10, 4, 1.0, 4 if i == 2 else 0, 2, i) for i in range(4)]
