@@ -141,3 +141,41 @@ def test_floors_go_to_holders_then_the_largest_shares() -> None:
     # Equal shares: holders first, then admission order.
     cs = [Claim(f"p{i}", 10, 4, 1.0, 4 if i == 2 else 0, 2, i) for i in range(4)]
     assert split_rollout(cs, 8).targets == {"p0": 4, "p1": 0, "p2": 4, "p3": 0}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pipelines=st.lists(
+        st.tuples(st.integers(1, 1000), st.sampled_from([1, 2, 4]), st.sampled_from([1.0, 2.0]),
+                  st.integers(0, 2), st.integers(1, 4)),
+        min_size=2, max_size=8,
+    ),
+    budget=st.integers(1, 16),
+)
+def test_when_minimums_are_short_holders_come_first_then_the_largest_shares(
+    pipelines: list[tuple[int, int, float, int, int]], budget: int
+) -> None:
+    """Checked from the targets alone, not by replaying the ranking: a pipeline that got its
+    minimum bundle is never one that could only have had it in place of a holder, or of a
+    larger share of its own kind, passed over before it. (Passed over at its turn means too
+    little was left for its TP; what is left only shrinks, so anyone chosen after it must be
+    narrower.)"""
+    claims = [Claim(f"p{i}", float(demand), tp, weight, held * tp, ranks, i)
+              for i, (demand, tp, weight, held, ranks) in enumerate(pipelines)]
+    targets = split_rollout(claims, budget).targets
+    chosen = {c.pipeline_id for c in claims if targets[c.pipeline_id] >= c.tp}
+    assert sum(targets.values()) <= budget
+    if sum(c.tp for c in claims) <= budget:
+        assert len(chosen) == len(claims)
+        return
+
+    def share(c: Claim) -> float:
+        return c.demand * c.tp * c.weight
+
+    for passed in (c for c in claims if c.pipeline_id not in chosen):
+        for got in (c for c in claims if c.pipeline_id in chosen):
+            ahead = (passed.num_active_gpus > 0 and got.num_active_gpus == 0) or (
+                (passed.num_active_gpus > 0) == (got.num_active_gpus > 0) and share(passed) > share(got)
+            )
+            if ahead:
+                assert got.tp < passed.tp, f"{got} got a minimum bundle that {passed} came first for"
