@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from rlix.sim import contention
+
 if TYPE_CHECKING:
     from rlix.scenarios.costs import CostsFile
 
@@ -56,10 +58,10 @@ _CORES = np.linspace(0.25, 8.0, 3101)
 
 
 def work_spans(activity: pd.DataFrame) -> pd.DataFrame:
-    """The spans of work of an activity table: one per holder (a rank's or a gang's GPUs share
-    one), init left out; columns stage, t_start, t_end."""
-    spans = activity.drop_duplicates(["pipeline_id", "cluster", "dp_rank", "stage", "t_start"])
-    spans = spans[(spans["stage"] != "init") & np.isfinite(spans["t_end"].to_numpy(float))]
+    """The ended spans of work of an activity table (rlix.sim.contention.work_spans: one per
+    holder, init left out); columns stage, t_start, t_end."""
+    spans = contention.work_spans(activity)
+    spans = spans[np.isfinite(spans["t_end"].to_numpy(float))]
     return spans[["stage", "t_start", "t_end"]].reset_index(drop=True)
 
 
@@ -86,12 +88,13 @@ def op_speeds(activity: pd.DataFrame) -> dict[str, tuple[float, int]]:
     spans = work_spans(activity)
     spans = spans.assign(duration=spans["t_end"] - spans["t_start"])
     spans = spans[spans["duration"] > 0]
-    grouped = spans.groupby("stage")["duration"]
+    grouped = spans.groupby("stage")["duration"].agg(["median", "count"])
     return {str(kind): (float(median), int(count))
-            for kind, median, count in zip(grouped.median().index, grouped.median(), grouped.count(), strict=True)}
+            for kind, median, count in zip(grouped.index, grouped["median"], grouped["count"], strict=True)}
 
 
-def linear_factor(slope: float, reference: float, concurrency: float) -> float:
+def linear_factor(slope: float, reference: float, concurrency: Any) -> Any:
+    """1 + slope * (C - C_ref), for one concurrency or an array of them."""
     return 1.0 + slope * (concurrency - reference)
 
 
@@ -111,7 +114,7 @@ def factor(fit: Mapping[str, Any], concurrency: float) -> float:
         concurrency = min(max(concurrency, min(seen)), max(seen))
     if fit["form"] == "fair_share":
         return fair_share_factor(fit["effective_cores"], fit["reference_concurrency"], concurrency)
-    return max(0.05, linear_factor(fit["slope"], fit["reference_concurrency"], concurrency))
+    return max(0.05, float(linear_factor(fit["slope"], fit["reference_concurrency"], concurrency)))
 
 
 def fit_concurrency(runs: Sequence[tuple[str, pd.DataFrame]],
@@ -144,7 +147,7 @@ def fit_concurrency(runs: Sequence[tuple[str, pd.DataFrame]],
         base = (logs - log_factor[:, None]).mean(axis=0)  # each kind's base, closed form
         return float(np.sqrt(np.mean((logs - log_factor[:, None] - base) ** 2)))
 
-    linear = min((residual(np.log(np.maximum(0.05, 1.0 + s * (c - reference)))), float(s)) for s in _SLOPES)
+    linear = min((residual(np.log(np.maximum(0.05, linear_factor(s, reference, c)))), float(s)) for s in _SLOPES)
     fair = min((residual(np.log([fair_share_factor(k, reference, x) for x in c])), float(k)) for k in _CORES)
     flat = residual(np.zeros(len(c)))
     form = "fair_share" if fair[0] < linear[0] - 1e-9 else "linear"

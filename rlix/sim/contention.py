@@ -30,11 +30,17 @@ import pandas as pd
 SLOPES = np.concatenate([np.linspace(0.0, 0.5, 101), np.linspace(0.55, 3.0, 50)])
 
 
-def busy_spans(activity: pd.DataFrame) -> pd.DataFrame:
-    """One row per span of work (a rank's or a gang's GPUs share one): kind, duration_s and
-    concurrent (other spans running at its start)."""
+def work_spans(activity: pd.DataFrame) -> pd.DataFrame:
+    """The spans of work of an activity table: one per holder (a rank's or a gang's GPUs share
+    one), init left out."""
     spans = activity.drop_duplicates(["pipeline_id", "cluster", "dp_rank", "stage", "t_start"])
-    spans = spans[spans["stage"] != "init"]
+    return spans[spans["stage"] != "init"]
+
+
+def busy_spans(activity: pd.DataFrame) -> pd.DataFrame:
+    """One row per span of work (`work_spans`): kind, duration_s and concurrent (other spans
+    running at its start)."""
+    spans = work_spans(activity)
     starts, ends = spans["t_start"].to_numpy(float), spans["t_end"].to_numpy(float)
     order_start, order_end = np.sort(starts), np.sort(ends)
     # Spans started at or before t less those ended at or before t, less the span itself.

@@ -70,19 +70,19 @@ def run_point(
     node that ran it. With `tables`, the run streams its record to disk as it goes and its
     folder keeps only those tables (memory stays bounded however long the run); without a
     `run_dir` to keep, it streams into a temporary folder that goes when the point is done."""
+    import contextlib
     import tempfile
 
     import ray
 
     from rlix.sim import simulate
 
-    node = ray.get_runtime_context().get_node_id()
-    if tables is None or run_dir is not None:
-        result = simulate(scenario, out=run_dir, overwrite=True, plots=False, alone=True, tables=tables)
-        return flatten(result.summary), node
-    with tempfile.TemporaryDirectory(prefix="rlix-point-") as scratch:
-        result = simulate(scenario, out=Path(scratch) / "run", plots=False, alone=True, tables=tables)
-        return flatten(result.summary), node
+    with contextlib.ExitStack() as scratch:
+        out: str | Path | None = run_dir
+        if tables is not None and out is None:
+            out = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="rlix-point-"))) / "run"
+        result = simulate(scenario, out=out, overwrite=True, plots=False, alone=True, tables=tables)
+    return flatten(result.summary), ray.get_runtime_context().get_node_id()
 
 
 def run_sweep(
