@@ -18,6 +18,14 @@ wanting d_bg, goes max(1, (d_run + d_bg) / cores) times slower than alone on an 
 (rlix.sim.calibrate.costs_for_background). `probe_background` measures d_bg for a few
 seconds before a run, which is how a prediction learns the load it will run under. Linux
 only: elsewhere the meter says nothing ({}).
+
+Demand sampled at polls misses what a run *does* with the CPU, so the meter also counts it:
+`own_cpu_s`, the CPU seconds (user + system) its processes used, each process's last sample
+(work a process did after the last poll before it ended is not counted), `own_cores`
+(own_cpu_s / wall_s), and `machine_busy_share`, the share of the machine's CPU time that was
+busy over the run, from /proc/stat. On the 2-core machine cpu-demo runs near 85% busy and the
+same training costs 72 CPU-s on 2 declared GPUs and 106 on 4 (docs/calibration.md): a run on
+declared GPUs that share a few cores is bound by its CPU work, not by its spans.
 """
 
 from __future__ import annotations
@@ -76,23 +84,65 @@ def probe_background(seconds: float = 3.0, every_s: float = 0.05) -> float | Non
     return sum(samples) / len(samples) if samples else None
 
 
+def machine_cpu_s() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine since boot, all cores (/proc/stat's
+    first line; iowait counts as idle, steal as busy: taken from this machine). None off Linux."""
+    try:
+        with open("/proc/stat", "rb") as handle:
+            fields = [int(x) for x in handle.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = user + nice + system + irq + softirq + steal
+    return busy / tick, (busy + idle + iowait) / tick
+
+
 class MachineMeter:
-    """Samples the demand of the run and of the rest at each poll (see the module docstring)."""
+    """Samples the demand of the run and of the rest at each poll, and what the run's processes
+    and the machine used (see the module docstring)."""
 
     def __init__(self) -> None:
         self.t0 = time.monotonic()
         self.own: list[float] = []
         self.other: list[float] = []
+        #: pid -> CPU seconds it had used at its last sample (processes come and go), and at
+        #: the start for those already running then (only the run's share counts).
+        self.own_cpu: dict[int, float] = {}
+        self.own_cpu_start = self._own_cpu(self._processes())
+        self.machine_start = machine_cpu_s()
+        self.machine_last = self.machine_start
 
-    def sample(self) -> None:
+    @staticmethod
+    def _processes() -> list[Any]:
         import psutil
 
         try:
             me = psutil.Process()
-            pids = {me.pid, *(p.pid for p in me.children(recursive=True))}
+            return [me, *me.children(recursive=True)]
         except psutil.Error:
+            return []
+
+    @staticmethod
+    def _own_cpu(processes: list[Any]) -> dict[int, float]:
+        import psutil
+
+        used = {}
+        for process in processes:
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue  # it ended meanwhile: its last sample stands
+            used[process.pid] = times.user + times.system
+        return used
+
+    def sample(self) -> None:
+        processes = self._processes()
+        if not processes:
             return
-        demand = runnable_demand(pids)
+        self.own_cpu.update(self._own_cpu(processes))
+        self.machine_last = machine_cpu_s()
+        demand = runnable_demand({p.pid for p in processes})
         if demand is not None:
             self.own.append(demand[0])
             self.other.append(demand[1])
@@ -101,7 +151,15 @@ class MachineMeter:
         if not self.own:
             return {}
         running = [d for d in self.own if d > 0]
-        return {"cores": os.cpu_count(), "wall_s": time.monotonic() - self.t0,
-                "own_demand": sum(self.own) / len(self.own),
-                "own_demand_running": sum(running) / len(running) if running else 0.0,
-                "background_demand": sum(self.other) / len(self.other), "samples": len(self.own)}
+        wall_s = time.monotonic() - self.t0
+        start = self.own_cpu_start
+        own_cpu_s = sum(used - start.get(pid, 0.0) for pid, used in self.own_cpu.items())
+        out = {"cores": os.cpu_count(), "wall_s": wall_s,
+               "own_demand": sum(self.own) / len(self.own),
+               "own_demand_running": sum(running) / len(running) if running else 0.0,
+               "background_demand": sum(self.other) / len(self.other), "samples": len(self.own),
+               "own_cpu_s": own_cpu_s, "own_cores": own_cpu_s / wall_s if wall_s > 0 else 0.0}
+        first, last = self.machine_start, self.machine_last
+        if first is not None and last is not None and last[1] > first[1]:
+            out["machine_busy_share"] = (last[0] - first[0]) / (last[1] - first[1])
+        return out

@@ -62,8 +62,9 @@ class CostsFile(Section):
     driver: dict[str, Any] = {}
     """The driver's overhead between a decision and its effect (grant latency), reported."""
     machine: dict[str, float] = {}
-    """How busy the calibration runs' machine was (cores, own_demand, background_demand: the
-    mean of the runs' summary.json `machine`); empty when the runs did not say."""
+    """How busy the calibration runs' machine was (cores, own_demand, background_demand, and
+    own_cores and machine_busy_share when the runs counted them: the mean of the runs'
+    summary.json `machine`); empty when the runs did not say."""
     concurrency: dict[str, Any] = {}
     """The per-op slowdown against a run's concurrency across the calibration runs
     (rlix.sim.concurrency.fit_concurrency); `costs` hold at `reference_concurrency` and

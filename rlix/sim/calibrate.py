@@ -134,13 +134,18 @@ def fit_constants(data: Sequence[RunData]) -> list[Fit]:
 
 def machine_load(data: Sequence[RunData]) -> dict[str, float]:
     """The runs' cores and CPU demand, their own (while they run) and the rest's (summary.json
-    `machine`, rlix.executor.machine), averaged; {} if no run says."""
+    `machine`, rlix.executor.machine), averaged, with the cores they used and how busy the
+    machine was when every run says; {} if no run says."""
     said = [d.run.summary["machine"] for d in data if d.run.summary.get("machine", {}).get("cores")]
     if not said:
         return {}
-    return {"cores": float(said[0]["cores"]),
+    load = {"cores": float(said[0]["cores"]),
             "own_demand": float(np.mean([m.get("own_demand_running", m["own_demand"]) for m in said])),
             "background_demand": float(np.mean([m["background_demand"] for m in said]))}
+    for key in ("own_cores", "machine_busy_share"):  # what the CPU did (runs recorded since the meter counted it)
+        if all(key in m for m in said):
+            load[key] = float(np.mean([m[key] for m in said]))
+    return load
 
 
 def slowdown(machine: dict[str, float], background_demand: float) -> float:

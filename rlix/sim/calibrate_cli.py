@@ -59,6 +59,9 @@ def calibrate_main(args: argparse.Namespace) -> int:
     if machine:
         print(f"machine: {machine['cores']:.0f} cores; the runs wanted {machine['own_demand']:.2f} of them, other work "
               f"{machine['background_demand']:.2f} (the constants hold at that load; costs_for_background rescales)")
+        if "own_cores" in machine:
+            print(f"         the runs used {machine['own_cores']:.2f} cores on average; the machine was "
+                  f"{machine.get('machine_busy_share', float('nan')):.0%} busy (near 100%: the runs were bound by CPU work)")
     driver = calibration.driver
     if driver.get("grants"):
         print(f"driver overhead: a grant is applied {driver['grant_latency_mean_s'] * 1e3:.2f} ms after it is decided "

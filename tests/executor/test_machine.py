@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rlix.executor.machine import MachineMeter, probe_background, runnable_demand
+from rlix.executor.machine import MachineMeter, machine_cpu_s, probe_background, runnable_demand
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -50,3 +50,35 @@ def test_the_meter_and_the_probe_say_what_they_measured() -> None:
     assert result["cores"] >= 1
     probed = probe_background(0.2)
     assert probed is not None and probed >= 0
+
+
+def test_the_meter_counts_the_cpu_its_processes_used() -> None:
+    """A child that spins ~1 s of CPU is counted (its own CPU time, read through psutil), and
+    the machine was busy while it spun; a meter that only slept counts next to nothing."""
+    meter = MachineMeter()
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 1.0\n"
+                             "while time.process_time() < end: pass\ntime.sleep(1.0)\n"])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and spin.poll() is None:
+            meter.sample()
+            time.sleep(0.1)
+    finally:
+        spin.kill()
+    result = meter.result()
+    assert 0.9 <= result["own_cpu_s"] < 3.0  # the child's second, plus this process's sampling
+    assert result["own_cores"] == pytest.approx(result["own_cpu_s"] / result["wall_s"], rel=0.05)
+    assert result["machine_busy_share"] > 0.2  # one core of two spun for half the time, at least
+    idle = MachineMeter()
+    time.sleep(0.3)
+    idle.sample()
+    assert idle.result()["own_cpu_s"] < 0.5
+
+
+def test_machine_cpu_counts_busy_and_total_time() -> None:
+    first = machine_cpu_s()
+    time.sleep(0.2)
+    second = machine_cpu_s()
+    assert first is not None and second is not None
+    busy, total = second[0] - first[0], second[1] - first[1]
+    assert 0 <= busy <= total and total > 0

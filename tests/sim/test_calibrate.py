@@ -149,3 +149,20 @@ def test_constants_rescale_to_another_load() -> None:
     assert costs_for_background(measured, 0.5)["load_s"] == pytest.approx(0.5)
     assert costs_for_background(measured, 5.0)["load_s"] == pytest.approx(1.5)  # 3x over 2x
     assert costs_for_background(CostsFile(costs={"load_s": 1.0}), 5.0) == {"load_s": 1.0}
+
+
+def test_machine_load_averages_what_every_run_counted() -> None:
+    """The cores a run used and how busy the machine was are averaged over the runs when every
+    run counted them, and left out when one run (recorded before the meter counted them) did not."""
+    from types import SimpleNamespace
+
+    from rlix.sim.calibrate import machine_load
+
+    def run(**machine: float) -> Any:
+        return SimpleNamespace(run=SimpleNamespace(summary={"machine": {"cores": 2, "own_demand": 0.2,
+                                                                        "background_demand": 0.0, **machine}}))
+
+    both = machine_load([run(own_cores=1.0, machine_busy_share=0.8), run(own_cores=1.6, machine_busy_share=0.9)])
+    assert both["own_cores"] == pytest.approx(1.3) and both["machine_busy_share"] == pytest.approx(0.85)
+    older = machine_load([run(own_cores=1.0, machine_busy_share=0.8), run()])
+    assert "own_cores" not in older and "machine_busy_share" not in older and older["cores"] == 2.0
