@@ -222,12 +222,64 @@ def calibrate(out: Path, live_dir: Path | None, reuse: bool = False,
     elif second is not None:
         runs.append(Path(second))
     costs, trace = out / "costs.yaml", out / "lengths.parquet"
+    write_cpu_work_fit(out, runs, [scenario_data(None, steps=steps),
+                                   *([scenario_data(SECOND_CALIBRATION[second], steps=steps)]
+                                     if isinstance(second, str) and second in SECOND_CALIBRATION else [])])
     calibrated = fit_runs(runs).costs_file()
     if background is not None and calibrated.machine:
         calibrated = calibrated.model_copy(update={"machine": {**calibrated.machine, "background_demand": background}})
     write_costs_file(calibrated, costs)
     write_trace(runs, trace)
     return live_dir, costs, trace
+
+
+def write_cpu_work_fit(out: Path, runs: list[Path], configs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The CPU-work fit of the calibration runs whose configs are known (rlix.sim.cpu_work),
+    written to out/cpu_work.json (its `reason` says why not, when it was not fitted)."""
+    from rlix.sim.cpu_work import fit_cpu_work, run_sample
+
+    if len(configs) < len(runs):
+        fit: dict[str, Any] = {"fitted": False, "reason": "a calibration run given as a folder: its config is not known"}
+    else:
+        try:
+            fit = fit_cpu_work([run_sample(run, config) for run, config in zip(runs, configs, strict=True)])
+        except ValueError as exc:
+            fit = {"fitted": False, "reason": str(exc)}
+    (out / "cpu_work.json").write_text(json.dumps(fit, indent=1))
+    return fit
+
+
+def predict_cpu_bound(variant: Variant, folder: Path, calibrated: Any, fit: dict[str, Any], trace: Path | None,
+                      steps: int | None, first: Path, max_runs: int = 5,
+                      tolerance: float = 0.02) -> tuple[Path, list[float]]:
+    """The prediction of a CPU-bound live run (rlix.sim.cpu_work): the simulator's op constants
+    (rlix.sim.concurrency.SCALED) scaled by one factor until its makespan is the config's CPU
+    work over the calibration runs' cores (within `tolerance`, at most `max_runs` runs,
+    `first`, made on the constants as calibrated, counted). Start-up is not scaled: it was
+    measured under the same load. Returns the folder of the run nearest the target and the
+    factors used up to it (its own last)."""
+    from rlix.sim.concurrency import SCALED
+    from rlix.sim.cpu_work import cpu_bound_makespan_s
+
+    target = cpu_bound_makespan_s(fit, scenario_data(variant, steps=steps))
+    runs, factors, made = [first], [1.0], [_makespan_s(first)]
+    for index in range(1, max_runs):
+        if target <= 0 or abs(made[-1] - target) <= tolerance * target:
+            break
+        # Start-up does not scale, so the makespan moves less than the factor: the step is
+        # stretched (x1.5 in log), and the schedule may jump between runs, so the run kept
+        # is the nearest to the target, not the last.
+        scale = factors[-1] * (target / made[-1]) ** 1.5
+        costs = {k: v * scale if k in SCALED else v for k, v in calibrated.costs.items()}
+        runs.append(run_sim(scenario_data(variant, trace, costs, steps), folder / f"sim-cpu-{index}"))
+        factors.append(scale)
+        made.append(_makespan_s(runs[-1]))
+    best = min(range(len(runs)), key=lambda i: abs(made[i] - target))
+    return runs[best], factors[: best + 1]
+
+
+def _makespan_s(run_dir: Path) -> float:
+    return float(json.loads((run_dir / "summary.json").read_text())["makespan_s"])
 
 
 def probe(folder: Path, reuse: bool) -> float | None:
@@ -271,6 +323,14 @@ def predict_and_run(name: str, out: Path, costs: Path, trace: Path, reuse: bool,
     from rlix.sim.concurrency import run_concurrency
 
     row["concurrency_meas"] = run_concurrency(load(live_dir).activity)
+    cpu_fit_file = out / "cpu_work.json"
+    cpu_fit = json.loads(cpu_fit_file.read_text()) if cpu_fit_file.is_file() else {}
+    if cpu_fit.get("fitted"):
+        last, factors = predict_cpu_bound(variant, folder, calibrated, cpu_fit, trace, steps, sim_dir)
+        again = compare(name, last, live_dir)
+        for figure in ("makespan_pred_s", "makespan_error", "step_time_error"):
+            row[f"{figure}_cpu"] = again[figure]
+        row["step_time_errors_cpu"], row["cpu_factors"] = again["step_time_errors"], factors
     if calibrated.concurrency.get("fitted"):
         def contended(costs_file: Any, suffix: str) -> tuple[dict[str, Any], list[float]]:
             last, history = predict_with_concurrency(variant, folder, costs_file, trace, steps, sim_dir,

@@ -19,7 +19,7 @@ TARGETS = {"median_step_time_error": 0.05, "median_makespan_error": 0.10, "max_e
 def summarize(rows: list[dict[str, Any]], cal_dir: Path, costs: Path, plot: Path, wall_s: float) -> dict[str, Any]:
     report = {"configs": rows, "calibration_run": str(cal_dir), "costs": str(costs), "plot": str(plot),
               "wall_s": wall_s}
-    for suffix in ("", "_contention", "_contention_simc"):
+    for suffix in ("", "_contention", "_contention_simc", "_cpu"):
         steps = [r[f"step_time_error{suffix}"] for r in rows if r.get(f"step_time_error{suffix}") is not None]
         spans = [r[f"makespan_error{suffix}"] for r in rows if r.get(f"makespan_error{suffix}") is not None]
         if suffix and not spans:
@@ -42,6 +42,10 @@ def print_table(report: dict[str, Any]) -> None:
             print(f"{'  +contention':<16} {r['makespan_pred_s_contention']:>10.1f}/{r['makespan_meas_s']:<10.1f} "
                   f"{r['makespan_error_contention']:>6.1%} {r['step_time_error_contention']:>9.1%}  "
                   f"C pred {r['concurrency_runs']} meas {r['concurrency_meas']:.2f}")
+        if r.get("makespan_error_cpu") is not None:
+            print(f"{'  +cpu work':<16} {r['makespan_pred_s_cpu']:>10.1f}/{r['makespan_meas_s']:<10.1f} "
+                  f"{r['makespan_error_cpu']:>6.1%} {r['step_time_error_cpu']:>9.1%}  "
+                  f"op constants x{r['cpu_factors'][-1]:.2f}")
     print(f"median step-time error {report['median_step_time_error']:.1%}, "
           f"median makespan error {report['median_makespan_error']:.1%}, max {report['max_makespan_error']:.1%}; "
           f"plot {report['plot']}; {report['wall_s']:.0f} s")
@@ -88,6 +92,9 @@ def error_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
         if any(row.get("makespan_error_contention") is not None for row in rows):  # calibrated on two concurrencies
             lines[-1].update({"makespan (contention)": r.get("makespan_error_contention"),
                               "step time (contention)": r.get("step_time_error_contention")})
+        if any(row.get("makespan_error_cpu") is not None for row in rows):  # and bound by CPU work
+            lines[-1].update({"makespan (cpu work)": r.get("makespan_error_cpu"),
+                              "step time (cpu work)": r.get("step_time_error_cpu")})
     return pd.DataFrame(lines).set_index("config").astype(float)
 
 

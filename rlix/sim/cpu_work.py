@@ -1,0 +1,128 @@
+"""Predicting a live run on CPU-declared GPUs from the CPU work it will do.
+
+On a machine whose declared GPUs share a few cores (the CPU executor), a live run keeps the
+cores busy from start to end (cpu-demo configs: 96-99% of 2 cores), so its wall time is its CPU
+work over the cores it gets. That work has two parts (docs/calibration.md):
+
+- per step trained (rollout, log-probs, training, weight moves, the driver's bookkeeping):
+  `cpu_per_step_s`, the same whatever the GPUs declared;
+- per rollout worker started (a process that imports torch and builds the model; the executor
+  starts one for every rank of a pipeline's rollout mapping): `cpu_per_worker_s`, ~5.8 CPU-s.
+
+The per-op durations a run measures are that CPU shared, so the span concurrency of
+rlix.sim.concurrency cannot see the second part: a worker start is no span of work.
+
+`fit_cpu_work` fits both from live calibration runs of different worker counts (each run's
+`summary.json` `machine.own_cpu_s`, its steps and workers), with the cores the runs got
+(`own_cores`) and the gap between the driver's wall time and the run's makespan (the driver
+starts before the first arrival). `cpu_bound_makespan_s` is then a config's predicted
+makespan. `predict_cpu_bound` (rlix.sim.fidelity) rescales the simulator's op constants until
+its makespan matches that figure, so that the schedule (each pipeline's steps, the shares) is
+the simulator's while the speed is the machine's. It applies only to runs that were bound by
+their CPU (every calibration run's machine at least `MIN_BUSY_SHARE` busy).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Below this share of the machine busy over a calibration run, the run was not bound by CPU
+#: work and its wall time does not follow from it.
+MIN_BUSY_SHARE = 0.9
+
+
+def workers_started(data: Mapping[str, Any]) -> int:
+    """Rollout workers a live run of scenario `data` (plain data) starts: one per rollout rank
+    of each pipeline as its policy maps it (the executor starts every rank's worker, asleep, up
+    front; under `static` a pipeline's ranks are its home's bundles only)."""
+    import yaml
+
+    from rlix.scenarios import parse_scenario
+
+    scenario = parse_scenario(yaml.safe_dump(dict(data)))
+    return sum(spec.rollout.num_ranks for spec in scenario.pipeline_specs().values())
+
+
+def steps_trained(data: Mapping[str, Any]) -> int:
+    """Steps the run trains: each pipeline's, each adapter's for multi-LoRA."""
+    total = 0
+    for pipeline in data["pipelines"]:
+        adapters = pipeline.get("adapters") or []
+        if adapters:
+            total += sum(int(a.get("steps", pipeline["steps"])) for a in adapters)
+        else:
+            total += int(pipeline["steps"])
+    return total
+
+
+def run_sample(run_dir: Path, data: Mapping[str, Any]) -> dict[str, float]:
+    """What a live run folder says of its CPU work, with the steps and workers of its scenario."""
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    machine = summary.get("machine") or {}
+    missing = [k for k in ("own_cpu_s", "own_cores", "machine_busy_share", "wall_s") if k not in machine]
+    if missing:
+        raise ValueError(f"{run_dir}: summary.json machine lacks {', '.join(missing)} (a run recorded before the "
+                         "meter counted CPU work, or not on Linux)")
+    return {"own_cpu_s": float(machine["own_cpu_s"]), "own_cores": float(machine["own_cores"]),
+            "busy_share": float(machine["machine_busy_share"]),
+            "lead_s": float(machine["wall_s"]) - float(summary["makespan_s"]),
+            "steps": float(steps_trained(data)), "workers": float(workers_started(data))}
+
+
+def fit_cpu_work(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
+    """own_cpu_s = cpu_per_step_s * steps + cpu_per_worker_s * workers over the runs, both
+    non-negative; `fitted` is false (with a reason) unless the runs were bound by CPU and at
+    least two differ in workers per step (else the two parts cannot be told apart)."""
+    result: dict[str, Any] = {"fitted": False, "runs": [dict(s) for s in samples]}
+    if not samples:
+        result["reason"] = "no runs"
+        return result
+    if min(s["busy_share"] for s in samples) < MIN_BUSY_SHARE:
+        result["reason"] = f"a run's machine was less than {MIN_BUSY_SHARE:.0%} busy: not bound by CPU work"
+        return result
+    ratios = {round(s["workers"] / s["steps"], 9) for s in samples}
+    if len(ratios) < 2:
+        result["reason"] = "needs runs that start different numbers of workers per step"
+        return result
+    x = np.array([[s["steps"], s["workers"]] for s in samples], float)
+    y = np.array([s["own_cpu_s"] for s in samples], float)
+    coef = _nonnegative_two(x, y)
+    residual = y - x @ coef
+    result.update(
+        fitted=True, cpu_per_step_s=float(coef[0]), cpu_per_worker_s=float(coef[1]),
+        cores=float(np.mean([s["own_cores"] for s in samples])),
+        lead_s=float(np.mean([s["lead_s"] for s in samples])),
+        rms_cpu_s=float(np.sqrt(np.mean(residual**2))),
+    )
+    return result
+
+
+def _nonnegative_two(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares in two non-negative unknowns: the unconstrained solution, or the best with
+    one of them at 0."""
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    if (coef >= 0).all():
+        return np.asarray(coef)
+    best = None
+    for keep in (0, 1):
+        column = x[:, keep]
+        value = max(0.0, float(column @ y / (column @ column)))
+        trial = np.zeros(2)
+        trial[keep] = value
+        error = float(np.sum((y - x @ trial) ** 2))
+        if best is None or error < best[0]:
+            best = (error, trial)
+    assert best is not None
+    return best[1]
+
+
+def cpu_bound_makespan_s(fit: Mapping[str, Any], data: Mapping[str, Any]) -> float:
+    """The makespan a CPU-bound live run of `data` is predicted to take: its CPU work over the
+    cores the calibration runs got, less the driver's lead before the first arrival."""
+    work = fit["cpu_per_step_s"] * steps_trained(data) + fit["cpu_per_worker_s"] * workers_started(data)
+    return float(max(0.0, work / fit["cores"] - fit["lead_s"]))
