@@ -23,12 +23,12 @@ the run's concurrency across the two (rlix.sim.concurrency), and each config is 
 again with the constants rescaled to its own concurrency: `*_error_contention` (the
 concurrency as the live calibration runs had it) and `*_error_contention_simc` (as the
 simulator counts it in replays of the calibration configs: like with like), beside the errors
-as before. The two calibration runs also fit the CPU work of a live run (rlix.sim.cpu_work:
-CPU seconds per step trained and per rollout worker started; written to cpu_work.json), and
-when both runs kept the machine's cores busy each config is predicted once more with the
-simulator's op constants scaled until its makespan is the config's CPU work over the cores
-(`*_error_cpu`). The parts are rlix.sim.fidelity's, which notebooks/sim_vs_exec.ipynb shows
-step by step.
+as before. The calibration run (or both) also gives the CPU work of a live run
+(rlix.sim.cpu_work: CPU seconds per step trained and per rollout worker started, each worker
+reporting what its start took; written to cpu_work.json), and when the calibration kept the
+machine's cores busy each config is predicted once more with the simulator's op constants
+scaled until its makespan is the config's CPU work over the cores (`*_error_cpu`). The parts
+are rlix.sim.fidelity's, which notebooks/sim_vs_exec.ipynb shows step by step.
 
     .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--concurrency-fit three-gpus] [--json]
 
@@ -71,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency-fit", metavar="SECOND", default=None,
                         help="calibrate on a second run too (three-gpus: cpu-demo on 3 declared GPUs, run live; or "
                              "a live run folder) and also predict with the per-op slowdown against run concurrency "
-                             "(*_error_contention beside the errors as before), and from the CPU work of the "
-                             "two (*_error_cpu)")
+                             "(*_error_contention beside the errors as before)")
     parser.add_argument("--reuse", action="store_true",
                         help="keep the finished live runs already in --out (predict again, do not run again)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")

@@ -171,8 +171,12 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
         recorder, status = _stopped_record(copy, stop_reason or "the run ended early")
     faults = (cut.faults if cut is not None else []) + copy.progress.get("faults", [])
     status = {**(cut.states if cut is not None else {}), **status}
+    machine = meter.result()
+    starts = copy.progress.get("worker_start_cpu_s")
+    if machine and starts:
+        machine["worker_start_cpu_s"] = list(starts)
     return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults,
-                     machine=meter.result())
+                     machine=machine)
 
 
 def live_folder(out_dir: Path) -> Path:

@@ -71,6 +71,8 @@ class Orchestrator(ExternalApi):
         self._background: list[asyncio.Task[None]] = []
         #: Faults the run survived (a rollout worker replaced), for the run's summary.
         self.faults: list[dict[str, Any]] = []
+        #: CPU seconds each rollout worker's start took (rlix.sim.cpu_work reads them).
+        self.worker_start_cpu_s: list[float] = []
 
     def now(self) -> float:
         """Seconds since the orchestrator started (wall clock, never decreasing), the clock of
@@ -289,6 +291,9 @@ class Orchestrator(ExternalApi):
     def note_fault(self, pipeline_id: str, kind: str, detail: str) -> None:
         self.faults.append({"t_s": round(self.now(), 3), "pipeline_id": pipeline_id, "kind": kind, "detail": detail})
 
+    def note_worker_start(self, cpu_s: float) -> None:
+        self.worker_start_cpu_s.append(float(cpu_s))
+
     def run_progress(self, cursor: list[int] | None = None) -> dict[str, Any]:
         """Per pipeline: status (and why it ended), train steps done, mean reward of its last
         step; the faults so far; with `cursor`, the record beyond it (the driver's copy)."""
@@ -299,7 +304,8 @@ class Orchestrator(ExternalApi):
             if "reward_mean" in row:
                 reward[row["pipeline_id"]] = row["reward_mean"]
         progress = {"pipelines": {pid: self.describe(pid) for pid in self.pipelines}, "steps": steps,
-                    "reward": reward, "faults": list(self.faults), "now": self.now()}
+                    "reward": reward, "faults": list(self.faults), "now": self.now(),
+                    "worker_start_cpu_s": list(self.worker_start_cpu_s)}
         if cursor is not None:
             progress["record"] = self.recorder.since(cursor)
         return progress

@@ -269,6 +269,11 @@ class PipelineActor:
         summary, which lists what a run went through."""
         self.orch.note_fault.remote(self.pipeline_id, kind, detail)
 
+    def worker_started(self, cpu_s: float) -> None:
+        """A rollout worker of ours is up, its start having taken `cpu_s` CPU seconds: for the
+        run's summary (`machine.worker_start_cpu_s`), which calibration reads."""
+        self.orch.note_worker_start.remote(cpu_s)
+
     def record(self, attempts: list[Attempt]) -> None:
         self._rows.extend(attempts)
 

@@ -144,6 +144,7 @@ class Ranks:
         await p.adopt(worker)
         # Bounded: a bundle on a node that is gone never places the actor.
         await asyncio.wait_for(worker.__ray_ready__.remote(), START_TIMEOUT_S)
+        p.worker_started(await worker.started_cpu_s.remote())
         return worker
 
     async def _wake(self, rank: Rank) -> None:

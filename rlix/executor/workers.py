@@ -66,6 +66,14 @@ class RolloutWorker:
         self.versions: dict[str, int] = {}
         self._stop = threading.Event()
         self._stop.set()  # asleep until the first wake
+        # What starting this process cost in CPU (booting the worker, importing the engine's
+        # libraries, building it): on CPU-declared GPUs it is taken from everyone else's work
+        # (rlix.sim.cpu_work).
+        self.start_cpu_s = time.process_time()
+
+    def started_cpu_s(self) -> float:
+        """CPU seconds this process had used when it was ready."""
+        return self.start_cpu_s
 
     def _now(self) -> float:
         return time.time() - self.t0_wall

@@ -8,12 +8,15 @@ work over the cores it gets. That work has two parts (docs/calibration.md):
   `cpu_per_step_s`, the same whatever the GPUs declared;
 - per rollout worker started (a process that imports torch and builds the model; the executor
   starts one for every rank of a pipeline's rollout mapping): `cpu_per_worker_s`, ~5.8 CPU-s.
+  Each worker reports what its start took (`summary.json` `machine.worker_start_cpu_s`), so
+  this part is measured, not fitted, in runs that recorded it.
 
 The per-op durations a run measures are that CPU shared, so the span concurrency of
 rlix.sim.concurrency cannot see the second part: a worker start is no span of work.
 
-`fit_cpu_work` fits both from live calibration runs of different worker counts (each run's
-`summary.json` `machine.own_cpu_s`, its steps and workers), with the cores the runs got
+`fit_cpu_work` gets both from live calibration runs (each run's `summary.json`
+`machine.own_cpu_s`, its steps and workers; one run is enough when its workers reported their
+start, else runs of different worker counts are needed), with the cores the runs got
 (`own_cores`) and the gap between the driver's wall time and the run's makespan (the driver
 starts before the first arrival). `cpu_bound_makespan_s` is then a config's predicted
 makespan. `predict_cpu_bound` (rlix.sim.fidelity) rescales the simulator's op constants until
@@ -68,22 +71,40 @@ def run_sample(run_dir: Path, data: Mapping[str, Any]) -> dict[str, float]:
     if missing:
         raise ValueError(f"{run_dir}: summary.json machine lacks {', '.join(missing)} (a run recorded before the "
                          "meter counted CPU work, or not on Linux)")
-    return {"own_cpu_s": float(machine["own_cpu_s"]), "own_cores": float(machine["own_cores"]),
-            "busy_share": float(machine["machine_busy_share"]),
-            "lead_s": float(machine["wall_s"]) - float(summary["makespan_s"]),
-            "steps": float(steps_trained(data)), "workers": float(workers_started(data))}
+    sample = {"own_cpu_s": float(machine["own_cpu_s"]), "own_cores": float(machine["own_cores"]),
+              "busy_share": float(machine["machine_busy_share"]),
+              "lead_s": float(machine["wall_s"]) - float(summary["makespan_s"]),
+              "steps": float(steps_trained(data)), "workers": float(workers_started(data))}
+    starts = machine.get("worker_start_cpu_s")
+    if starts:  # each worker's own reading: the run started these (a replaced worker too)
+        sample["workers"] = float(len(starts))
+        sample["worker_start_cpu_s"] = float(sum(starts))
+    return sample
 
 
 def fit_cpu_work(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
     """own_cpu_s = cpu_per_step_s * steps + cpu_per_worker_s * workers over the runs, both
-    non-negative; `fitted` is false (with a reason) unless the runs were bound by CPU and at
-    least two differ in workers per step (else the two parts cannot be told apart)."""
+    non-negative. When every run has its workers' own readings (`worker_start_cpu_s`, `source`
+    "measured") the per-worker CPU is their mean and the per-step CPU what is left, from one run
+    or more; else both are fitted by least squares (`source` "fitted"), which needs runs that
+    differ in workers per step. `fitted` is false (with a reason) when the runs were not bound
+    by CPU, or cannot tell the two parts apart."""
     result: dict[str, Any] = {"fitted": False, "runs": [dict(s) for s in samples]}
     if not samples:
         result["reason"] = "no runs"
         return result
     if min(s["busy_share"] for s in samples) < MIN_BUSY_SHARE:
         result["reason"] = f"a run's machine was less than {MIN_BUSY_SHARE:.0%} busy: not bound by CPU work"
+        return result
+    if all("worker_start_cpu_s" in s for s in samples):
+        # Measured: each worker said what its start took, so one run is enough, and the
+        # per-step work is what is left of the runs' CPU.
+        per_worker = sum(s["worker_start_cpu_s"] for s in samples) / sum(s["workers"] for s in samples)
+        steps = sum(s["steps"] for s in samples)
+        per_step = max(0.0, sum(s["own_cpu_s"] - s["worker_start_cpu_s"] for s in samples) / steps)
+        residual = np.array([s["own_cpu_s"] - per_step * s["steps"] - per_worker * s["workers"] for s in samples])
+        result.update(fitted=True, source="measured", cpu_per_step_s=per_step, cpu_per_worker_s=per_worker,
+                      **_machine(samples), rms_cpu_s=float(np.sqrt(np.mean(residual**2))))
         return result
     ratios = {round(s["workers"] / s["steps"], 9) for s in samples}
     if len(ratios) < 2:
@@ -93,13 +114,15 @@ def fit_cpu_work(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
     y = np.array([s["own_cpu_s"] for s in samples], float)
     coef = _nonnegative_two(x, y)
     residual = y - x @ coef
-    result.update(
-        fitted=True, cpu_per_step_s=float(coef[0]), cpu_per_worker_s=float(coef[1]),
-        cores=float(np.mean([s["own_cores"] for s in samples])),
-        lead_s=float(np.mean([s["lead_s"] for s in samples])),
-        rms_cpu_s=float(np.sqrt(np.mean(residual**2))),
-    )
+    result.update(fitted=True, source="fitted", cpu_per_step_s=float(coef[0]), cpu_per_worker_s=float(coef[1]),
+                  **_machine(samples), rms_cpu_s=float(np.sqrt(np.mean(residual**2))))
     return result
+
+
+def _machine(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The cores the runs got and the driver's lead before the first arrival, averaged."""
+    return {"cores": float(np.mean([s["own_cores"] for s in samples])),
+            "lead_s": float(np.mean([s["lead_s"] for s in samples]))}
 
 
 def _nonnegative_two(x: np.ndarray, y: np.ndarray) -> np.ndarray:

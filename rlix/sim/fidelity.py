@@ -234,17 +234,16 @@ def calibrate(out: Path, live_dir: Path | None, reuse: bool = False,
 
 
 def write_cpu_work_fit(out: Path, runs: list[Path], configs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The CPU-work fit of the calibration runs whose configs are known (rlix.sim.cpu_work),
-    written to out/cpu_work.json (its `reason` says why not, when it was not fitted)."""
+    """The CPU-work fit of the calibration runs whose configs are known (rlix.sim.cpu_work; one
+    is enough when its workers reported their start), written to out/cpu_work.json (its
+    `reason` says why not, when it was not fitted)."""
     from rlix.sim.cpu_work import fit_cpu_work, run_sample
 
-    if len(configs) < len(runs):
-        fit: dict[str, Any] = {"fitted": False, "reason": "a calibration run given as a folder: its config is not known"}
-    else:
-        try:
-            fit = fit_cpu_work([run_sample(run, config) for run, config in zip(runs, configs, strict=True)])
-        except ValueError as exc:
-            fit = {"fitted": False, "reason": str(exc)}
+    # A second run given as a folder has no known config: the runs before it are used.
+    try:
+        fit = fit_cpu_work([run_sample(run, config) for run, config in zip(runs, configs, strict=False)])
+    except ValueError as exc:
+        fit = {"fitted": False, "reason": str(exc)}
     (out / "cpu_work.json").write_text(json.dumps(fit, indent=1))
     return fit
 

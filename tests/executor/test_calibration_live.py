@@ -80,3 +80,10 @@ def test_the_live_folder_records_what_the_fit_needs(live_run: Path) -> None:
     assert {"load", "offload"} <= set(activity["stage"])
     rollouts = pd.read_parquet(live_run / "rollouts.parquet")
     assert (rollouts["prompt_tokens"] > 0).all()
+    # What the CPU-work model reads: every rollout worker's start (2 ranks a pipeline here, each
+    # a process that imported torch and built the model), within the CPU the run used.
+    machine = json.loads((live_run / "summary.json").read_text()).get("machine", {})
+    if machine:  # Linux: the meter counts
+        starts = machine["worker_start_cpu_s"]
+        assert len(starts) == 4 and all(s > 0.1 for s in starts), starts
+        assert machine["own_cpu_s"] > sum(starts)

@@ -53,6 +53,20 @@ def test_the_fit_recovers_known_constants() -> None:
     assert fit["rms_cpu_s"] == pytest.approx(0.0, abs=1e-9)
 
 
+def test_the_workers_own_readings_make_one_run_enough() -> None:
+    """Measured: the per-worker CPU is the mean of the workers' readings, the per-step CPU what
+    is left of the run's; runs that would not tell the two apart by regression are fine."""
+    run = {**_sample(36, 8), "worker_start_cpu_s": 8 * 4.7}
+    fit = fit_cpu_work([run])
+    assert fit["fitted"] and fit["source"] == "measured"
+    assert fit["cpu_per_worker_s"] == pytest.approx(4.7) and fit["cpu_per_step_s"] == pytest.approx(1.2)
+    # Two runs, one worker count per step between them: pooled the same way.
+    two = fit_cpu_work([run, {**_sample(72, 16), "worker_start_cpu_s": 16 * 5.0}])
+    assert two["cpu_per_worker_s"] == pytest.approx((8 * 4.7 + 16 * 5.0) / 24)
+    # One run without readings: back to the regression, which cannot tell them apart.
+    assert not fit_cpu_work([run, _sample(72, 16)])["fitted"]
+
+
 def test_the_fit_keeps_its_constants_non_negative() -> None:
     # More workers and less CPU: unconstrained, the per-worker cost would be negative.
     fit = fit_cpu_work([{**_sample(36, 8), "own_cpu_s": 60.0}, {**_sample(36, 4), "own_cpu_s": 70.0}])
@@ -81,6 +95,12 @@ def test_a_run_folder_without_cpu_work_is_refused(tmp_path: Path) -> None:
         "own_cpu_s": 30.0, "own_cores": 1.5, "machine_busy_share": 0.95, "wall_s": 12.0}}))
     assert run_sample(tmp_path, scenario_data(None)) == {
         "own_cpu_s": 30.0, "own_cores": 1.5, "busy_share": 0.95, "lead_s": 2.0, "steps": 36.0, "workers": 8.0}
+    # With the workers' own readings, their count is the workers the run started.
+    (tmp_path / "summary.json").write_text(json.dumps({"makespan_s": 10.0, "machine": {
+        "own_cpu_s": 30.0, "own_cores": 1.5, "machine_busy_share": 0.95, "wall_s": 12.0,
+        "worker_start_cpu_s": [2.0, 2.5, 3.0]}}))
+    sample = run_sample(tmp_path, scenario_data(None))
+    assert sample["workers"] == 3.0 and sample["worker_start_cpu_s"] == pytest.approx(7.5)
 
 
 def test_the_simulator_is_rescaled_to_the_cpu_bound_makespan(tmp_path: Path) -> None:
