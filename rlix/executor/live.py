@@ -172,9 +172,10 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     faults = (cut.faults if cut is not None else []) + copy.progress.get("faults", [])
     status = {**(cut.states if cut is not None else {}), **status}
     machine = meter.result()
-    starts = copy.progress.get("worker_start_cpu_s")
-    if machine and starts:
-        machine["worker_start_cpu_s"] = list(starts)
+    if machine:  # what the rollout workers' CPU went to (rlix.sim.cpu_work)
+        for key in ("worker_start_cpu_s", "worker_cpu"):
+            if copy.progress.get(key):
+                machine[key] = list(copy.progress[key])
     return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults,
                      machine=machine)
 

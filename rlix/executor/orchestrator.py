@@ -73,6 +73,8 @@ class Orchestrator(ExternalApi):
         self.faults: list[dict[str, Any]] = []
         #: CPU seconds each rollout worker's start took (rlix.sim.cpu_work reads them).
         self.worker_start_cpu_s: list[float] = []
+        #: Each rollout worker's CPU account when its pipeline ended (RolloutWorker.cpu_account).
+        self.worker_cpu: list[dict[str, float]] = []
 
     def now(self) -> float:
         """Seconds since the orchestrator started (wall clock, never decreasing), the clock of
@@ -294,6 +296,9 @@ class Orchestrator(ExternalApi):
     def note_worker_start(self, cpu_s: float) -> None:
         self.worker_start_cpu_s.append(float(cpu_s))
 
+    def note_worker_cpu(self, account: dict[str, float]) -> None:
+        self.worker_cpu.append({k: float(v) for k, v in account.items()})
+
     def run_progress(self, cursor: list[int] | None = None) -> dict[str, Any]:
         """Per pipeline: status (and why it ended), train steps done, mean reward of its last
         step; the faults so far; with `cursor`, the record beyond it (the driver's copy)."""
@@ -305,7 +310,7 @@ class Orchestrator(ExternalApi):
                 reward[row["pipeline_id"]] = row["reward_mean"]
         progress = {"pipelines": {pid: self.describe(pid) for pid in self.pipelines}, "steps": steps,
                     "reward": reward, "faults": list(self.faults), "now": self.now(),
-                    "worker_start_cpu_s": list(self.worker_start_cpu_s)}
+                    "worker_start_cpu_s": list(self.worker_start_cpu_s), "worker_cpu": list(self.worker_cpu)}
         if cursor is not None:
             progress["record"] = self.recorder.since(cursor)
         return progress

@@ -269,6 +269,10 @@ class PipelineActor:
         summary, which lists what a run went through."""
         self.orch.note_fault.remote(self.pipeline_id, kind, detail)
 
+    def worker_cpu(self, account: dict[str, float]) -> None:
+        """A rollout worker's CPU account when the pipeline ends (`machine.worker_cpu`)."""
+        self.orch.note_worker_cpu.remote(account)
+
     def worker_started(self, cpu_s: float) -> None:
         """A rollout worker of ours is up, its start having taken `cpu_s` CPU seconds: for the
         run's summary (`machine.worker_start_cpu_s`), which calibration reads."""

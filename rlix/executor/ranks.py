@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 WAKE_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 300.0
+#: How long the workers' CPU accounts are waited for when a pipeline ends (a summary figure,
+#: not worth holding the end of a run for).
+ACCOUNT_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -105,10 +108,24 @@ class Ranks:
             await kill_and_confirm([worker], timeout_s=5.0)
 
     async def stop_all(self) -> None:
+        await self._account_cpu()
         for dp_rank in list(self.active):
             await self.revoke(dp_rank)
         await kill_and_confirm(list(self.workers.values()))
         self.workers.clear()
+
+    async def _account_cpu(self) -> None:
+        """Each live worker's CPU account, for the run's summary (a worker that does not answer
+        in time, or died, is left out)."""
+        async def account(worker: Any) -> Any:
+            # Each on its own clock: a worker still starting (its pipeline ended first) or gone
+            # does not cost the others theirs.
+            return await asyncio.wait_for(worker.cpu_account.remote(), ACCOUNT_TIMEOUT_S)
+
+        accounts = await asyncio.gather(*(account(w) for w in self.workers.values()), return_exceptions=True)
+        for found in accounts:
+            if isinstance(found, dict):
+                self.p.worker_cpu(found)
 
     # --- workers and weights --------------------------------------------------------------
 

@@ -70,22 +70,38 @@ class RolloutWorker:
         # libraries, building it): on CPU-declared GPUs it is taken from everyone else's work
         # (rlix.sim.cpu_work).
         self.start_cpu_s = time.process_time()
+        self.started_at = time.monotonic()
+        #: CPU seconds spent loading and dropping weights (wake, sleep), and generating.
+        self.moves_cpu_s = 0.0
+        self.generate_cpu_s = 0.0
+        self.num_wakes = 0
 
     def started_cpu_s(self) -> float:
         """CPU seconds this process had used when it was ready."""
         return self.start_cpu_s
+
+    def cpu_account(self) -> dict[str, float]:
+        """Where this process's CPU went so far: its start, weight moves (and how many wakes),
+        generation, and in all (what is left is the idle process: Ray's threads, the event
+        loop), over how long it has been up (rlix.sim.cpu_work)."""
+        return {"start_s": self.start_cpu_s, "moves_s": self.moves_cpu_s, "wakes": float(self.num_wakes),
+                "generate_s": self.generate_cpu_s, "total_s": time.process_time(),
+                "alive_s": time.monotonic() - self.started_at}
 
     def _now(self) -> float:
         return time.time() - self.t0_wall
 
     async def wake(self, weights: dict[str, tuple[int, Any]]) -> None:
         """Load the newest weights (`adapter -> (version, [ObjectRef])`) and accept work."""
+        cpu0 = time.process_time()
         loaded = {}
         for adapter, (version, ref) in weights.items():
             loaded[adapter] = (version, await ref[0])
         await asyncio.to_thread(self.engine.load, loaded)
         self.versions = {a: v for a, (v, _s) in loaded.items()}
         self._stop.clear()
+        self.moves_cpu_s += time.process_time() - cpu0
+        self.num_wakes += 1
 
     async def update(self, adapter: str, version: int, ref: list[Any]) -> None:
         state = await ref[0]
@@ -98,7 +114,9 @@ class RolloutWorker:
             return [Attempt(t, self.dp_rank, self.versions.get(t.adapter, -1), t_start, t_start) for t in items]
         versions = {t.adapter: self.versions[t.adapter] for t in items}
         before = [len(t.response) for t in items]
+        cpu0 = time.process_time()
         recomputed = await asyncio.to_thread(self.engine.generate, items, self._stop.is_set)
+        self.generate_cpu_s += time.process_time() - cpu0
         t_end = self._now()
         attempts = []
         for t, n_before, n_recomputed in zip(items, before, recomputed, strict=True):
@@ -112,9 +130,11 @@ class RolloutWorker:
         self._stop.set()
 
     async def sleep(self) -> None:
+        cpu0 = time.process_time()
         self._stop.set()
         await asyncio.to_thread(self.engine.unload)
         self.versions = {}
+        self.moves_cpu_s += time.process_time() - cpu0
 
     def pid(self) -> int:
         return os.getpid()

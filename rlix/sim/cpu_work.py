@@ -7,19 +7,24 @@ work over the cores it gets. That work has two parts (docs/calibration.md):
 - per step trained (rollout, log-probs, training, weight moves, the driver's bookkeeping):
   `cpu_per_step_s`, the same whatever the GPUs declared;
 - per rollout worker started (a process that imports torch and builds the model; the executor
-  starts one for every rank of a pipeline's rollout mapping): `cpu_per_worker_s`, ~5.8 CPU-s.
-  Each worker reports what its start took (`summary.json` `machine.worker_start_cpu_s`), so
-  this part is measured, not fitted, in runs that recorded it.
+  starts one for every rank of a pipeline's rollout mapping): `cpu_per_worker_s`, ~4.5 CPU-s;
+- per weight load (a wake and its sleep): `cpu_per_load_s`;
+- per worker up, idle or not, per second: `idle_cores_per_worker` (Ray's threads, the event
+  loop).
+
+Each worker reports what its start took (`summary.json` `machine.worker_start_cpu_s`) and,
+when its pipeline ends, where its CPU went (`machine.worker_cpu`), so the last three are
+measured, not fitted, in runs that recorded them, and the per-step part is what is left.
 
 The per-op durations a run measures are that CPU shared, so the span concurrency of
 rlix.sim.concurrency cannot see the second part: a worker start is no span of work.
 
-`fit_cpu_work` gets both from live calibration runs (each run's `summary.json`
+`fit_cpu_work` gets them from live calibration runs (each run's `summary.json`
 `machine.own_cpu_s`, its steps and workers; one run is enough when its workers reported their
 start, else runs of different worker counts are needed), with the cores the runs got
 (`own_cores`) and the gap between the driver's wall time and the run's makespan (the driver
 starts before the first arrival). `cpu_bound_makespan_s` is then a config's predicted
-makespan. `predict_cpu_bound` (rlix.sim.fidelity) rescales the simulator's op constants until
+makespan, given the loads the simulator makes in it. `predict_cpu_bound` (rlix.sim.fidelity) rescales the simulator's op constants until
 its makespan matches that figure, so that the schedule (each pipeline's steps, the shares) is
 the simulator's while the speed is the machine's. It applies only to runs that were bound by
 their CPU (every calibration run's machine at least `MIN_BUSY_SHARE` busy).
@@ -79,6 +84,13 @@ def run_sample(run_dir: Path, data: Mapping[str, Any]) -> dict[str, float]:
     if starts:  # each worker's own reading: the run started these (a replaced worker too)
         sample["workers"] = float(len(starts))
         sample["worker_start_cpu_s"] = float(sum(starts))
+    accounts = machine.get("worker_cpu")
+    if starts and accounts:  # and where the rest of their CPU went, by the end
+        sample["moves_cpu_s"] = float(sum(a["moves_s"] for a in accounts))
+        sample["loads"] = float(sum(a["wakes"] for a in accounts))
+        sample["idle_cpu_s"] = float(sum(max(0.0, a["total_s"] - a["start_s"] - a["moves_s"] - a["generate_s"])
+                                         for a in accounts))
+        sample["alive_s"] = float(sum(a["alive_s"] for a in accounts))
     return sample
 
 
@@ -97,14 +109,7 @@ def fit_cpu_work(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
         result["reason"] = f"a run's machine was less than {MIN_BUSY_SHARE:.0%} busy: not bound by CPU work"
         return result
     if all("worker_start_cpu_s" in s for s in samples):
-        # Measured: each worker said what its start took, so one run is enough, and the
-        # per-step work is what is left of the runs' CPU.
-        per_worker = sum(s["worker_start_cpu_s"] for s in samples) / sum(s["workers"] for s in samples)
-        steps = sum(s["steps"] for s in samples)
-        per_step = max(0.0, sum(s["own_cpu_s"] - s["worker_start_cpu_s"] for s in samples) / steps)
-        residual = np.array([s["own_cpu_s"] - per_step * s["steps"] - per_worker * s["workers"] for s in samples])
-        result.update(fitted=True, source="measured", cpu_per_step_s=per_step, cpu_per_worker_s=per_worker,
-                      **_machine(samples), rms_cpu_s=float(np.sqrt(np.mean(residual**2))))
+        result.update(_measured(samples))
         return result
     ratios = {round(s["workers"] / s["steps"], 9) for s in samples}
     if len(ratios) < 2:
@@ -117,6 +122,30 @@ def fit_cpu_work(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
     result.update(fitted=True, source="fitted", cpu_per_step_s=float(coef[0]), cpu_per_worker_s=float(coef[1]),
                   **_machine(samples), rms_cpu_s=float(np.sqrt(np.mean(residual**2))))
     return result
+
+
+def _measured(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
+    """The fit from the workers' own readings: their starts give the per-worker CPU; with their
+    accounts, their weight moves the per-load CPU and their idle CPU over the time they were up
+    the cores an idle worker takes; the per-step CPU is what is left. One run is enough."""
+    per_worker = sum(s["worker_start_cpu_s"] for s in samples) / sum(s["workers"] for s in samples)
+    accounted = all("idle_cpu_s" in s for s in samples)
+    loads = sum(s["loads"] for s in samples) if accounted else 0.0
+    per_load = sum(s["moves_cpu_s"] for s in samples) / loads if accounted and loads else 0.0
+    alive = sum(s["alive_s"] for s in samples) if accounted else 0.0
+    idle_cores = sum(s["idle_cpu_s"] for s in samples) / alive if accounted and alive else 0.0
+
+    def rest(s: Mapping[str, float]) -> float:
+        spent = s["worker_start_cpu_s"]
+        if accounted:
+            spent += s["moves_cpu_s"] + s["idle_cpu_s"]
+        return s["own_cpu_s"] - spent
+
+    per_step = max(0.0, sum(rest(s) for s in samples) / sum(s["steps"] for s in samples))
+    residual = np.array([rest(s) - per_step * s["steps"] for s in samples])
+    return {"fitted": True, "source": "measured" if accounted else "measured starts", "cpu_per_step_s": per_step,
+            "cpu_per_worker_s": per_worker, "cpu_per_load_s": per_load, "idle_cores_per_worker": idle_cores,
+            **_machine(samples), "rms_cpu_s": float(np.sqrt(np.mean(residual**2)))}
 
 
 def _machine(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -144,8 +173,14 @@ def _nonnegative_two(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best[1]
 
 
-def cpu_bound_makespan_s(fit: Mapping[str, Any], data: Mapping[str, Any]) -> float:
-    """The makespan a CPU-bound live run of `data` is predicted to take: its CPU work over the
-    cores the calibration runs got, less the driver's lead before the first arrival."""
-    work = fit["cpu_per_step_s"] * steps_trained(data) + fit["cpu_per_worker_s"] * workers_started(data)
-    return float(max(0.0, work / fit["cores"] - fit["lead_s"]))
+def cpu_bound_makespan_s(fit: Mapping[str, Any], data: Mapping[str, Any], loads: float = 0.0) -> float:
+    """The makespan a CPU-bound live run of `data` making `loads` weight loads (the simulator's
+    count) is predicted to take: its CPU work over the cores the calibration runs got, less the
+    driver's lead before the first arrival. The workers' idle CPU grows with the run itself, so
+    it comes off the cores: wall = work / (cores - idle cores per worker * workers)."""
+    workers = workers_started(data)
+    work = (fit["cpu_per_step_s"] * steps_trained(data) + fit["cpu_per_worker_s"] * workers
+            + fit.get("cpu_per_load_s", 0.0) * loads)
+    # Never below a tenth of the cores: a fit from a run with few workers read far beyond it.
+    cores = max(fit["cores"] - fit.get("idle_cores_per_worker", 0.0) * workers, 0.1 * fit["cores"])
+    return float(max(0.0, work / cores - fit["lead_s"]))

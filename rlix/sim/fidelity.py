@@ -260,7 +260,7 @@ def predict_cpu_bound(variant: Variant, folder: Path, calibrated: Any, fit: dict
     from rlix.sim.concurrency import SCALED
     from rlix.sim.cpu_work import cpu_bound_makespan_s
 
-    target = cpu_bound_makespan_s(fit, scenario_data(variant, steps=steps))
+    target = cpu_bound_makespan_s(fit, scenario_data(variant, steps=steps), simulated_loads(first))
     runs, factors, made = [first], [1.0], [_makespan_s(first)]
     for index in range(1, max_runs):
         if target <= 0 or abs(made[-1] - target) <= tolerance * target:
@@ -275,6 +275,15 @@ def predict_cpu_bound(variant: Variant, folder: Path, calibrated: Any, fit: dict
         made.append(_makespan_s(runs[-1]))
     best = min(range(len(runs)), key=lambda i: abs(made[i] - target))
     return runs[best], factors[: best + 1]
+
+
+def simulated_loads(run_dir: Path) -> int:
+    """Weight loads in a run folder (its `activity` load spans, one per rank and start)."""
+    from rlix.runs.reader import load
+
+    activity = load(run_dir).activity
+    loads = activity[activity["stage"] == "load"]
+    return int(len(loads.drop_duplicates(["pipeline_id", "dp_rank", "t_start"])))
 
 
 def _makespan_s(run_dir: Path) -> float:

@@ -58,13 +58,28 @@ def test_the_workers_own_readings_make_one_run_enough() -> None:
     is left of the run's; runs that would not tell the two apart by regression are fine."""
     run = {**_sample(36, 8), "worker_start_cpu_s": 8 * 4.7}
     fit = fit_cpu_work([run])
-    assert fit["fitted"] and fit["source"] == "measured"
+    assert fit["fitted"] and fit["source"] == "measured starts"
     assert fit["cpu_per_worker_s"] == pytest.approx(4.7) and fit["cpu_per_step_s"] == pytest.approx(1.2)
+    assert fit["cpu_per_load_s"] == 0.0 and fit["idle_cores_per_worker"] == 0.0
     # Two runs, one worker count per step between them: pooled the same way.
     two = fit_cpu_work([run, {**_sample(72, 16), "worker_start_cpu_s": 16 * 5.0}])
     assert two["cpu_per_worker_s"] == pytest.approx((8 * 4.7 + 16 * 5.0) / 24)
     # One run without readings: back to the regression, which cannot tell them apart.
     assert not fit_cpu_work([run, _sample(72, 16)])["fitted"]
+
+
+def test_the_workers_accounts_split_the_rest() -> None:
+    """With the workers' accounts, their weight moves give the per-load CPU, their idle CPU over
+    the time they were up the idle cores per worker, and the per-step CPU is what is left:
+    known figures put together by hand come back out."""
+    loads, alive = 70.0, 8 * 45.0  # 8 workers up 45 s each
+    run = {**_sample(36, 8), "worker_start_cpu_s": 8 * 4.7, "moves_cpu_s": 0.25 * loads, "loads": loads,
+           "idle_cpu_s": 0.05 * alive, "alive_s": alive}
+    run["own_cpu_s"] += 0.25 * loads + 0.05 * alive
+    fit = fit_cpu_work([run])
+    assert fit["source"] == "measured"
+    assert fit["cpu_per_load_s"] == pytest.approx(0.25) and fit["idle_cores_per_worker"] == pytest.approx(0.05)
+    assert fit["cpu_per_step_s"] == pytest.approx(1.2) and fit["cpu_per_worker_s"] == pytest.approx(4.7)
 
 
 def test_the_fit_keeps_its_constants_non_negative() -> None:
@@ -85,6 +100,10 @@ def test_the_makespan_it_predicts_by_hand() -> None:
     fit = {"cpu_per_step_s": 1.2, "cpu_per_worker_s": 4.7, "cores": 2.0, "lead_s": 1.5}
     # two-gpus: 36 steps and 4 workers: (43.2 + 18.8) / 2 - 1.5 = 29.5 s.
     assert cpu_bound_makespan_s(fit, scenario_data(VARIANTS["two-gpus"])) == pytest.approx(29.5)
+    # With 40 loads at 0.25 CPU-s and 4 workers taking 0.05 of a core each while up:
+    # (43.2 + 18.8 + 10) / (2 - 0.2) - 1.5 = 38.5 s.
+    accounted = {**fit, "cpu_per_load_s": 0.25, "idle_cores_per_worker": 0.05}
+    assert cpu_bound_makespan_s(accounted, scenario_data(VARIANTS["two-gpus"]), 40) == pytest.approx(38.5)
 
 
 def test_a_run_folder_without_cpu_work_is_refused(tmp_path: Path) -> None:
@@ -101,6 +120,15 @@ def test_a_run_folder_without_cpu_work_is_refused(tmp_path: Path) -> None:
         "worker_start_cpu_s": [2.0, 2.5, 3.0]}}))
     sample = run_sample(tmp_path, scenario_data(None))
     assert sample["workers"] == 3.0 and sample["worker_start_cpu_s"] == pytest.approx(7.5)
+    assert "idle_cpu_s" not in sample
+    # And their accounts at the end: idle is what the start, moves and generation leave.
+    account = {"start_s": 2.0, "moves_s": 1.0, "wakes": 4.0, "generate_s": 3.0, "total_s": 7.0, "alive_s": 20.0}
+    (tmp_path / "summary.json").write_text(json.dumps({"makespan_s": 10.0, "machine": {
+        "own_cpu_s": 30.0, "own_cores": 1.5, "machine_busy_share": 0.95, "wall_s": 12.0,
+        "worker_start_cpu_s": [2.0, 2.0], "worker_cpu": [account, account]}}))
+    sample = run_sample(tmp_path, scenario_data(None))
+    assert sample["loads"] == 8.0 and sample["moves_cpu_s"] == 2.0
+    assert sample["idle_cpu_s"] == pytest.approx(2.0) and sample["alive_s"] == 40.0
 
 
 def test_the_simulator_is_rescaled_to_the_cpu_bound_makespan(tmp_path: Path) -> None:
