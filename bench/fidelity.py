@@ -33,7 +33,7 @@ are rlix.sim.fidelity's, which notebooks/sim_vs_exec.ipynb shows step by step.
     .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--concurrency-fit three-gpus] [--json]
 
 `--json` prints one line: {"configs": [{"name", "makespan_error", "step_time_error", ...}],
-"median_step_time_error", "max_makespan_error", ...}. Takes ~10-15 minutes on 2 cores.
+"median_step_time_error", "max_makespan_error", ...}. Takes ~5 minutes on 2 cores (~6 with --concurrency-fit).
 """
 
 from __future__ import annotations
