@@ -23,9 +23,10 @@ Demand sampled at polls misses what a run *does* with the CPU, so the meter also
 `own_cpu_s`, the CPU seconds (user + system) its processes used, each process's last sample
 (work a process did after the last poll before it ended is not counted), `own_cores`
 (own_cpu_s / wall_s), and `machine_busy_share`, the share of the machine's CPU time that was
-busy over the run, from /proc/stat. On the 2-core machine cpu-demo runs near 85% busy and the
-same training costs 72 CPU-s on 2 declared GPUs and 106 on 4 (docs/calibration.md): a run on
-declared GPUs that share a few cores is bound by its CPU work, not by its spans.
+busy over the run, from /proc/stat. On the 2-core machine cpu-demo keeps the machine 96-99%
+busy and the same training costs 57.7 CPU-s on 2 declared GPUs and 81.0 on 4
+(docs/calibration.md): a run on declared GPUs that share a few cores is bound by its CPU
+work, not by its spans.
 """
 
 from __future__ import annotations

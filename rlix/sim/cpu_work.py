@@ -2,10 +2,10 @@
 
 On a machine whose declared GPUs share a few cores (the CPU executor), a live run keeps the
 cores busy from start to end (cpu-demo configs: 96-99% of 2 cores), so its wall time is its CPU
-work over the cores it gets. That work has two parts (docs/calibration.md):
+work over the cores it gets. That work has four parts (docs/calibration.md):
 
-- per step trained (rollout, log-probs, training, weight moves, the driver's bookkeeping):
-  `cpu_per_step_s`, the same whatever the GPUs declared;
+- per step trained (rollout, log-probs, training, the driver's bookkeeping): `cpu_per_step_s`,
+  the same whatever the GPUs declared;
 - per rollout worker started (a process that imports torch and builds the model; the executor
   starts one for every rank of a pipeline's rollout mapping): `cpu_per_worker_s`, ~4.5 CPU-s;
 - per weight load (a wake and its sleep): `cpu_per_load_s`;
@@ -17,16 +17,17 @@ when its pipeline ends, where its CPU went (`machine.worker_cpu`), so the last t
 measured, not fitted, in runs that recorded them, and the per-step part is what is left.
 
 The per-op durations a run measures are that CPU shared, so the span concurrency of
-rlix.sim.concurrency cannot see the second part: a worker start is no span of work.
+rlix.sim.concurrency cannot see the worker starts: a start is no span of work.
 
 `fit_cpu_work` gets them from live calibration runs (each run's `summary.json`
 `machine.own_cpu_s`, its steps and workers; one run is enough when its workers reported their
 start, else runs of different worker counts are needed), with the cores the runs got
 (`own_cores`) and the gap between the driver's wall time and the run's makespan (the driver
 starts before the first arrival). `cpu_bound_makespan_s` is then a config's predicted
-makespan, given the loads the simulator makes in it. `predict_cpu_bound` (rlix.sim.fidelity) rescales the simulator's op constants until
-its makespan matches that figure, so that the schedule (each pipeline's steps, the shares) is
-the simulator's while the speed is the machine's. It applies only to runs that were bound by
+makespan, given the loads the simulator makes in it. `predict_cpu_bound` (rlix.sim.fidelity)
+rescales the simulator's op constants until its makespan matches that figure, so that the
+schedule (each pipeline's steps, the shares) is the simulator's while the speed is the
+machine's. It applies only to runs that were bound by
 their CPU (every calibration run's machine at least `MIN_BUSY_SHARE` busy).
 """
 
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rlix.sim.calibrate_fits import nonnegative_lstsq
 
 #: Below this share of the machine busy over a calibration run, the run was not bound by CPU
 #: work and its wall time does not follow from it.
@@ -76,13 +79,15 @@ def run_sample(run_dir: Path, data: Mapping[str, Any]) -> dict[str, float]:
     if missing:
         raise ValueError(f"{run_dir}: summary.json machine lacks {', '.join(missing)} (a run recorded before the "
                          "meter counted CPU work, or not on Linux)")
+    starts = machine.get("worker_start_cpu_s")
     sample = {"own_cpu_s": float(machine["own_cpu_s"]), "own_cores": float(machine["own_cores"]),
               "busy_share": float(machine["machine_busy_share"]),
               "lead_s": float(machine["wall_s"]) - float(summary["makespan_s"]),
-              "steps": float(steps_trained(data)), "workers": float(workers_started(data))}
-    starts = machine.get("worker_start_cpu_s")
-    if starts:  # each worker's own reading: the run started these (a replaced worker too)
-        sample["workers"] = float(len(starts))
+              "steps": float(steps_trained(data)),
+              # Each worker's own reading says the run started these (a replaced worker too);
+              # without readings, those its scenario maps.
+              "workers": float(len(starts) if starts else workers_started(data))}
+    if starts:
         sample["worker_start_cpu_s"] = float(sum(starts))
     accounts = machine.get("worker_cpu")
     if starts and accounts:  # and where the rest of their CPU went, by the end
@@ -95,8 +100,8 @@ def run_sample(run_dir: Path, data: Mapping[str, Any]) -> dict[str, float]:
 
 
 def fit_cpu_work(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
-    """own_cpu_s = cpu_per_step_s * steps + cpu_per_worker_s * workers over the runs, both
-    non-negative. When every run has its workers' own readings (`worker_start_cpu_s`, `source`
+    """own_cpu_s = cpu_per_step_s * steps + cpu_per_worker_s * workers (+ loads and idle workers,
+    when measured) over the runs, all non-negative. When every run has its workers' own readings (`worker_start_cpu_s`, `source`
     "measured") the per-worker CPU is their mean and the per-step CPU what is left, from one run
     or more; else both are fitted by least squares (`source` "fitted"), which needs runs that
     differ in workers per step. `fitted` is false (with a reason) when the runs were not bound
@@ -116,11 +121,9 @@ def fit_cpu_work(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
         result["reason"] = "needs runs that start different numbers of workers per step"
         return result
     x = np.array([[s["steps"], s["workers"]] for s in samples], float)
-    y = np.array([s["own_cpu_s"] for s in samples], float)
-    coef = _nonnegative_two(x, y)
-    residual = y - x @ coef
+    coef, rms = nonnegative_lstsq(x, np.array([s["own_cpu_s"] for s in samples], float))
     result.update(fitted=True, source="fitted", cpu_per_step_s=float(coef[0]), cpu_per_worker_s=float(coef[1]),
-                  **_machine(samples), rms_cpu_s=float(np.sqrt(np.mean(residual**2))))
+                  **_machine(samples), rms_cpu_s=rms)
     return result
 
 
@@ -154,23 +157,16 @@ def _machine(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
             "lead_s": float(np.mean([s["lead_s"] for s in samples]))}
 
 
-def _nonnegative_two(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares in two non-negative unknowns: the unconstrained solution, or the best with
-    one of them at 0."""
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    if (coef >= 0).all():
-        return np.asarray(coef)
-    best = None
-    for keep in (0, 1):
-        column = x[:, keep]
-        value = max(0.0, float(column @ y / (column @ column)))
-        trial = np.zeros(2)
-        trial[keep] = value
-        error = float(np.sum((y - x @ trial) ** 2))
-        if best is None or error < best[0]:
-            best = (error, trial)
-    assert best is not None
-    return best[1]
+def write_fit(path: Path, runs: Sequence[Path], configs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The fit of the runs whose configs are known (`configs` in the runs' order; a run past
+    them, given as a folder, is left out), written to `path` as JSON (its `reason` says why
+    not, when it was not fitted)."""
+    try:
+        fit = fit_cpu_work([run_sample(run, config) for run, config in zip(runs, configs, strict=False)])
+    except ValueError as exc:
+        fit = {"fitted": False, "reason": str(exc)}
+    Path(path).write_text(json.dumps(fit, indent=1))
+    return fit
 
 
 def cpu_bound_makespan_s(fit: Mapping[str, Any], data: Mapping[str, Any], loads: float = 0.0) -> float:

@@ -210,42 +210,26 @@ def calibrate(out: Path, live_dir: Path | None, reuse: bool = False,
     (rlix.sim.concurrency; the first run is the reference)."""
     from rlix.scenarios.costs import write_costs_file
     from rlix.sim.calibrate import fit_runs, write_trace
+    from rlix.sim.cpu_work import write_fit
 
     background = None
     if live_dir is None:
         background = probe(out / "calibration", reuse)
         live_dir = run_live(scenario_data(None, steps=steps), out / "calibration" / "live", reuse)
-    runs = [live_dir]
+    runs, configs = [live_dir], [scenario_data(None, steps=steps)]  # configs: those known
     if isinstance(second, str) and second in SECOND_CALIBRATION:
-        runs.append(run_live(scenario_data(SECOND_CALIBRATION[second], steps=steps),
-                             out / f"calibration-{second}" / "live", reuse))
+        configs.append(scenario_data(SECOND_CALIBRATION[second], steps=steps))
+        runs.append(run_live(configs[-1], out / f"calibration-{second}" / "live", reuse))
     elif second is not None:
         runs.append(Path(second))
     costs, trace = out / "costs.yaml", out / "lengths.parquet"
-    write_cpu_work_fit(out, runs, [scenario_data(None, steps=steps),
-                                   *([scenario_data(SECOND_CALIBRATION[second], steps=steps)]
-                                     if isinstance(second, str) and second in SECOND_CALIBRATION else [])])
+    write_fit(out / "cpu_work.json", runs, configs)
     calibrated = fit_runs(runs).costs_file()
     if background is not None and calibrated.machine:
         calibrated = calibrated.model_copy(update={"machine": {**calibrated.machine, "background_demand": background}})
     write_costs_file(calibrated, costs)
     write_trace(runs, trace)
     return live_dir, costs, trace
-
-
-def write_cpu_work_fit(out: Path, runs: list[Path], configs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The CPU-work fit of the calibration runs whose configs are known (rlix.sim.cpu_work; one
-    is enough when its workers reported their start), written to out/cpu_work.json (its
-    `reason` says why not, when it was not fitted)."""
-    from rlix.sim.cpu_work import fit_cpu_work, run_sample
-
-    # A second run given as a folder has no known config: the runs before it are used.
-    try:
-        fit = fit_cpu_work([run_sample(run, config) for run, config in zip(runs, configs, strict=False)])
-    except ValueError as exc:
-        fit = {"fitted": False, "reason": str(exc)}
-    (out / "cpu_work.json").write_text(json.dumps(fit, indent=1))
-    return fit
 
 
 def predict_cpu_bound(variant: Variant, folder: Path, calibrated: Any, fit: dict[str, Any], trace: Path | None,
@@ -331,22 +315,23 @@ def predict_and_run(name: str, out: Path, costs: Path, trace: Path, reuse: bool,
     from rlix.sim.concurrency import run_concurrency
 
     row["concurrency_meas"] = run_concurrency(load(live_dir).activity)
+    def rescaled(run: Path, suffix: str) -> dict[str, Any]:
+        """A rescaled prediction's figures beside the first's, under `suffix`."""
+        again = compare(name, run, live_dir)
+        for figure in ("makespan_pred_s", "makespan_error", "step_time_error"):
+            row[f"{figure}_{suffix}"] = again[figure]
+        return again
+
     cpu_fit_file = out / "cpu_work.json"
     cpu_fit = json.loads(cpu_fit_file.read_text()) if cpu_fit_file.is_file() else {}
     if cpu_fit.get("fitted"):
         last, factors = predict_cpu_bound(variant, folder, calibrated, cpu_fit, trace, steps, sim_dir)
-        again = compare(name, last, live_dir)
-        for figure in ("makespan_pred_s", "makespan_error", "step_time_error"):
-            row[f"{figure}_cpu"] = again[figure]
-        row["step_time_errors_cpu"], row["cpu_factors"] = again["step_time_errors"], factors
+        row["step_time_errors_cpu"], row["cpu_factors"] = rescaled(last, "cpu")["step_time_errors"], factors
     if calibrated.concurrency.get("fitted"):
         def contended(costs_file: Any, suffix: str) -> tuple[dict[str, Any], list[float]]:
             last, history = predict_with_concurrency(variant, folder, costs_file, trace, steps, sim_dir,
                                                      label=f"sim-{suffix}")
-            again = compare(name, last, live_dir)
-            for figure in ("makespan_pred_s", "makespan_error", "step_time_error"):
-                row[f"{figure}_{suffix}"] = again[figure]
-            return again, history
+            return rescaled(last, suffix), history
 
         again, history = contended(calibrated, "contention")
         row["step_time_errors_contention"] = again["step_time_errors"]
