@@ -10,8 +10,9 @@
    pipeline records every weight load and sync. An expand is "cold" when its rank's worker
    process was started during it (the rank's engine was built, in a new process, between the
    expand's carry-out and its report: each engine notes when and where it was built), "warm"
-   when it woke a worker that was already up. Workers are pre-started in the background when a
-   pipeline starts (`PipelineSetup.prestart_workers`), so an early expand may wait for one.
+   when it woke a worker that was already up. A pipeline's init starts every rank's worker
+   (`PipelineSetup.prestart_workers`), so expands are warm unless a worker died and was
+   replaced, or prestart_workers is off.
 3. The cpu-demo scenario end to end (tiny Qwen2, hf backend): total wall time, and the share of
    it the declared GPUs were busy (a stage running or a rank generating) and held at all.
 

@@ -173,7 +173,7 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     status = {**(cut.states if cut is not None else {}), **status}
     machine = meter.result()
     if machine:  # what the rollout workers' CPU went to (rlix.sim.cpu_work)
-        for key in ("worker_start_cpu_s", "worker_cpu"):
+        for key in ("worker_start_cpu_s", "worker_cpu", "worker_starts"):
             if copy.progress.get(key):
                 machine[key] = list(copy.progress[key])
     return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults,
@@ -219,10 +219,10 @@ def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, co
         while True:
             elapsed = time.monotonic() - start
             while to_launch and the_plan.arrivals[to_launch[0].pipeline_id] <= elapsed:
-                ray.get(handle.launch.remote(to_launch.pop(0)))
+                _get(handle.launch.remote(to_launch.pop(0)))
             while kills and kills[0][0] <= elapsed:
-                ray.get(handle.kill_pipeline.remote(kills.pop(0)[1]))
-            snapshot = copy.take(ray.get(handle.run_progress.remote(list(copy.recorder.cursor()))))
+                _get(handle.kill_pipeline.remote(kills.pop(0)[1]))
+            snapshot = copy.take(_get(handle.run_progress.remote(list(copy.recorder.cursor()))))
             progress.update(snapshot)
             if meter is not None:
                 meter.sample()
@@ -233,6 +233,20 @@ def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, co
             time.sleep(POLL_S)
     finally:
         progress.close()
+
+
+def _get(ref: Any) -> Any:
+    """`ray.get`, with a stop signal that came while it waited raised as the RunStopped it is
+    (Ray's C code wraps what a signal handler raises in a SystemError). A launch waits for its
+    pipeline actor to start, seconds in which a Ctrl-C is likely to land."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except SystemError as error:
+        if isinstance(error.__cause__, RunStopped):
+            raise error.__cause__ from None
+        raise
 
 
 @contextmanager

@@ -23,7 +23,9 @@ Demand sampled at polls misses what a run *does* with the CPU, so the meter also
 `own_cpu_s`, the CPU seconds (user + system) its processes used, each process's last sample
 (work a process did after the last poll before it ended is not counted), `own_cores`
 (own_cpu_s / wall_s), and `machine_busy_share`, the share of the machine's CPU time that was
-busy over the run, from /proc/stat. On the 2-core machine cpu-demo keeps the machine 96-99%
+busy over the run, from /proc/stat, and `own_cpu_by_role_s`, that CPU by what each process was
+(`role_of`: rollout workers, trainers, pipeline actors, the orchestrator, other Ray workers,
+Ray's services, the driver). On the 2-core machine cpu-demo keeps the machine 96-99%
 busy and the same training costs 57.7 CPU-s on 2 declared GPUs and 81.0 on 4
 (docs/calibration.md): a run on declared GPUs that share a few cores is bound by its CPU
 work, not by its spans.
@@ -85,6 +87,21 @@ def probe_background(seconds: float = 3.0, every_s: float = 0.05) -> float | Non
     return sum(samples) / len(samples) if samples else None
 
 
+def cpu_speed_s(repeats: int = 5, iterations: int = 400_000) -> float:
+    """The CPU time one fixed unit of pure-Python work takes now (median of `repeats`; ~0.02 s
+    each on the 2-core VM). The same instructions cost more CPU seconds when the physical core
+    is shared (a hyperthread sibling, caches) or clocked down, which no busy share or steal
+    counter shows: the gauge for whether two runs had the same machine."""
+    samples = []
+    for _ in range(repeats):
+        start, total = time.process_time(), 0
+        for i in range(iterations):
+            total += i * i
+        samples.append(time.process_time() - start)
+    samples.sort()
+    return samples[len(samples) // 2]
+
+
 def machine_cpu_s() -> tuple[float, float] | None:
     """(busy, total) CPU seconds of the whole machine since boot, all cores (/proc/stat's
     first line; iowait counts as idle, steal as busy: taken from this machine). None off Linux."""
@@ -99,6 +116,35 @@ def machine_cpu_s() -> tuple[float, float] | None:
     return busy / tick, (busy + idle + iowait) / tick
 
 
+#: What a run's process is, by its command line (Ray titles its worker processes `ray::Class`).
+ROLES = (("ray::RolloutWorker", "rollout_worker"), ("ray::TrainerWorker", "trainer"),
+         ("ray::PipelineActor", "pipeline_actor"), ("ray::Orchestrator", "orchestrator"), ("ray::", "ray_worker"))
+
+
+def role_of(cmdline: list[str], is_driver: bool) -> str:
+    """The role of a run's process from its command line: a `ROLES` actor, another Ray worker
+    (idle, agents), Ray's own services (raylet, GCS, dashboard, monitors), or the driver."""
+    if is_driver:
+        return "driver"
+    head = cmdline[0] if cmdline else ""
+    for prefix, role in ROLES:
+        if head.startswith(prefix):
+            return role
+    return "ray_system" if "ray" in " ".join(cmdline[:3]) else "other"
+
+
+def _roles(processes: list[Any]) -> dict[int, str]:
+    import psutil
+
+    me, found = os.getpid(), {}
+    for process in processes:
+        try:
+            found[process.pid] = role_of(process.cmdline(), process.pid == me)
+        except psutil.Error:
+            continue
+    return found
+
+
 class MachineMeter:
     """Samples the demand of the run and of the rest at each poll, and what the run's processes
     and the machine used (see the module docstring)."""
@@ -110,6 +156,9 @@ class MachineMeter:
         #: pid -> CPU seconds it had used at its last sample (processes come and go), and at
         #: the start for those already running then (only the run's share counts).
         self.own_cpu: dict[int, float] = {}
+        #: pid -> what the process was at its last sample (`role`): a Ray worker process
+        #: becomes an actor after it starts, and the CPU it used is the last role's.
+        self.roles: dict[int, str] = {}
         self.own_cpu_start = self._own_cpu(self._processes())
         self.machine_start = machine_cpu_s()
         self.machine_last = self.machine_start
@@ -142,6 +191,7 @@ class MachineMeter:
         if not processes:
             return
         self.own_cpu.update(self._own_cpu(processes))
+        self.roles.update(_roles(processes))
         self.machine_last = machine_cpu_s()
         demand = runnable_demand({p.pid for p in processes})
         if demand is not None:
@@ -160,6 +210,11 @@ class MachineMeter:
                "own_demand_running": sum(running) / len(running) if running else 0.0,
                "background_demand": sum(self.other) / len(self.other), "samples": len(self.own),
                "own_cpu_s": own_cpu_s, "own_cores": own_cpu_s / wall_s if wall_s > 0 else 0.0}
+        by_role: dict[str, float] = {}
+        for pid, used in self.own_cpu.items():
+            role = self.roles.get(pid, "other")
+            by_role[role] = by_role.get(role, 0.0) + used - start.get(pid, 0.0)
+        out["own_cpu_by_role_s"] = dict(sorted(by_role.items()))
         first, last = self.machine_start, self.machine_last
         if first is not None and last is not None and last[1] > first[1]:
             out["machine_busy_share"] = (last[0] - first[0]) / (last[1] - first[1])

@@ -32,7 +32,7 @@ from rlix.executor.trajectories import Trajectory
 from rlix.executor.workers import Engine
 from rlix.executor.workload import PipelineSetup
 from rlix.pipelines import Stage
-from rlix.policy.specs import PipelineKind
+from rlix.policy.specs import WEIGHTS_CLUSTER, PipelineKind
 
 #: The RNG states in a checkpoint folder (torch and Python's `random` of the trainer process).
 RNG_FILE = "rng.pt"
@@ -210,7 +210,7 @@ class _StepState:
 
 
 class MlWorkload:
-    weights_cluster = "actor_train"
+    weights_cluster = WEIGHTS_CLUSTER
 
     def __init__(self, setup: PipelineSetup) -> None:
         from rlix.executor.ml.registry import get_reward, get_task

@@ -73,6 +73,9 @@ class Orchestrator(ExternalApi):
         self.faults: list[dict[str, Any]] = []
         #: CPU seconds each rollout worker's start took (rlix.sim.cpu_work reads them).
         self.worker_start_cpu_s: list[float] = []
+        #: When each rollout worker was asked for and came up (pipeline_id, dp_rank,
+        #: t_created, t_ready on the run's clock; rlix.sim.calibrate reads them).
+        self.worker_starts: list[dict[str, Any]] = []
         #: Each rollout worker's CPU account when its pipeline ended (RolloutWorker.cpu_account).
         self.worker_cpu: list[dict[str, float]] = []
 
@@ -116,6 +119,12 @@ class Orchestrator(ExternalApi):
         record = PipelineRecord(pid, setup.spec, handler=actor, actor=actor, host=host, admitted=True)
         self.pipelines[pid] = record
         record.supervisor = asyncio.ensure_future(self._supervise(record))
+        # Launched one at a time, each up before the next is asked for: pipelines arriving
+        # together then start in the driver's order, as the simulator starts them (each its
+        # launch_stagger_s after the one before), not in whichever order their processes
+        # happened to come up (which decides who inits first on a shared home). An actor that
+        # dies starting is the supervisor's to report.
+        await asyncio.gather(actor.__ray_ready__.remote(), return_exceptions=True)
         return pid
 
     async def _supervise(self, record: PipelineRecord) -> None:
@@ -293,8 +302,10 @@ class Orchestrator(ExternalApi):
     def note_fault(self, pipeline_id: str, kind: str, detail: str) -> None:
         self.faults.append({"t_s": round(self.now(), 3), "pipeline_id": pipeline_id, "kind": kind, "detail": detail})
 
-    def note_worker_start(self, cpu_s: float) -> None:
+    def note_worker_start(self, cpu_s: float, start: dict[str, Any] | None = None) -> None:
         self.worker_start_cpu_s.append(float(cpu_s))
+        if start is not None:
+            self.worker_starts.append(dict(start))
 
     def note_worker_cpu(self, account: dict[str, float]) -> None:
         self.worker_cpu.append({k: float(v) for k, v in account.items()})
@@ -310,7 +321,8 @@ class Orchestrator(ExternalApi):
                 reward[row["pipeline_id"]] = row["reward_mean"]
         progress = {"pipelines": {pid: self.describe(pid) for pid in self.pipelines}, "steps": steps,
                     "reward": reward, "faults": list(self.faults), "now": self.now(),
-                    "worker_start_cpu_s": list(self.worker_start_cpu_s), "worker_cpu": list(self.worker_cpu)}
+                    "worker_start_cpu_s": list(self.worker_start_cpu_s), "worker_cpu": list(self.worker_cpu),
+                    "worker_starts": list(self.worker_starts)}
         if cursor is not None:
             progress["record"] = self.recorder.since(cursor)
         return progress

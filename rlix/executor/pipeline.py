@@ -7,7 +7,8 @@ a batch complete, rollout allowed) or with WORK; the work is done here and repor
 (`finish`). Forks start a local task. The work:
 
 - a stage runs on the cluster's trainer actor (created when the cluster is first granted, for
-  its init stage), through the pipeline's workload;
+  its init stage), through the pipeline's workload; the init of the trainer that publishes
+  weights then starts every rollout rank's worker, asleep, so the init ends with them up;
 - a rollout batch goes into the pipeline's queue, which the active rollout ranks drain
   (`rlix.executor.ranks`); when a batch is complete the orchestrator's host hears of it;
 - a publish puts the trainer's new weights in the object store (the host copy) and brings the
@@ -60,7 +61,6 @@ class PipelineActor:
         self._sent_remaining: dict[str, int] = {}
         self._failure: asyncio.Future[None] | None = None
         self._done: asyncio.Future[None] | None = None
-        self._prestart: asyncio.Task[None] | None = None
         self._published: dict[str, int] = {}
         self._num_checkpoints = 0
         if setup.resume is not None:  # ids and checkpoint numbers go on from the cut run's
@@ -78,9 +78,6 @@ class PipelineActor:
         loop = asyncio.get_running_loop()
         self._failure, self._done = loop.create_future(), loop.create_future()
         flusher = asyncio.ensure_future(self._flush_loop())
-        if self.setup.prestart_workers:
-            prestart = self._prestart = asyncio.ensure_future(self.ranks.prestart())
-            prestart.add_done_callback(lambda t: None if t.cancelled() or t.exception() is None else self.fail(t.exception()))  # type: ignore[arg-type]
         self._num_threads = 1
         self._spawn(program_for(self.setup.program), "main")
         try:
@@ -133,9 +130,6 @@ class PipelineActor:
         return value
 
     async def _teardown(self) -> None:
-        if self._prestart is not None:
-            self._prestart.cancel()
-            await asyncio.gather(self._prestart, return_exceptions=True)
         await self.ranks.stop_all()
         save = getattr(self.workload, "save_models", None)
         if self.setup.models_dir is not None and save is not None:
@@ -192,6 +186,13 @@ class PipelineActor:
                 self._published[name] = version
                 self.ranks.published(name, version, await trainer.export.remote(name))
         self.activity(op.cluster, -1, gpus, "busy", op.stage, t0)
+        if op.stage == "init" and op.cluster == self.workload.weights_cluster and self.setup.prestart_workers:
+            # As RLix initializes: the pipeline's init ends with its rollout ranks' workers up
+            # and asleep, so no expansion later waits for a worker process to start (seconds of
+            # a held, idle GPU in mid-run that no schedule could foresee). They start after the
+            # trainer, one at a time: on a few cores, starts at once only slow each other, and
+            # in sequence the init is the trainer's busy span above plus a start per rank.
+            await self.ranks.prestart()
         return result
 
     async def attempts_done(self, attempts: list[Attempt]) -> None:
@@ -216,9 +217,11 @@ class PipelineActor:
             self._sent_remaining = remaining
             self.orch.rollout_progress.remote(self.pipeline_id, remaining)
         if sum(remaining.values()):
-            # where the work is (the host sends it on only when the tail state changes)
+            # Where the work is (the host sends it on only when the tail state changes). What a
+            # rank being shrunk still runs is as good as queued: it comes back to the queue.
             in_flight = {r: len(rank.in_flight) for r, rank in self.ranks.active.items()}
-            self.orch.ranks_progress.remote(self.pipeline_id, in_flight, self.queue.num_waiting)
+            queued = self.queue.num_waiting + self.ranks.num_returning()
+            self.orch.ranks_progress.remote(self.pipeline_id, in_flight, queued)
 
     async def _checkpoint(self, op: ops.Checkpoint) -> None:
         """Save before publishing version `op.version` of `op.adapter` (rlix.executor.checkpoints)."""
@@ -273,10 +276,12 @@ class PipelineActor:
         """A rollout worker's CPU account when the pipeline ends (`machine.worker_cpu`)."""
         self.orch.note_worker_cpu.remote(account)
 
-    def worker_started(self, cpu_s: float) -> None:
-        """A rollout worker of ours is up, its start having taken `cpu_s` CPU seconds: for the
-        run's summary (`machine.worker_start_cpu_s`), which calibration reads."""
-        self.orch.note_worker_start.remote(cpu_s)
+    def worker_started(self, dp_rank: int, cpu_s: float, t_created: float, t_ready: float) -> None:
+        """Rank `dp_rank`'s worker is up: asked for at `t_created`, ready at `t_ready` (the run's
+        clock), its start having taken `cpu_s` CPU seconds. For the run's summary
+        (`machine.worker_start_cpu_s`, `machine.worker_starts`), which calibration reads."""
+        start = {"pipeline_id": self.pipeline_id, "dp_rank": dp_rank, "t_created": t_created, "t_ready": t_ready}
+        self.orch.note_worker_start.remote(cpu_s, start)
 
     def record(self, attempts: list[Attempt]) -> None:
         self._rows.extend(attempts)

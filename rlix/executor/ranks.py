@@ -50,6 +50,9 @@ class Ranks:
     def __init__(self, pipeline: PipelineActor) -> None:
         self.p = pipeline
         self.active: dict[int, Rank] = {}
+        #: Ranks being shrunk: out of `active`, their loop still running until the worker
+        #: hands back what it holds (which then goes back to the queue).
+        self.leaving: dict[int, Rank] = {}
         self.workers: dict[int, Any] = {}
         #: adapter -> (version, [ObjectRef]) of the newest published weights.
         self.weights: dict[str, tuple[int, list[Any]]] = {}
@@ -80,13 +83,17 @@ class Ranks:
         if rank is None:
             return
         rank.active = False
+        self.leaving[dp_rank] = rank
         self.p.queue.changed.set()  # an idle loop waits for work: let it see it must end
         try:
             await rank.worker.stop.remote()
         except ACTOR_GONE:
             pass
-        if rank.task is not None:
-            await rank.task  # the loop re-queues what the worker hands back
+        try:
+            if rank.task is not None:
+                await rank.task  # the loop re-queues what the worker hands back
+        finally:
+            self.leaving.pop(dp_rank, None)
         t0 = self.p.now()
         try:
             await rank.worker.sleep.remote()
@@ -154,6 +161,7 @@ class Ranks:
 
     async def _create_worker(self, dp_rank: int, gpus: tuple[int, ...]) -> Any:
         p = self.p
+        t_created = p.now()
         worker = RemoteRolloutWorker.options(**p.pool.actor_options(gpus)).remote(
             p.pipeline_id, dp_rank, p.pool.visible_devices(gpus), p.workload.engine_factory(), p.t0_wall
         )
@@ -161,7 +169,7 @@ class Ranks:
         await p.adopt(worker)
         # Bounded: a bundle on a node that is gone never places the actor.
         await asyncio.wait_for(worker.__ray_ready__.remote(), START_TIMEOUT_S)
-        p.worker_started(await worker.started_cpu_s.remote())
+        p.worker_started(dp_rank, await worker.started_cpu_s.remote(), t_created, p.now())
         return worker
 
     async def _wake(self, rank: Rank) -> None:
@@ -249,6 +257,10 @@ class Ranks:
             await kill_and_confirm([old], timeout_s=5.0)
         rank.worker = await self._new_worker(rank.dp_rank, rank.gpus)
         await self._wake(rank)
+
+    def num_returning(self) -> int:
+        """Trajectories on ranks being shrunk: queued again once their worker hands them back."""
+        return sum(len(rank.in_flight) for rank in self.leaving.values())
 
     def snapshot(self) -> dict[str, Any]:
         return {

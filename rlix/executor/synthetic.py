@@ -21,6 +21,7 @@ from rlix.executor.trajectories import Trajectory
 from rlix.executor.workers import Engine
 from rlix.executor.workload import PipelineSetup
 from rlix.pipelines import Stage
+from rlix.policy.specs import WEIGHTS_CLUSTER
 
 DEFAULTS: dict[str, Any] = {
     "tokens_per_s": 400.0, "chunk_tokens": 8, "min_tokens": 16, "max_tokens": 64,
@@ -86,7 +87,7 @@ class SyntheticTrainer:
 
 
 class SyntheticWorkload:
-    weights_cluster = "actor_train"
+    weights_cluster = WEIGHTS_CLUSTER
 
     def __init__(self, setup: PipelineSetup) -> None:
         self.setup = setup

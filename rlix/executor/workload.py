@@ -50,8 +50,9 @@ class PipelineSetup:
     params: Mapping[str, Any] = field(default_factory=dict)
     #: Most trajectories a rollout rank generates in one call.
     max_batch_per_rank: int = 8
-    #: Start every rank's worker (asleep, no weights) in the background when the pipeline
-    #: starts, so a first expansion only loads weights instead of starting a process.
+    #: Start every rank's worker (asleep, no weights) as part of the init, after the trainer,
+    #: so a first expansion only loads weights instead of starting a process (False: a
+    #: worker starts at its rank's first expansion, which then waits for it).
     prestart_workers: bool = True
     #: Report rollout progress to the core when this share of a batch is done (and at the end).
     progress_every: float = 0.1

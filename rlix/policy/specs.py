@@ -35,6 +35,8 @@ class PipelineKind(StrEnum):
 
 
 ROLLOUT_CLUSTER = "actor_infer"
+#: The trainer whose weights the rollout ranks run (its init also starts the rollout workers).
+WEIGHTS_CLUSTER = "actor_train"
 #: A cluster whose mapping follows the pipeline's home ("home": the home's GPUs; "pool": the
 #: home's GPUs first, then every other GPU of the pool). A pipeline with a sized home has such
 #: clusters unmapped until the core places the home (rlix.policy.homes).

@@ -181,14 +181,17 @@ class PipelineState:
         self.in_tail = False
 
     def report_ranks(self, in_flight: dict[int, int], queued: int) -> None:
-        """A RanksProgressed: where the rollout work is. In its tail when nothing is queued:
-        every trajectory left already runs on a rank, so more ranks cannot help it and idle
-        ranks are free to go."""
+        """A RanksProgressed: where the rollout work is. In its tail when nothing is queued and
+        an active rank runs trajectories: every trajectory left already runs on a rank, so more
+        ranks cannot help it and idle ranks are free to go. Nothing queued and nothing running
+        on an active rank while work remains is no tail: that work is on its way back to the
+        queue (a rank leaving hands back what it ran after the report was made), and a
+        pipeline taken for in its tail there would be given no rank to finish it."""
         self.in_flight = in_flight
         self.queued = queued
         self.busy = frozenset(rank for rank, count in in_flight.items() if count)
         self.num_busy_active = len(self.active.keys() & self.busy)
-        self.in_tail = self.rolling and queued == 0
+        self.in_tail = self.rolling and queued == 0 and self.num_busy_active > 0
 
     def activate(self, rank: Rank) -> None:
         """`rank` (EXPANDING or ACTIVE now) joins `active`."""

@@ -30,8 +30,6 @@ class SimActuator:
         self.rng = np.random.default_rng([seed, 0xFA11])
         # The expansion loading onto each (pipeline, dp_rank), by decision id.
         self._loading: dict[tuple[str, int], int] = {}
-        # When each (pipeline, dp_rank)'s worker process is up (set at its first expansion).
-        self._worker_up: dict[tuple[str, int], float] = {}
 
     def carry_out(self, decision: dec.Grant | dec.Expand | dec.Shrink) -> None:
         sim = self.sim
@@ -66,14 +64,10 @@ class SimActuator:
         costs = sim.costs[decision.pipeline_id]
         key = (decision.pipeline_id, decision.dp_rank)
         self._loading[key] = decision.decision_id
-        # A live rank's worker may still be starting (measured costs only; else 0); its first
-        # expansion fixes when it is up.
-        arrival = sim.pipelines[decision.pipeline_id].arrival_s
-        ready = self._worker_up.setdefault(key, arrival + costs.worker_ready_s(decision.dp_rank, t0 - arrival))
         if costs.expand_overhead_s:  # measured: the driver's calls before the rank loads
             yield sim.env.timeout(costs.expand_overhead_s)
             t0 = sim.env.now
-        yield sim.env.timeout(max(0.0, ready - t0) + costs.weight_load_seconds(len(decision.gpus)))
+        yield sim.env.timeout(costs.weight_load_seconds(len(decision.gpus)))
         if self._loading.get(key) != decision.decision_id:
             return  # revoked while loading (a GPU was lost): no engine, nothing to report
         del self._loading[key]

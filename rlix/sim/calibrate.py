@@ -13,14 +13,13 @@ simulator ran with). What each constant is fitted from:
   reference log-probs, values) and training (actor, critic) apart;
 - weight moves: the `activity` table's load and offload spans of rollout ranks (the loading
   share a run reports), and on top the driver's overhead: each Expand and Shrink from its
-  decision to its applied report in the event log (rlix.sim.calibrate_events) less the span.
-  A rank's first load that waited for its worker process to start tells when that worker came
-  up (worker_start_per_pipeline_s; see CostModel.worker_ready_s);
+  decision to its applied report in the event log (rlix.sim.calibrate_events) less the span;
 - publish and checkpoint: the steps' `sync_s` and `checkpoint_s`, full models and adapters apart;
 - start-up: from a pipeline's arrival to its first request (`waits`, priority 0: a live
-  driver actor starting) and its init holding (priority 0 in `allocations`: its trainer
-  starting), each against the pipelines started together (rlix.sim.stages.startup_pipelines):
-  start-ups share a machine's cores, so with one count seen they are all per pipeline.
+  driver actor starting), its trainer's init (the init busy span in `activity`), and the rest
+  of its init holding (priority 0 in `allocations`): its rollout ranks' workers starting one
+  after another, worker_start_s each; launch and init against the pipelines started together
+  (rlix.sim.stages.startup_pipelines), fixed when one count was seen.
 
 Every fit (rlix.sim.calibrate_fits) is least squares (numpy) with non-negative constants, each
 constant with the root-mean-square residual of its fit, in seconds.
@@ -128,8 +127,7 @@ def fit_runs(paths: Sequence[str | Path], accept_simulated: bool = False) -> Cal
 def fit_constants(data: Sequence[RunData]) -> list[Fit]:
     """Every constant fitted over `data` pooled."""
     fits = [*fit_decode(data), *fit_stages(data), *fit_weight_moves(data), *fit_publish(data), *fit_init(data)]
-    found = {f.name: f.value for f in fits}
-    return fits + fit_worker_start(data, found.get("load_s", 0.0) + found.get("expand_overhead_s", 0.0))
+    return fits + fit_worker_start(data)
 
 
 def machine_load(data: Sequence[RunData]) -> dict[str, float]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rlix.policy.specs import ROLLOUT_CLUSTER, PipelineKind
+from rlix.policy.specs import ROLLOUT_CLUSTER, WEIGHTS_CLUSTER, PipelineKind
 from rlix.runs.errors import RunError
 from rlix.runs.reader import Run
 from rlix.sim.stages import startup_order, startup_pipelines
@@ -200,62 +200,55 @@ def fit_weight_moves(data: Sequence[RunData]) -> list[Fit]:
     return fits
 
 
-def fit_worker_start(data: Sequence[RunData], load_s: float) -> list[Fit]:
-    """worker_start_per_pipeline_s (w) from the first loads that waited for their worker
-    (longer than a load by far), which came up at CostModel.worker_ready_s: the earlier of its
-    turn, launch + (k + 1) * w * n, and its first expansion + w * n (n: pipelines started
-    together). Least squares over w on a grid (the model is piecewise linear in w)."""
-    turns, asked, observed = [], [], []
-    for d in data:
-        moves = d.spans
-        first = moves[moves["first"] & (moves["duration_s"] > 3.0 * load_s + 1.0)]
-        starts = startup_samples(d).set_index("pipeline_id")
-        arrivals = _arrivals(d)
-        for row in first.itertuples():
-            if row.pipeline_id in starts.index:
-                start, arrival = starts.loc[row.pipeline_id], arrivals[row.pipeline_id]
-                count = float(start["pipelines"])
-                turns.append((float(start["launch_s"]), (row.dp_rank + 1) * count, count))
-                asked.append(row.t_start - arrival)
-                observed.append(row.t_end - load_s - arrival)
-    if not observed:
-        return [Fit("worker_start_per_pipeline_s", 0.0, 0.0, 0)]
-    launch, per_turn, n = (np.array(column) for column in zip(*turns, strict=True))
-    grid = np.linspace(0.0, 2.0 * max(observed) / n.min(), 4001)[:, None]
-    ready = np.minimum(launch + per_turn * grid, np.array(asked) + n * grid)
-    sse = ((ready - np.array(observed)) ** 2).sum(axis=1)
-    best = int(np.argmin(sse))
-    return [Fit("worker_start_per_pipeline_s", float(grid[best, 0]), float(np.sqrt(sse[best] / len(observed))),
-                len(observed))]
+def fit_worker_start(data: Sequence[RunData]) -> list[Fit]:
+    """worker_start_s (w): a pipeline's init starts its K rollout ranks' workers after its
+    trainer, one after another, each taking w (fixed, as the rest of start-up with one count
+    of pipelines seen: `_per_pipeline`), so its init holding outlasts the trainer's busy span
+    by K * w. Least squares through the origin over the pipelines; 0 (no samples) for run
+    folders that started no workers in their init (made before the init waited for them)."""
+    samples = pd.concat([startup_samples(d) for d in data], ignore_index=True)
+    waited = samples[samples["hold_s"] > samples["init_s"] + WAIT_MARGIN_S]
+    if waited.empty:
+        return [Fit("worker_start_s", 0.0, 0.0, 0)]
+    turns = waited["ranks"].to_numpy(float)
+    extra = (waited["hold_s"] - waited["init_s"]).to_numpy(float)
+    w = max(0.0, float(turns @ extra / (turns @ turns)))
+    return [Fit("worker_start_s", w, float(np.sqrt(np.mean((extra - w * turns) ** 2))), len(extra))]
 
 
-def _arrivals(d: RunData) -> dict[str, float]:
-    from rlix.scenarios import parse_scenario
-
-    return {p.id: p.arrival_s for p in parse_scenario(d.run.scenario).pipelines}
+#: An init holding that outlasts its busy span by more than this waited for its workers (the
+#: driver's own round trips around a holding are milliseconds).
+WAIT_MARGIN_S = 0.25
 
 
 def startup_samples(d: RunData) -> pd.DataFrame:
-    """Per pipeline of the run: pipelines started with it, launch_s (from its arrival to its
-    init request) and init_s (its init holding)."""
+    """Per pipeline of the run: pipelines started with it, its rollout ranks, launch_s (from its
+    arrival to its init request), init_s (its trainer's init: the busy span of the weights
+    cluster's init in `activity`), hold_s (that cluster's init holding in `allocations`, which
+    goes on until the rollout workers are up)."""
     from rlix.scenarios import parse_scenario
 
     scenario = parse_scenario(d.run.scenario)
     pipelines = {p.id: p for p in scenario.pipelines}
     specs = {pid: spec for pid, spec in d.run.specs.items() if pid in pipelines}
-    init = d.allocations[(d.allocations["priority"] == 0) & (d.allocations["cluster"] != ROLLOUT_CLUSTER)]
+    alloc = d.allocations
+    init = alloc[(alloc["priority"] == 0) & (alloc["cluster"] == WEIGHTS_CLUSTER)]
     holds = init.groupby("pipeline_id", observed=True).agg(t_start=("t_start", "min"), t_end=("t_end", "max"))
+    act = d.activity
+    busy = act[(act["stage"] == "init") & (act["cluster"] == WEIGHTS_CLUSTER)]
+    busy_s = (busy["t_end"] - busy["t_start"]).groupby(busy["pipeline_id"], observed=True).max()
     waits = d.run.waits
     asked = waits[waits["priority"] == 0].groupby("pipeline_id", observed=True)["t_request"].min()
     rows = []
     for pid, hold in holds.iterrows():
         if pid in specs:
             arrival = pipelines[str(pid)].arrival_s
+            hold_s = float(hold["t_end"] - hold["t_start"])
             rows.append({"pipeline_id": str(pid), "pipelines": startup_pipelines(pipelines, str(pid)),
-                         "order": startup_order(pipelines, str(pid)),
+                         "order": startup_order(pipelines, str(pid)), "ranks": specs[pid].rollout.num_ranks,
                          "launch_s": float(asked.get(pid, hold["t_start"])) - arrival,
-                         "init_s": float(hold["t_end"] - hold["t_start"])})
-    return pd.DataFrame(rows, columns=["pipeline_id", "pipelines", "order", "launch_s", "init_s"])
+                         "init_s": float(busy_s.get(pid, hold_s)), "hold_s": hold_s})
+    return pd.DataFrame(rows, columns=["pipeline_id", "pipelines", "order", "ranks", "launch_s", "init_s", "hold_s"])
 
 
 def fit_init(data: Sequence[RunData]) -> list[Fit]:
@@ -269,20 +262,23 @@ def fit_init(data: Sequence[RunData]) -> list[Fit]:
 
 def _launch(counts: np.ndarray, order: np.ndarray, seconds: np.ndarray) -> list[Fit]:
     """launch_s + launch_per_pipeline_s * n + launch_stagger_s * k (k: the pipeline's place in
-    the launch order); with one n seen, no intercept (as `_per_pipeline`)."""
+    the launch order); with one n seen, no slope in n (as `_per_pipeline`)."""
     names = ("launch_s", "launch_per_pipeline_s", "launch_stagger_s")
     if np.ptp(counts) == 0:
-        coef, rms = nonnegative_lstsq(np.column_stack([counts, order]), seconds)
-        return [Fit(names[0], 0.0, rms, len(seconds)), *(Fit(n, float(c), rms, len(seconds)) for n, c in zip(names[1:], coef, strict=True))]
+        coef, rms = nonnegative_lstsq(np.column_stack([np.ones(len(order)), order]), seconds)
+        return [Fit(names[0], float(coef[0]), rms, len(seconds)), Fit(names[1], 0.0, rms, len(seconds)),
+                Fit(names[2], float(coef[1]), rms, len(seconds))]
     return _linear_fits(names, np.column_stack([np.ones(len(counts)), counts, order]), seconds)
 
 
 def _per_pipeline(name: str, counts: np.ndarray, seconds: np.ndarray) -> list[Fit]:
     """`<name>_s` + `<name>_per_pipeline_s` * pipelines started together; with one count seen
-    the intercept cannot be told from the slope, and start-up is taken as all per pipeline
-    (it is CPU work shared among the pipelines starting)."""
+    the slope cannot be told from the intercept, and start-up is taken as fixed: on a machine
+    whose cores the run keeps busy throughout, a start shares them with whatever runs, other
+    pipelines' steps as much as their starts (cpu-demo with a third pipeline: a trainer's init
+    4-8 s and a worker's start 4.4-4.5 s, against 4-5 s and 4.5 s with two)."""
     if np.ptp(counts) == 0:
-        per = float(seconds.mean() / counts[0]) if counts[0] else 0.0
-        rms = float(np.sqrt(np.mean((seconds - per * counts) ** 2)))
-        return [Fit(f"{name}_s", 0.0, rms, len(seconds)), Fit(f"{name}_per_pipeline_s", per, rms, len(seconds))]
+        fixed = float(seconds.mean())
+        rms = float(np.sqrt(np.mean((seconds - fixed) ** 2)))
+        return [Fit(f"{name}_s", fixed, rms, len(seconds)), Fit(f"{name}_per_pipeline_s", 0.0, rms, len(seconds))]
     return _linear_fits((f"{name}_s", f"{name}_per_pipeline_s"), np.column_stack([np.ones(len(counts)), counts]), seconds)

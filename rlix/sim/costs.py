@@ -151,13 +151,12 @@ class CostModel:
     forward_per_token_s: float | None = None
     train_fixed_s: float | None = None
     train_per_token_s: float | None = None
-    # Weight moves of a rollout rank. A live pipeline starts its ranks' worker processes one
-    # after another from its launch, each taking worker_start_per_pipeline_s per pipeline
-    # started with it (they share the cores): an expansion of a rank whose worker is not up
-    # yet waits for it (`worker_ready_s`).
+    # Weight moves of a rollout rank. A live pipeline's init starts its ranks' worker
+    # processes after its trainer, one after another, each taking worker_start_s; the init
+    # ends when all are up.
     # The driver's own calls between an Expand (Shrink) and the rank's load (offload), on top.
     load_s: float | None = None
-    worker_start_per_pipeline_s: float | None = None
+    worker_start_s: float | None = None
     offload_s: float | None = None
     expand_overhead_s: float | None = None
     shrink_overhead_s: float | None = None
@@ -341,19 +340,6 @@ class CostModel:
         return self.init_fixed_s + self.model.weight_bytes / self.storage_bytes_per_s
 
     # -- weights on and off rollout ranks ----------------------------------------------------
-
-    def worker_start_s(self) -> float:
-        """Starting one rollout worker process (measured; 0 when not calibrated)."""
-        return (self.worker_start_per_pipeline_s or 0.0) * self.startup_pipelines
-
-    def worker_ready_s(self, dp_rank: int, asked_s: float | None = None) -> float:
-        """Seconds after its pipeline's arrival at which rank `dp_rank`'s worker is up, when
-        its first expansion comes `asked_s` after the arrival: the pipeline starts its ranks'
-        workers one after another once launched, and an expansion that comes before its
-        rank's turn starts that worker at once (what a live pipeline does)."""
-        start = self.worker_start_s()
-        prestarted = self.launch_seconds() + (dp_rank + 1) * start
-        return prestarted if asked_s is None else min(prestarted, asked_s + start)
 
     def weight_load_seconds(self, tp: int) -> float:
         """Expanding a rollout rank: each GPU copies its weight shard host -> GPU."""

@@ -26,7 +26,7 @@ from rlix.pipelines.ops import Program
 from rlix.pipelines.programs import program_for
 from rlix.policy import PipelineSpec, Scheduler
 from rlix.policy import events as ev
-from rlix.policy.specs import PipelineKind
+from rlix.policy.specs import WEIGHTS_CLUSTER, PipelineKind
 from rlix.runs.host import FORK, RETRY, WAIT, WORK, Host
 from rlix.runs.loop import Loop
 from rlix.runs.recorder import Recorder
@@ -256,21 +256,25 @@ class Simulation:
         tokens = self.batch_tokens.get((pid, op.adapter, op.step), 0)
         duration = stage_seconds(costs, op.stage, tokens, len(gpus))
         t0 = float(self.env.now)
+        t_busy_end: float | None = None
         self.stages[(pid, op.cluster)] = self.env.active_process
         try:
             yield self.env.timeout(duration)
+            t_busy_end = float(self.env.now)
+            if op.stage == "init" and op.cluster == WEIGHTS_CLUSTER and costs.worker_start_s:
+                # As a live pipeline does: its init ends once every rollout rank's worker has
+                # started (after the trainer, one at a time), the GPUs held meanwhile.
+                yield self.env.timeout(costs.worker_start_s * host.spec.rollout.num_ranks)
         except simpy.Interrupt as interrupt:
             if interrupt.cause != "revoke":
                 raise
             self.recorder.add_activity(
-                pid, op.cluster, -1, gpus, "busy", op.stage, t0, float(self.env.now)
+                pid, op.cluster, -1, gpus, "busy", op.stage, t0, float(self.env.now) if t_busy_end is None else t_busy_end
             )
             return ABORTED
         finally:
             self.stages.pop((pid, op.cluster), None)
-        self.recorder.add_activity(
-            pid, op.cluster, -1, gpus, "busy", op.stage, t0, float(self.env.now)
-        )
+        self.recorder.add_activity(pid, op.cluster, -1, gpus, "busy", op.stage, t0, t_busy_end)
         return None
 
     def abort_stage(self, pipeline_id: str, cluster: str) -> None:

@@ -67,9 +67,9 @@ def checkpoint_seconds(costs: CostModel, full_model: bool, has_critic: bool) -> 
 def startup_pipelines(pipelines: Mapping[str, Any], pipeline_id: str) -> float:
     """Pipelines a live run starts together with `pipeline_id` (arriving at the same time, it
     included). Each starts its driver actor, then its trainer and its ranks' worker processes
-    one after another, so about two processes per pipeline start at once and share the cores:
-    a measured start-up (launch, init, each worker) grows with this number
-    (CostModel.launch_per_pipeline_s, init_per_pipeline_s, worker_start_per_pipeline_s)."""
+    one after another, sharing the cores: a measured start-up (launch, the trainer's init) may
+    grow with this number (CostModel.launch_per_pipeline_s, init_per_pipeline_s: fitted when
+    the calibration runs started different numbers together)."""
     arrival = pipelines[pipeline_id].arrival_s
     return float(sum(1 for p in pipelines.values() if p.arrival_s == arrival))
 

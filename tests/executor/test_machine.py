@@ -9,7 +9,13 @@ import time
 
 import pytest
 
-from rlix.executor.machine import MachineMeter, machine_cpu_s, probe_background, runnable_demand
+from rlix.executor.machine import (
+    MachineMeter,
+    machine_cpu_s,
+    probe_background,
+    role_of,
+    runnable_demand,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -69,6 +75,10 @@ def test_the_meter_counts_the_cpu_its_processes_used() -> None:
     assert 0.9 <= result["own_cpu_s"] < 3.0  # the child's second, plus this process's sampling
     assert result["own_cores"] == pytest.approx(result["own_cpu_s"] / result["wall_s"], rel=0.05)
     assert result["machine_busy_share"] > 0.2  # one core of two spun for half the time, at least
+    # the child's CPU under its role (a plain python: "other"), the sampling under the driver's
+    roles = result["own_cpu_by_role_s"]
+    assert set(roles) <= {"other", "driver"} and roles["other"] >= 0.9
+    assert sum(roles.values()) == pytest.approx(result["own_cpu_s"])
     idle = MachineMeter()
     time.sleep(0.3)
     idle.sample()
@@ -82,3 +92,12 @@ def test_machine_cpu_counts_busy_and_total_time() -> None:
     assert first is not None and second is not None
     busy, total = second[0] - first[0], second[1] - first[1]
     assert 0 <= busy <= total and total > 0
+
+
+def test_a_process_role_is_told_from_its_command_line() -> None:
+    assert role_of(["ray::RolloutWorker.generate"], False) == "rollout_worker"
+    assert role_of(["ray::PipelineActor"], False) == "pipeline_actor"
+    assert role_of(["ray::IDLE"], False) == "ray_worker"
+    assert role_of(["/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet", "--x"], False) == "ray_system"
+    assert role_of(["python", "-c", "pass"], False) == "other"
+    assert role_of(["ray::Orchestrator"], True) == "driver"

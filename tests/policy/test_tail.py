@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from rlix.policy import (
+    ClusterReleased,
     ClusterRequested,
     ClusterSpec,
     DecisionApplied,
@@ -149,3 +150,27 @@ def test_bad_rank_reports_are_refused() -> None:
         spec = PipelineSpec("C", PipelineKind.FULL_FINETUNE, {"actor_infer": ClusterSpec(1, (0,))})
         sched.handle(PipelineRegistered(4.0, spec))
         sched.handle(RanksProgressed(4.0, "C", (), 0))
+
+
+@pytest.mark.parametrize("policy", ["rlix", "static", "gap-ratio"])
+def test_work_handed_back_after_the_report_is_not_stranded(policy: str) -> None:
+    """A report made while a rank was being shrunk: its trajectories were neither queued nor on
+    an active rank yet (a live run, static policy: the pipeline then sat forever with work left
+    and no rank). Nothing queued and nothing running is no tail: the pipeline gets its ranks
+    back once the GPUs are free."""
+    sched = Scheduler(Topology(1, 2), policy)
+    spec = PipelineSpec("A", PipelineKind.FULL_FINETUNE, {"actor_infer": ClusterSpec(1, (0, 1)),
+                                                          "actor_train": ClusterSpec(1, (0, 1))})
+    sched.handle(PipelineRegistered(0.0, spec))
+    sched.handle(PipelineAdmitted(0.0, "A"))
+    for d in sched.handle(ClusterRequested(1.0, "A", "actor_infer", priority=6, estimate=16)):
+        sched.handle(DecisionApplied(1.0, d.decision_id))
+    assert sched.pipelines["A"].num_active_gpus == 2
+    shrinks = sched.handle(ClusterRequested(2.0, "A", "actor_train", priority=3))  # training preempts rollout
+    sched.handle(RolloutProgressed(2.1, "A", 8))
+    sched.handle(RanksProgressed(2.1, "A", (), 0))  # sent while both ranks were leaving
+    for d in shrinks:
+        sched.handle(DecisionApplied(2.2, d.decision_id))
+    assert not sched.pipelines["A"].in_tail
+    expands = sched.handle(ClusterReleased(2.5, "A", "actor_train"))
+    assert sorted(d.dp_rank for d in expands if isinstance(d, Expand)) == [0, 1]

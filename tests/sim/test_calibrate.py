@@ -28,9 +28,10 @@ TRUTH = {
     "decode_iteration_s": 0.004, "decode_per_sequence_s": 0.0015, "prefill_per_token_s": 0.0002,
     "forward_fixed_s": 0.05, "forward_per_token_s": 0.0004, "train_fixed_s": 0.2, "train_per_token_s": 0.001,
     "load_s": 0.3, "offload_s": 0.45, "publish_full_s": 0.12, "publish_adapter_s": 0.04,
-    "checkpoint_full_s": 0.25, "checkpoint_adapter_s": 0.08, "launch_s": 0.0, "launch_per_pipeline_s": 0.7,
-    "launch_stagger_s": 0.3,
-    "init_s": 0.0, "init_per_pipeline_s": 0.2, "worker_start_per_pipeline_s": 1.5,
+    "checkpoint_full_s": 0.25, "checkpoint_adapter_s": 0.08,
+    # Start-up: the three pipelines start together, and with one count seen it is fixed.
+    "launch_s": 2.1, "launch_per_pipeline_s": 0.0, "launch_stagger_s": 0.3,
+    "init_s": 0.6, "init_per_pipeline_s": 0.0, "worker_start_s": 1.5,
     "expand_overhead_s": 0.05, "shrink_overhead_s": 0.1,
 }
 #: (id, kind, prompts x samples, prompt tokens, response tokens) per pipeline, GPU = position.

@@ -84,7 +84,7 @@ def test_the_fit_recovers_a_known_slowdown(two_runs: tuple[Path, Path]) -> None:
     # ... and rescaled to the three-pipeline run's, the slower constants.
     at_three = costs_at(calibration.costs_file(), c_three)
     assert at_three["load_s"] == pytest.approx(TRUTH["load_s"] * SLOWER, rel=0.03)
-    assert at_three["launch_per_pipeline_s"] == calibration.costs["launch_per_pipeline_s"]  # start-up: as fitted
+    assert at_three["launch_s"] == calibration.costs["launch_s"]  # start-up: as fitted
 
 
 def test_one_concurrency_fits_no_slowdown(two_runs: tuple[Path, Path]) -> None:
