@@ -62,6 +62,7 @@ def calibrate_main(args: argparse.Namespace) -> int:
         if "own_cores" in machine:
             print(f"         the runs used {machine['own_cores']:.2f} cores on average; the machine was "
                   f"{machine.get('machine_busy_share', float('nan')):.0%} busy (near 100%: the runs were bound by CPU work)")
+    _print_cpu_by_role(args.run_dirs)
     driver = calibration.driver
     if driver.get("grants"):
         print(f"driver overhead: a grant is applied {driver['grant_latency_mean_s'] * 1e3:.2f} ms after it is decided "
@@ -72,6 +73,19 @@ def calibrate_main(args: argparse.Namespace) -> int:
         write_trace(args.run_dirs, trace_out)
         print(f"rollout lengths (a trace): {trace_out}")
     return 0
+
+
+def _print_cpu_by_role(run_dirs: list[str]) -> None:
+    """Each live run's CPU seconds by process role (summary.json `machine.own_cpu_by_role_s`)."""
+    import json
+    from pathlib import Path
+
+    for run_dir in run_dirs:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+        roles = summary.get("machine", {}).get("own_cpu_by_role_s")
+        if roles:
+            parts = ", ".join(f"{role} {seconds:.1f}" for role, seconds in sorted(roles.items(), key=lambda kv: -kv[1]))
+            print(f"         CPU-s by process, {Path(run_dir).name}: {parts}")
 
 
 def _print_contention(fit: dict[str, Any]) -> None:

@@ -62,6 +62,8 @@ def test_calibrates_on_a_live_run_and_predicts_it(live_run: Path, tmp_path: Path
     # the workers' starts, told from the init holdings that outlasted the trainers' inits
     assert read_costs_file(costs).costs["worker_start_s"] > 0.1
     assert "contention:" in printed and "driver overhead:" in printed
+    if json.loads((live_run / "summary.json").read_text()).get("machine"):  # Linux: the meter counts
+        assert "CPU-s by process" in printed and "rollout_worker" in printed
     predicted = simulate(validate_scenario(small_demo(trace, costs))).summary
     measured = json.loads((live_run / "summary.json").read_text())
     assert predicted["makespan_s"] == pytest.approx(measured["makespan_s"], rel=0.3)
