@@ -30,7 +30,8 @@ machine's cores busy each config is predicted once more with the simulator's op 
 scaled until its makespan is the config's CPU work over the cores (`*_error_cpu`). The parts
 are rlix.sim.fidelity's, which notebooks/sim_vs_exec.ipynb shows step by step.
 
-    .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--concurrency-fit three-gpus] [--json]
+    .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--concurrency-fit three-gpus]
+                                       [--steps N] [--json]
 
 `--json` prints one line: {"configs": [{"name", "makespan_error", "step_time_error", ...}],
 "median_step_time_error", "max_makespan_error", ...}. Takes ~5 minutes on 2 cores (~6 with --concurrency-fit).
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="calibrate on a second run too (three-gpus: cpu-demo on 3 declared GPUs, run live; or "
                              "a live run folder) and also predict with the per-op slowdown against run concurrency "
                              "(*_error_contention beside the errors as before)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="every pipeline (and adapter) this many steps instead of cpu-demo's 12, calibration "
+                             "included: longer runs weigh start-up less in a mean step time")
     parser.add_argument("--reuse", action="store_true",
                         help="keep the finished live runs already in --out (predict again, do not run again)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
@@ -87,10 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         os.dup2(2, 1)
     t0 = time.monotonic()
-    cal_dir, costs, trace = calibrate(out, args.calibration_run, args.reuse, second=args.concurrency_fit)
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps: at least 1")
+    cal_dir, costs, trace = calibrate(out, args.calibration_run, args.reuse, steps=args.steps,
+                                      second=args.concurrency_fit)
     rows, first = [], None
     for name in names:
-        row, sim_dir, live_dir = predict_and_run(name, out, costs, trace, args.reuse)
+        row, sim_dir, live_dir = predict_and_run(name, out, costs, trace, args.reuse, steps=args.steps)
         rows.append(row)
         first = first or (sim_dir, live_dir)
         print(f"{name}: done ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
