@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -58,7 +57,7 @@ from rlix.sim.fidelity import (
     run_sim,
     scenario_data,
 )
-from rlix.sim.fidelity_report import print_table, summarize
+from rlix.sim.fidelity_report import chosen_configs, json_line_stdout, print_table, summarize
 
 __all__ = ["ENGINE", "VARIANTS", "Variant", "calibrate", "compare", "main", "plot_side_by_side", "predict_and_run",
            "print_table", "run_live", "run_sim", "scenario_data", "summarize"]
@@ -80,16 +79,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the finished live runs already in --out (predict again, do not run again)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
-    names = [n for n in args.configs.split(",") if n]
-    unknown = [n for n in names if n not in VARIANTS]
-    if unknown or not names:
-        parser.error(f"--configs: unknown {unknown} (known: {', '.join(VARIANTS)})")
+    names = chosen_configs(parser, args.configs, VARIANTS)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    # Ray's workers print to this process's stdout: with --json it carries one line only.
-    stdout = os.fdopen(os.dup(1), "w") if args.json else sys.stdout
-    if args.json:
-        os.dup2(2, 1)
+    stdout = json_line_stdout(args.json)
     t0 = time.monotonic()
     if args.steps is not None and args.steps < 1:
         parser.error("--steps: at least 1")

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 from rlix.sim.fidelity import VARIANTS
+from rlix.sim.fidelity_report import chosen_configs, json_line_stdout
 from rlix.sim.repeatability import pairwise, run_repeats, same_config, summarize
 
 CONFIGS = {"cpu-demo": None, **VARIANTS}
@@ -58,15 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="keep finished live runs already in --out")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
-    names = [n for n in args.configs.split(",") if n]
-    unknown = [n for n in names if n not in CONFIGS]
-    if unknown or not names:
-        parser.error(f"--configs: unknown {unknown} (known: {', '.join(CONFIGS)})")
+    names = chosen_configs(parser, args.configs, CONFIGS)
     if args.repeats < 2:
         parser.error("--repeats: at least 2 runs are needed to compare")
-    stdout = os.fdopen(os.dup(1), "w") if args.json else sys.stdout
-    if args.json:  # Ray's workers print to this process's stdout: with --json it carries one line
-        os.dup2(2, 1)
+    stdout = json_line_stdout(args.json)
     t0, reports = time.monotonic(), []
     for name in names:
         out = Path(args.out) / name

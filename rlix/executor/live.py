@@ -173,9 +173,12 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     status = {**(cut.states if cut is not None else {}), **status}
     machine = meter.result()
     if machine:  # what the rollout workers' CPU went to (rlix.sim.cpu_work)
-        for key in ("worker_start_cpu_s", "worker_cpu", "worker_starts"):
-            if copy.progress.get(key):
-                machine[key] = list(copy.progress[key])
+        starts, accounts = copy.progress.get("worker_starts"), copy.progress.get("worker_cpu")
+        if starts:
+            machine["worker_starts"] = list(starts)
+            machine["worker_start_cpu_s"] = [start["cpu_s"] for start in starts]
+        if accounts:
+            machine["worker_cpu"] = list(accounts)
     return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults,
                      machine=machine)
 

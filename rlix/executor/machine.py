@@ -133,16 +133,9 @@ def role_of(cmdline: list[str], is_driver: bool) -> str:
     return "ray_system" if "ray" in " ".join(cmdline[:3]) else "other"
 
 
-def _roles(processes: list[Any]) -> dict[int, str]:
-    import psutil
-
-    me, found = os.getpid(), {}
-    for process in processes:
-        try:
-            found[process.pid] = role_of(process.cmdline(), process.pid == me)
-        except psutil.Error:
-            continue
-    return found
+#: Roles a process may still leave (an idle Ray worker becomes an actor; a fresh process
+#: may not have its title yet): read again at the next sample, the others never.
+UNSETTLED_ROLES = ("ray_worker", "other")
 
 
 class MachineMeter:
@@ -174,13 +167,16 @@ class MachineMeter:
             return []
 
     @staticmethod
-    def _own_cpu(processes: list[Any]) -> dict[int, float]:
+    def _own_cpu(processes: list[Any], roles: dict[int, str] | None = None) -> dict[int, float]:
+        """CPU seconds each process has used; with `roles`, each one's role updated too."""
         import psutil
 
-        used = {}
+        me, used = os.getpid(), {}
         for process in processes:
             try:
                 times = process.cpu_times()
+                if roles is not None and roles.get(process.pid, "other") in UNSETTLED_ROLES:
+                    roles[process.pid] = role_of(process.cmdline(), process.pid == me)
             except psutil.Error:
                 continue  # it ended meanwhile: its last sample stands
             used[process.pid] = times.user + times.system
@@ -190,8 +186,7 @@ class MachineMeter:
         processes = self._processes()
         if not processes:
             return
-        self.own_cpu.update(self._own_cpu(processes))
-        self.roles.update(_roles(processes))
+        self.own_cpu.update(self._own_cpu(processes, self.roles))
         self.machine_last = machine_cpu_s()
         demand = runnable_demand({p.pid for p in processes})
         if demand is not None:

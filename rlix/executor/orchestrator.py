@@ -71,10 +71,8 @@ class Orchestrator(ExternalApi):
         self._background: list[asyncio.Task[None]] = []
         #: Faults the run survived (a rollout worker replaced), for the run's summary.
         self.faults: list[dict[str, Any]] = []
-        #: CPU seconds each rollout worker's start took (rlix.sim.cpu_work reads them).
-        self.worker_start_cpu_s: list[float] = []
-        #: When each rollout worker was asked for and came up (pipeline_id, dp_rank,
-        #: t_created, t_ready on the run's clock; rlix.sim.calibrate reads them).
+        #: Each rollout worker's start: pipeline_id, dp_rank, when it was asked for and came up
+        #: (t_created, t_ready on the run's clock) and the CPU seconds it took (cpu_s).
         self.worker_starts: list[dict[str, Any]] = []
         #: Each rollout worker's CPU account when its pipeline ended (RolloutWorker.cpu_account).
         self.worker_cpu: list[dict[str, float]] = []
@@ -302,10 +300,8 @@ class Orchestrator(ExternalApi):
     def note_fault(self, pipeline_id: str, kind: str, detail: str) -> None:
         self.faults.append({"t_s": round(self.now(), 3), "pipeline_id": pipeline_id, "kind": kind, "detail": detail})
 
-    def note_worker_start(self, cpu_s: float, start: dict[str, Any] | None = None) -> None:
-        self.worker_start_cpu_s.append(float(cpu_s))
-        if start is not None:
-            self.worker_starts.append(dict(start))
+    def note_worker_start(self, start: dict[str, Any]) -> None:
+        self.worker_starts.append(dict(start))
 
     def note_worker_cpu(self, account: dict[str, float]) -> None:
         self.worker_cpu.append({k: float(v) for k, v in account.items()})
@@ -321,8 +317,7 @@ class Orchestrator(ExternalApi):
                 reward[row["pipeline_id"]] = row["reward_mean"]
         progress = {"pipelines": {pid: self.describe(pid) for pid in self.pipelines}, "steps": steps,
                     "reward": reward, "faults": list(self.faults), "now": self.now(),
-                    "worker_start_cpu_s": list(self.worker_start_cpu_s), "worker_cpu": list(self.worker_cpu),
-                    "worker_starts": list(self.worker_starts)}
+                    "worker_starts": list(self.worker_starts), "worker_cpu": list(self.worker_cpu)}
         if cursor is not None:
             progress["record"] = self.recorder.since(cursor)
         return progress

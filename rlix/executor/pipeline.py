@@ -280,8 +280,8 @@ class PipelineActor:
         """Rank `dp_rank`'s worker is up: asked for at `t_created`, ready at `t_ready` (the run's
         clock), its start having taken `cpu_s` CPU seconds. For the run's summary
         (`machine.worker_start_cpu_s`, `machine.worker_starts`), which calibration reads."""
-        start = {"pipeline_id": self.pipeline_id, "dp_rank": dp_rank, "t_created": t_created, "t_ready": t_ready}
-        self.orch.note_worker_start.remote(cpu_s, start)
+        self.orch.note_worker_start.remote({"pipeline_id": self.pipeline_id, "dp_rank": dp_rank,
+                                            "t_created": t_created, "t_ready": t_ready, "cpu_s": float(cpu_s)})
 
     def record(self, attempts: list[Attempt]) -> None:
         self._rows.extend(attempts)

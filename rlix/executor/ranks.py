@@ -57,7 +57,6 @@ class Ranks:
         #: adapter -> (version, [ObjectRef]) of the newest published weights.
         self.weights: dict[str, tuple[int, list[Any]]] = {}
         self.num_restarts = 0
-        self._starting: dict[int, asyncio.Future[Any]] = {}
 
     # --- decisions ------------------------------------------------------------------------
 
@@ -144,22 +143,8 @@ class Ranks:
                 await self._new_worker(dp_rank, rollout.bundle(dp_rank))
 
     async def _new_worker(self, dp_rank: int, gpus: tuple[int, ...]) -> Any:
-        starting = self._starting.get(dp_rank)
-        if starting is not None:  # prestart is creating it: use that one
-            return await asyncio.shield(starting)
-        future = self._starting[dp_rank] = asyncio.get_running_loop().create_future()
-        try:
-            worker = await self._create_worker(dp_rank, gpus)
-            future.set_result(worker)
-            return worker
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: no "never retrieved" warning if nobody waits
-            raise
-        finally:
-            del self._starting[dp_rank]
-
-    async def _create_worker(self, dp_rank: int, gpus: tuple[int, ...]) -> Any:
+        """Start rank `dp_rank`'s worker on `gpus` and wait until it is up. Never twice at once
+        for a rank: the init's prestart ends before any expansion can come."""
         p = self.p
         t_created = p.now()
         worker = RemoteRolloutWorker.options(**p.pool.actor_options(gpus)).remote(

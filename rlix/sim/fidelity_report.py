@@ -4,9 +4,13 @@ verdict against the targets). The runs themselves are `rlix.sim.fidelity`'s."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
+import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -14,6 +18,28 @@ if TYPE_CHECKING:
 #: The targets of the check: median step-time error, median makespan error, and none (of
 #: either, in any config) over the last.
 TARGETS = {"median_step_time_error": 0.05, "median_makespan_error": 0.10, "max_error": 0.15}
+
+
+def chosen_configs(parser: argparse.ArgumentParser, text: str, known: Iterable[str]) -> list[str]:
+    """The comma-separated config names of a bench's `--configs`, each one of `known` (else the
+    parser's one-line error)."""
+    known = list(known)
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        parser.error(f"--configs: unknown {unknown} (known: {', '.join(known)})")
+    return names
+
+
+def json_line_stdout(enabled: bool) -> TextIO:
+    """Where a bench prints its result: with `--json` (`enabled`) the process's stdout, which then
+    carries that one line only, everything else printed (Ray's workers print to this process's
+    stdout) going to stderr from here on."""
+    if not enabled:
+        return sys.stdout
+    stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    return stdout
 
 
 def summarize(rows: list[dict[str, Any]], cal_dir: Path, costs: Path, plot: Path, wall_s: float) -> dict[str, Any]:
