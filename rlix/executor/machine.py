@@ -133,9 +133,10 @@ def role_of(cmdline: list[str], is_driver: bool) -> str:
     return "ray_system" if "ray" in " ".join(cmdline[:3]) else "other"
 
 
-#: Roles a process may still leave (an idle Ray worker becomes an actor; a fresh process
-#: may not have its title yet): read again at the next sample, the others never.
-UNSETTLED_ROLES = ("ray_worker", "other")
+#: Roles a process keeps once it has them (an actor's, the driver's): not read again. Any
+#: other may still change (a Ray worker process has its plain command line until Ray titles
+#: it, and an idle one becomes an actor).
+SETTLED_ROLES = frozenset({"rollout_worker", "trainer", "pipeline_actor", "orchestrator", "driver"})
 
 
 class MachineMeter:
@@ -175,11 +176,14 @@ class MachineMeter:
         for process in processes:
             try:
                 times = process.cpu_times()
-                if roles is not None and roles.get(process.pid, "other") in UNSETTLED_ROLES:
-                    roles[process.pid] = role_of(process.cmdline(), process.pid == me)
             except psutil.Error:
                 continue  # it ended meanwhile: its last sample stands
             used[process.pid] = times.user + times.system
+            if roles is not None and roles.get(process.pid) not in SETTLED_ROLES:
+                try:
+                    roles[process.pid] = role_of(process.cmdline(), process.pid == me)
+                except psutil.Error:
+                    pass  # its last role stands
         return used
 
     def sample(self) -> None:
