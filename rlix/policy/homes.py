@@ -18,10 +18,21 @@ counts as load):
 3. The rest from one node if one can hold it (least loaded, then node id), its chunks least
    loaded first, then in GPU order; else chunk by chunk over the other nodes in that order.
 
-`load` is what a policy wants to avoid: the admit-at-once policies (rlix, gap-ratio) count the
-homes already placed or given on each GPU, so homes spread over the pool before they stack;
-the queueing policies (static, static-backfill, sequential) offer only free GPUs and count no
-load, which is plain first-fit.
+`load` is what a policy wants to avoid. The queueing policies (static, static-backfill,
+sequential) offer only free GPUs and count no load, which is plain first-fit. The admit-at-once
+policies (rlix, gap-ratio) place a home by `choose_shared_home`, counting the homes already
+placed on each GPU:
+
+1. On GPUs no home covers, first fit, if they hold it: a home of its own.
+2. Else exactly on an existing home of the same size whose chunks suit it, the one the fewest
+   homes cover (then the lowest GPU ids): *stack, do not straddle*. A home that must overlap
+   others anyway serialises its training with theirs whatever GPUs it takes; laid across parts
+   of several homes it conflicts with each of them, and every turn of training gangs moves to
+   another set of GPUs, preempting the rollout ranks that had settled there. Stacked, the jobs
+   take turns on the same GPUs and the GPUs outside keep their rollout ranks. On RLix's shape
+   (`blog-4on12`: four 8-GPU homes on 12 GPUs) spreading put the homes on three different pairs
+   of nodes; stacked, the third node is never preempted by a gang.
+3. Else (no home of that size fits) the least covered GPUs by the rule above.
 
 The placement is a decision (`Place`), recorded and replayed like every other.
 """
@@ -122,6 +133,41 @@ def choose_home(
             pool = [c for n in others for c in sorted(chunks[n], key=lambda c: (chunk_load(c), c))]
         chosen.extend(pool[:need])
     return tuple(sorted(g for chunk in chosen for g in chunk))
+
+
+def choose_shared_home(
+    size: int,
+    unit: int,
+    usable: Collection[int],
+    topology: Topology,
+    load: Sequence[int],
+    homes: Collection[tuple[int, ...]],
+) -> tuple[int, ...] | None:
+    """The admit-at-once policies' home of `size` GPUs (module docstring, rules 1-3): `load[g]`
+    counts the homes covering GPU g, `homes` are those homes (sorted GPU ids)."""
+    uncovered = [g for g in usable if not load[g]]
+    if len(uncovered) >= size:
+        home = choose_home(size, unit, uncovered, topology)
+        if home is not None:
+            return home
+    usable_set = usable if isinstance(usable, set | frozenset) else set(usable)
+    same = [h for h in homes if len(h) == size and usable_set.issuperset(h) and whole_chunks(h, unit, topology)]
+    if same:
+        return min(same, key=lambda h: (max(load[g] for g in h), h))
+    return choose_home(size, unit, usable, topology, load.__getitem__)
+
+
+def whole_chunks(home: Sequence[int], unit: int, topology: Topology) -> bool:
+    """Whether sorted `home` is made of aligned runs of `unit` GPUs, each inside one node."""
+    if len(home) % unit:
+        return False
+    for i in range(0, len(home), unit):
+        start = home[i]
+        if start % unit or tuple(home[i : i + unit]) != tuple(range(start, start + unit)):
+            return False
+        if topology.node_of(start) != topology.node_of(start + unit - 1):
+            return False
+    return True
 
 
 def with_mappings(spec: PipelineSpec, home: Sequence[int], mappings: dict[str, Sequence[int]]) -> PipelineSpec:

@@ -18,8 +18,8 @@ every job runs slowly, so each finishes late. Two settings (`PolicyConfig`) chan
   estimate counts as infinitely long and waits for those with one (in admission order).
 
 A job that started is never stopped (it runs to its last step), so the limit only decides
-start times. A sized home is placed when its job starts, on the GPUs the fewest running jobs'
-homes cover (rlix.policy.queueing.place_admitted's rule), so waiting jobs claim no GPUs.
+start times. A sized home is placed when its job starts, among the running jobs' homes by
+the shared rule (rlix.policy.homes.choose_shared_home), so waiting jobs claim no GPUs.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from rlix.policy.queueing import home_load, place_least_covered
+from rlix.policy.queueing import HomeCover, place_shared
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
@@ -61,17 +61,17 @@ def runnable_jobs(sched: Scheduler) -> frozenset[str]:
     waiting.sort(key=lambda p: start_key(p, config.job_order, sched.now))
     limit = config.max_home_load * sched.topology.num_gpus if config.max_home_load else math.inf
     used = sum(home_gpus(p) for p in running)
-    load: list[int] | None = None  # with `usable`, built when a sized home is first placed
+    cover: HomeCover | None = None  # with `usable`, built when a sized home is first placed
     usable: set[int] = set()
     for pipeline in waiting:
         size = home_gpus(pipeline)
         if running and used + size > limit:
             break  # in order: a later, smaller job does not pass the one that waits
         if not pipeline.spec.placed:
-            if load is None:
-                load = home_load(sched, running)
+            if cover is None:
+                cover = HomeCover(sched, running)
                 usable = set(range(sched.topology.num_gpus)) - sched.cluster.offline
-            if not place_least_covered(sched, pipeline, load, usable):
+            if not place_shared(sched, pipeline, cover, usable):
                 break  # more GPUs lost than the pool can spare: tried again next round
         running.append(pipeline)
         used += size

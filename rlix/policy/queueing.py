@@ -1,8 +1,8 @@
 """Who may run now: placing sized homes, and the job queue of the policies without sharing.
 
 The admit-at-once policies (rlix, gap-ratio) let every admitted pipeline run; a home given as a
-size is placed as soon as the pipeline is admitted, where the fewest other homes lie
-(`place_admitted`). Training clusters of pipelines whose homes overlap are then serialised by
+size is placed as soon as the pipeline is admitted, on GPUs no other home covers or else
+stacked on an existing home of its size (`place_admitted`, `rlix.policy.homes.choose_shared_home`). Training clusters of pipelines whose homes overlap are then serialised by
 the priority queue of non-rollout requests (a request waits for its whole mapping; holders are
 never preempted), as RLix does.
 
@@ -32,7 +32,7 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from rlix.policy.homes import choose_home, placement_unit
+from rlix.policy.homes import choose_home, choose_shared_home, placement_unit
 from rlix.policy.lifecycle import place
 
 if TYPE_CHECKING:
@@ -45,36 +45,43 @@ def admitted_in_order(sched: Scheduler) -> list[PipelineState]:
 
 
 def place_admitted(sched: Scheduler) -> None:
-    """Place every admitted sized home not placed yet, in admission order, on the online GPUs
-    the fewest homes (placed or given) already cover."""
+    """Place every admitted sized home not placed yet, in admission order, among the homes of
+    every pipeline (placed or given) by the shared rule (`choose_shared_home`)."""
     waiting = [p for p in admitted_in_order(sched) if not p.spec.placed]
     if not waiting:
         return
-    load = home_load(sched, sched.pipelines.values())
+    cover = HomeCover(sched, sched.pipelines.values())
     usable = set(range(sched.topology.num_gpus)) - sched.cluster.offline
     for pipeline in waiting:
-        place_least_covered(sched, pipeline, load, usable)  # if not: tried again next round
+        place_shared(sched, pipeline, cover, usable)  # if not: tried again next round
 
 
-def home_load(sched: Scheduler, pipelines: Iterable[PipelineState]) -> list[int]:
-    """How many of these pipelines' homes cover each GPU."""
-    load = [0] * sched.topology.num_gpus
-    for pipeline in pipelines:
-        for gpu in pipeline.spec.home:
-            load[gpu] += 1
-    return load
+class HomeCover:
+    """The homes of some pipelines, and how many of them cover each GPU."""
+
+    def __init__(self, sched: Scheduler, pipelines: Iterable[PipelineState]) -> None:
+        self.load = [0] * sched.topology.num_gpus
+        self.homes: set[tuple[int, ...]] = set()
+        for pipeline in pipelines:
+            if pipeline.spec.home:
+                self.add(pipeline.spec.home)
+
+    def add(self, home: tuple[int, ...]) -> None:
+        self.homes.add(tuple(sorted(home)))
+        for gpu in home:
+            self.load[gpu] += 1
 
 
-def place_least_covered(sched: Scheduler, pipeline: PipelineState, load: list[int], usable: set[int]) -> bool:
-    """Place the pipeline's sized home on the `usable` GPUs the fewest homes cover (`load`, which
-    then counts it too); False if they cannot hold it (more GPUs lost than the pool can spare)."""
+def place_shared(sched: Scheduler, pipeline: PipelineState, cover: HomeCover, usable: set[int]) -> bool:
+    """Place the pipeline's sized home on `usable` GPUs by the shared rule, among the homes of
+    `cover` (which then counts it too); False if they cannot hold it (more GPUs lost than the
+    pool can spare)."""
     spec = pipeline.spec
-    home = choose_home(spec.home_size, placement_unit(spec), usable, sched.topology, load.__getitem__)
+    home = choose_shared_home(spec.home_size, placement_unit(spec), usable, sched.topology, cover.load, cover.homes)
     if home is None:
         return False
     place(sched, pipeline, home, confine=False)
-    for gpu in home:
-        load[gpu] += 1
+    cover.add(pipeline.spec.home)
     return True
 
 

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
-from rlix.policy.homes import choose_home, max_placeable, placement_unit, pool_rest, resolve
+from rlix.policy.homes import (
+    choose_home,
+    choose_shared_home,
+    max_placeable,
+    placement_unit,
+    pool_rest,
+    resolve,
+)
 
 
 @st.composite
@@ -130,3 +137,69 @@ def test_an_unplaced_spec_must_be_a_size() -> None:
         _spec(8).validate(topology)
     with pytest.raises(SpecError, match="scope"):
         ClusterSpec(1, (), "house").validate("x", topology)
+
+
+@st.composite
+def shared_pools(draw: st.DrawFn) -> tuple[Topology, int, set[int], list[tuple[int, ...]], int]:
+    """A pool with some homes already placed (any GPUs, sorted, of a few sizes), and a size."""
+    topology = Topology(draw(st.integers(1, 4)), draw(st.sampled_from([2, 4, 8])))
+    unit = draw(st.sampled_from([u for u in (1, 2, 4) if topology.gpus_per_node % u == 0]))
+    usable = set(draw(st.sets(st.integers(0, topology.num_gpus - 1))))
+    size = unit * draw(st.integers(1, topology.num_gpus // unit))
+    # mostly whole aligned chunks (the homes placement makes), some any GPUs at all
+    starts = st.sets(st.sampled_from(range(0, topology.num_gpus, unit)), min_size=1)
+    chunked = starts.map(lambda s: tuple(sorted(g for c in s for g in range(c, c + unit))))
+    loose = st.sets(st.integers(0, topology.num_gpus - 1), min_size=1).map(lambda h: tuple(sorted(h)))
+    homes = draw(st.lists(st.one_of(chunked, chunked, loose), max_size=6))
+    return topology, unit, usable, homes, size
+
+
+def _is_aligned(home: tuple[int, ...], unit: int, topology: Topology) -> bool:
+    chunks = {g - g % unit for g in home}
+    return all(
+        set(range(c, c + unit)) <= set(home) and topology.node_of(c) == topology.node_of(c + unit - 1)
+        for c in chunks
+    ) and len(home) == len(chunks) * unit
+
+
+@settings(max_examples=400, deadline=None)
+@given(shared_pools())
+def test_shared_home_own_gpus_first_then_stacked_then_least_covered(case: tuple) -> None:
+    topology, unit, usable, homes, size = case
+    load = [sum(g in h for h in homes) for g in range(topology.num_gpus)]
+    home = choose_shared_home(size, unit, usable, topology, load, homes)
+    uncovered = {g for g in usable if not load[g]}
+    if len(_aligned_chunks(topology, unit, uncovered)) * unit >= size:
+        # rule 1: GPUs no home covers hold it, so it takes only those
+        assert home is not None and set(home) <= uncovered and len(home) == size
+        return
+    same = [h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)]
+    if same:
+        # rule 2: exactly an existing home, none of the others less covered
+        assert home in same
+        assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in same)
+        return
+    # rule 3: the least covered by choose_home's rule
+    assert home == choose_home(size, unit, usable, topology, load.__getitem__)
+
+
+def test_four_homes_of_8_on_12_gpus_stack() -> None:
+    """RLix's shape: the first home takes two whole nodes, the other three stack on it (spread,
+    they would lie on three different pairs of nodes and every gang would preempt rollout)."""
+    topology = Topology(3, 4)
+    load = [0] * 12
+    homes: list[tuple[int, ...]] = []
+    for _ in range(4):
+        home = choose_shared_home(8, 1, set(range(12)), topology, load, homes)
+        assert home is not None
+        homes.append(home)
+        for g in home:
+            load[g] += 1
+    assert homes == [tuple(range(8))] * 4
+    # a smaller home still finds the GPUs nobody's home covers
+    assert choose_shared_home(4, 2, set(range(12)), topology, load, homes) == (8, 9, 10, 11)
+    # of two homes of the size, the one fewer homes cover
+    load = [2] * 4 + [1] * 4 + [1] * 4
+    assert choose_shared_home(4, 1, set(range(12)), topology, load, [(0, 1, 2, 3), (8, 9, 10, 11)]) == (8, 9, 10, 11)
+    # a size no home has: least covered
+    assert choose_shared_home(12, 1, set(range(12)), topology, load, homes) == tuple(range(12))
