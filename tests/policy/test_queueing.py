@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -204,3 +205,19 @@ def _no_gpu_shared_at_once(run: QueueRun) -> None:
             if other_start >= end:
                 break
             assert set(run.gpus[pid]).isdisjoint(run.gpus[other]), f"{pid} and {other} overlap"
+
+
+@pytest.mark.parametrize("policy, config", [("rlix", None), ("gap-ratio", None),
+                                            ("rlix", PolicyConfig(job_order="shortest", max_home_load=3.0))])
+def test_sharing_policies_stack_homes_that_cannot_run_together(policy: str, config: PolicyConfig | None) -> None:
+    """RLix's shape through the core: four 8-GPU jobs on 3 nodes of 4. The first home takes
+    nodes 0-1; the others cannot fit on GPUs no home covers and stack exactly on it (spread
+    over the least covered GPUs, they lay on three pairs of nodes). Their gangs take turns."""
+    jobs = [GangJob(f"j{i}", 0, 10, size=8) for i in range(4)]
+    run = run_queue(policy, Topology(3, 4), jobs, config)
+    assert set(run.gpus.values()) == {tuple(range(8))}
+    assert sorted(run.start_s.values()) == [0, 10, 20, 30]
+    # a later, smaller job finds the node no home covers
+    jobs.append(GangJob("small", 1, 5, size=4))
+    run = run_queue(policy, Topology(3, 4), jobs, config)
+    assert run.gpus["small"] == (8, 9, 10, 11) and run.start_s["small"] == 1
