@@ -164,23 +164,38 @@ def _is_aligned(home: tuple[int, ...], unit: int, topology: Topology) -> bool:
 
 @settings(max_examples=400, deadline=None)
 @given(shared_pools())
-def test_shared_home_own_gpus_first_then_stacked_then_least_covered(case: tuple) -> None:
+def test_shared_home_own_gpus_first_then_fewest_homes_overlapped(case: tuple) -> None:
     topology, unit, usable, homes, size = case
     load = [sum(g in h for h in homes) for g in range(topology.num_gpus)]
-    home = choose_shared_home(size, unit, usable, topology, load, homes)
+    counts: dict[tuple[int, ...], int] = {}
+    for h in homes:
+        counts[h] = counts.get(h, 0) + 1
+    home = choose_shared_home(size, unit, usable, topology, load, counts)
     uncovered = {g for g in usable if not load[g]}
     if len(_aligned_chunks(topology, unit, uncovered)) * unit >= size:
         # rule 1: GPUs no home covers hold it, so it takes only those
         assert home is not None and set(home) <= uncovered and len(home) == size
         return
-    same = [h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)]
-    if same:
-        # rule 2: exactly an existing home, none of the others less covered
-        assert home in same
-        assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in same)
+
+    def num_overlapped(gpus: tuple[int, ...]) -> int:
+        return sum(1 for h in homes if set(h) & set(gpus))  # every pipeline's home, one by one
+
+    stacks = {h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)}
+    spread = choose_home(size, unit, usable, topology, load.__getitem__)
+    options = stacks | ({spread} if spread is not None else set())
+    if not options:
+        assert home is None
         return
-    # rule 3: the least covered by choose_home's rule
-    assert home == choose_home(size, unit, usable, topology, load.__getitem__)
+    assert home in options
+    fewest = min(num_overlapped(h) for h in options)
+    assert num_overlapped(home) == fewest
+    best_stacks = [h for h in stacks if num_overlapped(h) == fewest]
+    if best_stacks:
+        # a tie goes to a stack, the one the fewest homes cover
+        assert home in best_stacks
+        assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in best_stacks)
+    else:
+        assert home == spread
 
 
 def test_four_homes_of_8_on_12_gpus_stack() -> None:
@@ -188,18 +203,24 @@ def test_four_homes_of_8_on_12_gpus_stack() -> None:
     they would lie on three different pairs of nodes and every gang would preempt rollout)."""
     topology = Topology(3, 4)
     load = [0] * 12
-    homes: list[tuple[int, ...]] = []
+    homes: dict[tuple[int, ...], int] = {}
     for _ in range(4):
         home = choose_shared_home(8, 1, set(range(12)), topology, load, homes)
         assert home is not None
-        homes.append(home)
+        homes[home] = homes.get(home, 0) + 1
         for g in home:
             load[g] += 1
-    assert homes == [tuple(range(8))] * 4
+    assert homes == {tuple(range(8)): 4}
     # a smaller home still finds the GPUs nobody's home covers
     assert choose_shared_home(4, 2, set(range(12)), topology, load, homes) == (8, 9, 10, 11)
-    # of two homes of the size, the one fewer homes cover
+    # of the homes of the size, one overlapping the fewest homes (ties: the lowest GPU ids)
     load = [2] * 4 + [1] * 4 + [1] * 4
-    assert choose_shared_home(4, 1, set(range(12)), topology, load, [(0, 1, 2, 3), (8, 9, 10, 11)]) == (8, 9, 10, 11)
+    homes = {(0, 1, 2, 3): 2, (4, 5, 6, 7): 1, (8, 9, 10, 11): 1}
+    assert choose_shared_home(4, 1, set(range(12)), topology, load, homes) == (4, 5, 6, 7)
     # a size no home has: least covered
     assert choose_shared_home(12, 1, set(range(12)), topology, load, homes) == tuple(range(12))
+    # cpu-queue: homes 0-1 and 1-2 on 4 GPUs; a stack on either would overlap both, GPUs 0 and 3
+    # overlap one
+    topology = Topology(1, 4)
+    load = [1, 2, 1, 0]
+    assert choose_shared_home(2, 1, set(range(4)), topology, load, {(0, 1): 1, (1, 2): 1}) == (0, 3)
