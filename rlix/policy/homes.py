@@ -24,18 +24,18 @@ policies (rlix, gap-ratio) place a home by `choose_shared_home`, counting the ho
 placed on each GPU:
 
 1. On GPUs no home covers, first fit, if they hold it: a home of its own.
-2. Else where it overlaps the fewest homes (each pipeline's home counted), of two kinds of
-   place: exactly on an existing home of the same size whose chunks suit it, and the least
-   covered GPUs by the rule above. Ties go to the existing home (the one the fewest homes
-   cover, then the lowest GPU ids): *stack, do not straddle*. A home that must overlap others
+2. Else exactly on an existing home of the same size whose chunks suit it and that crosses no
+   other home (every home it meets lies inside it or holds it), the one the fewest homes cover,
+   then the lowest GPU ids: *stack, do not straddle*. A home that must overlap others
    serialises its training with theirs whatever GPUs it takes; laid across parts of several
    homes it conflicts with each of them, and every turn of training gangs moves to another set
-   of GPUs, preempting the rollout ranks that had settled there. Stacked, the jobs take turns
-   on the same GPUs and the GPUs outside keep their rollout ranks. On RLix's shape
-   (`blog-4on12`: four 8-GPU homes on 12 GPUs) spreading put the homes on three different
-   pairs of nodes; stacked, the third node is never preempted by a gang. Counting the homes
-   overlapped keeps a stack off homes that already straddle others: on `cpu-queue` (homes 0-1
-   and 1-2 on 4 GPUs) a 2-GPU home on 0-1 would overlap both, on 0 and 3 only one.
+   of GPUs, preempting the rollout ranks that had settled there. Stacked, the jobs take turns on
+   the same GPUs and the GPUs outside keep their rollout ranks. On RLix's shape (`blog-4on12`:
+   four 8-GPU homes on 12 GPUs) spreading put the homes on three different pairs of nodes;
+   stacked, the third node is never preempted by a gang. A home that already crosses another
+   is no place to stack: on `cpu-queue` (homes 0-1 and 1-2 on 4 GPUs) a 2-GPU home on 0-1
+   would conflict with both, on 0 and 3 with one.
+3. Else the least covered GPUs by the rule above.
 
 The placement is a decision (`Place`), recorded and replayed like every other.
 """
@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from rlix.policy.specs import HOME_SCOPE, ClusterSpec, PipelineSpec, Topology
 
@@ -144,32 +144,33 @@ def choose_shared_home(
     usable: Collection[int],
     topology: Topology,
     load: Sequence[int],
-    homes: Mapping[tuple[int, ...], int],
+    homes: Collection[tuple[int, ...]],
 ) -> tuple[int, ...] | None:
-    """The admit-at-once policies' home of `size` GPUs (module docstring, rules 1-2): `load[g]`
-    counts the homes covering GPU g, `homes` maps each home (sorted GPU ids) to the number of
-    pipelines it is the home of."""
+    """The admit-at-once policies' home of `size` GPUs (module docstring, rules 1-3): `load[g]`
+    counts the homes covering GPU g, `homes` are those homes (sorted GPU ids)."""
     uncovered = [g for g in usable if not load[g]]
     if len(uncovered) >= size:
         home = choose_home(size, unit, uncovered, topology)
         if home is not None:
             return home
     usable_set = usable if isinstance(usable, set | frozenset) else set(usable)
-    places: list[tuple[int, int, int, tuple[int, ...]]] = [  # (overlapped, kind, covering, GPUs)
-        (overlapped(h, homes), 0, max(load[g] for g in h), h)
-        for h in homes
-        if len(h) == size and usable_set.issuperset(h) and whole_chunks(h, unit, topology)
+    stacks = [
+        h for h in homes
+        if len(h) == size and usable_set.issuperset(h) and whole_chunks(h, unit, topology) and not crosses(h, homes)
     ]
-    spread = choose_home(size, unit, usable, topology, load.__getitem__)
-    if spread is not None:
-        places.append((overlapped(spread, homes), 1, 0, spread))
-    return min(places)[3] if places else None
+    if stacks:
+        return min(stacks, key=lambda h: (max(load[g] for g in h), h))
+    return choose_home(size, unit, usable, topology, load.__getitem__)
 
 
-def overlapped(gpus: Collection[int], homes: Mapping[tuple[int, ...], int]) -> int:
-    """How many pipelines' homes share a GPU with `gpus`."""
-    wanted = set(gpus)
-    return sum(count for home, count in homes.items() if not wanted.isdisjoint(home))
+def crosses(home: tuple[int, ...], homes: Collection[tuple[int, ...]]) -> bool:
+    """Whether `home` meets one of `homes` without either holding the other."""
+    mine = set(home)
+    for other in homes:
+        theirs = set(other)
+        if not mine.isdisjoint(theirs) and not (mine <= theirs or theirs <= mine):
+            return True
+    return False
 
 
 def whole_chunks(home: Sequence[int], unit: int, topology: Topology) -> bool:

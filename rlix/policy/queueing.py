@@ -1,8 +1,8 @@
 """Who may run now: placing sized homes, and the job queue of the policies without sharing.
 
 The admit-at-once policies (rlix, gap-ratio) let every admitted pipeline run; a home given as a
-size is placed as soon as the pipeline is admitted, on GPUs no other home covers or else where
-it overlaps the fewest homes, stacked on an existing home of its size on a tie (`place_admitted`,
+size is placed as soon as the pipeline is admitted, on GPUs no other home covers or else
+stacked on an existing home of its size that crosses no other (`place_admitted`,
 `rlix.policy.homes.choose_shared_home`). Training clusters of pipelines whose homes overlap are then serialised by
 the priority queue of non-rollout requests (a request waits for its whole mapping; holders are
 never preempted), as RLix does.
@@ -62,15 +62,13 @@ class HomeCover:
 
     def __init__(self, sched: Scheduler, pipelines: Iterable[PipelineState]) -> None:
         self.load = [0] * sched.topology.num_gpus
-        #: each home (sorted GPU ids) -> how many pipelines it is the home of
-        self.homes: dict[tuple[int, ...], int] = {}
+        self.homes: set[tuple[int, ...]] = set()  # sorted GPU ids
         for pipeline in pipelines:
             if pipeline.spec.home:
                 self.add(pipeline.spec.home)
 
     def add(self, home: tuple[int, ...]) -> None:
-        key = tuple(sorted(home))
-        self.homes[key] = self.homes.get(key, 0) + 1
+        self.homes.add(tuple(sorted(home)))
         for gpu in home:
             self.load[gpu] += 1
 

@@ -95,11 +95,23 @@ def test_both_pipelines_finish_and_the_full_finetune_learns(demo: tuple[RunResul
     assert _rises(rewards), [round(r, 3) for r in rewards]
 
 
-@pytest.mark.parametrize("adapter", ["a0", "a1"])
-def test_each_lora_adapter_learns(demo: tuple[RunResult, dict[str, Any]], adapter: str) -> None:
-    rewards = _rewards(demo[0], "lora", adapter)
-    assert len(rewards) == 12
-    assert _rises(rewards), [round(r, 3) for r in rewards]
+def test_the_lora_pipeline_learns_and_each_adapter_trained(demo: tuple[RunResult, dict[str, Any]]) -> None:
+    """An adapter's reward rises, and every adapter was trained: its saved LoRA B matrices have
+    left their zero init. Not "every adapter's reward rises": the Ray demo's timing is not
+    seeded, and in 12 steps of 16 samples one adapter of two now and then stays flat (a CI run:
+    0.24, 0.25, 0.21, 0.26, ...); that each adapter learns is checked with fixed seeds in
+    tests/executor/ml/test_learning.py."""
+    from safetensors.torch import load_file
+
+    result, _ = demo
+    rewards = {adapter: _rewards(result, "lora", adapter) for adapter in ("a0", "a1")}
+    assert all(len(r) == 12 for r in rewards.values())
+    assert any(_rises(r) for r in rewards.values()), {a: [round(x, 3) for x in r] for a, r in rewards.items()}
+    assert result.out_dir is not None
+    for adapter in ("a0", "a1"):
+        tensors = load_file(str(Path(result.out_dir) / "models" / "lora" / adapter / "adapter_model.safetensors"))
+        lora_b = [t for name, t in tensors.items() if "lora_B" in name]
+        assert lora_b and any(float(t.abs().sum()) > 0 for t in lora_b), adapter
 
 
 def test_rollouts_preempted_and_none_lost(demo: tuple[RunResult, dict[str, Any]]) -> None:

@@ -150,7 +150,11 @@ def shared_pools(draw: st.DrawFn) -> tuple[Topology, int, set[int], list[tuple[i
     starts = st.sets(st.sampled_from(range(0, topology.num_gpus, unit)), min_size=1)
     chunked = starts.map(lambda s: tuple(sorted(g for c in s for g in range(c, c + unit))))
     loose = st.sets(st.integers(0, topology.num_gpus - 1), min_size=1).map(lambda h: tuple(sorted(h)))
-    homes = draw(st.lists(st.one_of(chunked, chunked, loose), max_size=6))
+    # homes of the very size asked for, so that stacks compete
+    sized = st.lists(st.sampled_from(range(0, topology.num_gpus, unit)), min_size=size // unit,
+                     max_size=size // unit, unique=True).map(
+        lambda s: tuple(sorted(g for c in s for g in range(c, c + unit))))
+    homes = draw(st.lists(st.one_of(sized, sized, chunked, loose), max_size=6))
     return topology, unit, usable, homes, size
 
 
@@ -164,38 +168,28 @@ def _is_aligned(home: tuple[int, ...], unit: int, topology: Topology) -> bool:
 
 @settings(max_examples=400, deadline=None)
 @given(shared_pools())
-def test_shared_home_own_gpus_first_then_fewest_homes_overlapped(case: tuple) -> None:
+def test_shared_home_own_gpus_first_then_stacked_where_no_home_crosses(case: tuple) -> None:
     topology, unit, usable, homes, size = case
     load = [sum(g in h for h in homes) for g in range(topology.num_gpus)]
-    counts: dict[tuple[int, ...], int] = {}
-    for h in homes:
-        counts[h] = counts.get(h, 0) + 1
-    home = choose_shared_home(size, unit, usable, topology, load, counts)
+    home = choose_shared_home(size, unit, usable, topology, load, set(homes))
     uncovered = {g for g in usable if not load[g]}
     if len(_aligned_chunks(topology, unit, uncovered)) * unit >= size:
         # rule 1: GPUs no home covers hold it, so it takes only those
         assert home is not None and set(home) <= uncovered and len(home) == size
         return
 
-    def num_overlapped(gpus: tuple[int, ...]) -> int:
-        return sum(1 for h in homes if set(h) & set(gpus))  # every pipeline's home, one by one
+    def crossed(h: tuple[int, ...]) -> bool:  # some home shares GPUs with h, neither inside the other
+        return any(set(h) & set(o) and set(h) - set(o) and set(o) - set(h) for o in homes)
 
-    stacks = {h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)}
-    spread = choose_home(size, unit, usable, topology, load.__getitem__)
-    options = stacks | ({spread} if spread is not None else set())
-    if not options:
-        assert home is None
+    stacks = [h for h in homes
+              if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology) and not crossed(h)]
+    if stacks:
+        # rule 2: exactly an existing home that crosses none, none of the others less covered
+        assert home in stacks
+        assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in stacks)
         return
-    assert home in options
-    fewest = min(num_overlapped(h) for h in options)
-    assert num_overlapped(home) == fewest
-    best_stacks = [h for h in stacks if num_overlapped(h) == fewest]
-    if best_stacks:
-        # a tie goes to a stack, the one the fewest homes cover
-        assert home in best_stacks
-        assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in best_stacks)
-    else:
-        assert home == spread
+    # rule 3: the least covered by choose_home's rule
+    assert home == choose_home(size, unit, usable, topology, load.__getitem__)
 
 
 def test_four_homes_of_8_on_12_gpus_stack() -> None:
@@ -203,24 +197,25 @@ def test_four_homes_of_8_on_12_gpus_stack() -> None:
     they would lie on three different pairs of nodes and every gang would preempt rollout)."""
     topology = Topology(3, 4)
     load = [0] * 12
-    homes: dict[tuple[int, ...], int] = {}
+    placed: list[tuple[int, ...]] = []
     for _ in range(4):
-        home = choose_shared_home(8, 1, set(range(12)), topology, load, homes)
+        home = choose_shared_home(8, 1, set(range(12)), topology, load, set(placed))
         assert home is not None
-        homes[home] = homes.get(home, 0) + 1
+        placed.append(home)
         for g in home:
             load[g] += 1
-    assert homes == {tuple(range(8)): 4}
+    assert placed == [tuple(range(8))] * 4
+    homes = set(placed)
     # a smaller home still finds the GPUs nobody's home covers
     assert choose_shared_home(4, 2, set(range(12)), topology, load, homes) == (8, 9, 10, 11)
-    # of the homes of the size, one overlapping the fewest homes (ties: the lowest GPU ids)
+    # of the homes of the size, the least covered (ties: the lowest GPU ids)
     load = [2] * 4 + [1] * 4 + [1] * 4
-    homes = {(0, 1, 2, 3): 2, (4, 5, 6, 7): 1, (8, 9, 10, 11): 1}
+    homes = {(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)}
     assert choose_shared_home(4, 1, set(range(12)), topology, load, homes) == (4, 5, 6, 7)
     # a size no home has: least covered
     assert choose_shared_home(12, 1, set(range(12)), topology, load, homes) == tuple(range(12))
-    # cpu-queue: homes 0-1 and 1-2 on 4 GPUs; a stack on either would overlap both, GPUs 0 and 3
-    # overlap one
+    # cpu-queue: homes 0-1 and 1-2 cross; a stack on either would conflict with both, the least
+    # covered GPUs, 0 and 3, with one
     topology = Topology(1, 4)
     load = [1, 2, 1, 0]
-    assert choose_shared_home(2, 1, set(range(4)), topology, load, {(0, 1): 1, (1, 2): 1}) == (0, 3)
+    assert choose_shared_home(2, 1, set(range(4)), topology, load, {(0, 1), (1, 2)}) == (0, 3)
