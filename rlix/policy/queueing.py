@@ -3,9 +3,9 @@
 The admit-at-once policies (rlix, gap-ratio) let every admitted pipeline run; a home given as a
 size is placed as soon as the pipeline is admitted, on GPUs no other home covers or else
 stacked on an existing home of its size that crosses no other (`place_admitted`,
-`rlix.policy.homes.choose_shared_home`). Training clusters of pipelines whose homes overlap are then serialised by
-the priority queue of non-rollout requests (a request waits for its whole mapping; holders are
-never preempted), as RLix does.
+`rlix.policy.homes.choose_shared_home`). Training clusters of pipelines whose homes overlap are
+then serialised by the priority queue of non-rollout requests (a request waits for its whole
+mapping; holders are never preempted), as RLix does.
 
 The queueing policies are what a lab runs without sharing, a Slurm-style queue of gang jobs:
 
