@@ -210,7 +210,6 @@ def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, co
     """Launch pipelines at their arrival times, carry out kills, show progress until done (a
     resumed run's clock starts at the cut: what was due before is due at once, earlier kills
     were carried out)."""
-
     from rlix.executor.progress import Progress
 
     start = time.monotonic() - clock_start

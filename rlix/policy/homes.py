@@ -91,6 +91,12 @@ def resolve(spec: PipelineSpec, home: Sequence[int], topology: Topology, confine
     return dataclasses.replace(spec, clusters=clusters, home=ordered, home_size=len(ordered))
 
 
+def node_chunks(node: int, unit: int, topology: Topology) -> list[tuple[int, ...]]:
+    """The chunks of `node` (rule 1): runs of `unit` GPUs from the node's first GPU on."""
+    first = node * topology.gpus_per_node
+    return [tuple(range(start, start + unit)) for start in range(first, first + topology.gpus_per_node - unit + 1, unit)]
+
+
 def choose_home(
     size: int,
     unit: int,
@@ -106,9 +112,7 @@ def choose_home(
     weigh = load if load is not None else (lambda gpu: 0.0)
     chunks: dict[int, list[tuple[int, ...]]] = {}
     for node in range(topology.num_nodes):
-        first = node * per_node
-        for start in range(first, first + per_node - unit + 1, unit):
-            chunk = tuple(range(start, start + unit))
+        for chunk in node_chunks(node, unit, topology):
             if all(g in usable for g in chunk):
                 chunks.setdefault(node, []).append(chunk)
     if sum(len(c) for c in chunks.values()) * unit < size:
@@ -148,15 +152,15 @@ def choose_shared_home(
 ) -> tuple[int, ...] | None:
     """The admit-at-once policies' home of `size` GPUs (module docstring, rules 1-3): `load[g]`
     counts the homes covering GPU g, `homes` are those homes (sorted GPU ids)."""
-    uncovered = [g for g in usable if not load[g]]
+    usable = set(usable)
+    uncovered = {g for g in usable if not load[g]}
     if len(uncovered) >= size:
         home = choose_home(size, unit, uncovered, topology)
         if home is not None:
             return home
-    usable_set = usable if isinstance(usable, set | frozenset) else set(usable)
     stacks = [
         h for h in homes
-        if len(h) == size and usable_set.issuperset(h) and whole_chunks(h, unit, topology) and not crosses(h, homes)
+        if len(h) == size and usable.issuperset(h) and whole_chunks(h, unit, topology) and not crosses(h, homes)
     ]
     if stacks:
         return min(stacks, key=lambda h: (max(load[g] for g in h), h))
@@ -174,16 +178,10 @@ def crosses(home: tuple[int, ...], homes: Collection[tuple[int, ...]]) -> bool:
 
 
 def whole_chunks(home: Sequence[int], unit: int, topology: Topology) -> bool:
-    """Whether sorted `home` is made of aligned runs of `unit` GPUs, each inside one node."""
-    if len(home) % unit:
-        return False
-    for i in range(0, len(home), unit):
-        start = home[i]
-        if start % unit or tuple(home[i : i + unit]) != tuple(range(start, start + unit)):
-            return False
-        if topology.node_of(start) != topology.node_of(start + unit - 1):
-            return False
-    return True
+    """Whether `home` is made of whole chunks (`node_chunks`), as `choose_home` places them."""
+    gpus = set(home)
+    chunks = {c for node in {topology.node_of(g) for g in gpus} for c in node_chunks(node, unit, topology)}
+    return gpus == {g for c in chunks if gpus.issuperset(c) for g in c}
 
 
 def with_mappings(spec: PipelineSpec, home: Sequence[int], mappings: dict[str, Sequence[int]]) -> PipelineSpec:

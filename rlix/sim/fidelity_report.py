@@ -46,15 +46,22 @@ def summarize(rows: list[dict[str, Any]], cal_dir: Path, costs: Path, plot: Path
     report = {"configs": rows, "calibration_run": str(cal_dir), "costs": str(costs), "plot": str(plot),
               "wall_s": wall_s}
     for suffix in ("", "_contention", "_contention_simc", "_cpu"):
-        steps = [r[f"step_time_error{suffix}"] for r in rows if r.get(f"step_time_error{suffix}") is not None]
-        spans = [r[f"makespan_error{suffix}"] for r in rows if r.get(f"makespan_error{suffix}") is not None]
-        if suffix and not spans:
+        stats = error_stats(rows, suffix=suffix)
+        if suffix and stats[f"median_makespan_error{suffix}"] is None:
             continue
-        report.update({f"median_step_time_error{suffix}": statistics.median(steps) if steps else None,
-                       f"median_makespan_error{suffix}": statistics.median(spans) if spans else None,
-                       f"max_makespan_error{suffix}": max(spans) if spans else None,
-                       f"max_step_time_error{suffix}": max(steps) if steps else None})
+        report.update(stats)
     return report
+
+
+def error_stats(rows: list[dict[str, Any]], suffix: str = "", prefix: str = "") -> dict[str, float | None]:
+    """Median and max of the rows' makespan and step-time errors (`makespan_error<suffix>`, ...),
+    as `<prefix>median_makespan_error<suffix>`, ...; None where no row has the figure."""
+    out: dict[str, float | None] = {}
+    for figure in ("makespan_error", "step_time_error"):
+        values = [r[f"{figure}{suffix}"] for r in rows if r.get(f"{figure}{suffix}") is not None]
+        out[f"{prefix}median_{figure}{suffix}"] = statistics.median(values) if values else None
+        out[f"{prefix}max_{figure}{suffix}"] = max(values) if values else None
+    return out
 
 
 def print_table(report: dict[str, Any]) -> None:

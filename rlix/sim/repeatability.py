@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rlix.sim.fidelity import Variant, compare, run_live, run_sim, scenario_data
+from rlix.sim.fidelity_report import error_stats
 
 #: Samples of the speed gauge before and after each run (each ~0.02-0.03 s of work).
 SPEED_SAMPLES = 41
@@ -112,15 +113,6 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
     return {"mean": mean, "min": min(values), "max": max(values), "cv": sd / mean if mean else 0.0}
 
 
-def _errors(rows: Sequence[dict[str, Any]], prefix: str) -> dict[str, float | None]:
-    out: dict[str, float | None] = {}
-    for figure in ("makespan_error", "step_time_error"):
-        values = [r[figure] for r in rows if r.get(figure) is not None]
-        out[f"{prefix}median_{figure}"] = statistics.median(values) if values else None
-        out[f"{prefix}max_{figure}"] = max(values) if values else None
-    return out
-
-
 def _correlation(xs: Sequence[float | None], ys: Sequence[float | None]) -> float | None:
     pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if x is not None and y is not None]
     if len(pairs) < 3:
@@ -141,9 +133,9 @@ def summarize(name: str, runs: Sequence[Path], pairs: Sequence[dict[str, Any]],
     if cpu:
         report["own_cpu_s"] = _spread(cpu)
     report["step_time_s"] = {pid: _spread([r["step_time_s"][pid] for r in rows]) for pid in rows[0]["step_time_s"]}
-    report.update(_errors(pairs, "floor_"))
+    report.update(error_stats(list(pairs), prefix="floor_"))
     if predicted:
-        report.update(_errors(predicted, "sim_"))
+        report.update(error_stats(list(predicted), prefix="sim_"))
     speeds = [r["speed_s"] for r in rows]
     report["speed_vs_own_cpu"] = _correlation(speeds, [r["own_cpu_s"] for r in rows])
     report["speed_vs_makespan"] = _correlation(speeds, [r["makespan_s"] for r in rows])
