@@ -31,7 +31,12 @@ scaled until its makespan is the config's CPU work over the cores (`*_error_cpu`
 are rlix.sim.fidelity's, which notebooks/sim_vs_exec.ipynb shows step by step.
 
     .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--concurrency-fit three-gpus]
-                                       [--steps N] [--json]
+                                       [--steps N] [--backend hf|vllm] [--model tiny|DIR] [--json]
+
+On NVIDIA GPUs the same bench runs the live side on real devices: `--backend vllm` (rollout on
+vLLM; needs 4 CUDA devices, as cpu-demo declares 4 GPUs, and `pip install 'rlix[gpu]'`), and
+`--model DIR` for a local model directory instead of the tiny built-in one. The machine check
+comes first: without CUDA devices, `--backend vllm` stops with one line and runs nothing.
 
 `--json` prints one line: {"configs": [{"name", "makespan_error", "step_time_error", ...}],
 "median_step_time_error", "max_makespan_error", ...}. Takes ~5 minutes on 2 cores (~6 with --concurrency-fit).
@@ -51,6 +56,8 @@ from rlix.sim.fidelity import (
     Variant,
     calibrate,
     compare,
+    gpus_needed,
+    live_backend_problem,
     plot_side_by_side,
     predict_and_run,
     run_live,
@@ -77,20 +84,38 @@ def main(argv: list[str] | None = None) -> int:
                              "included: longer runs weigh start-up less in a mean step time")
     parser.add_argument("--reuse", action="store_true",
                         help="keep the finished live runs already in --out (predict again, do not run again)")
+    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf",
+                        help="rollout backend of the live runs: hf (transformers; CPU or GPU) or vllm (NVIDIA "
+                             "GPUs only: as many CUDA devices as the configs declare, 4)")
+    parser.add_argument("--model", default="tiny",
+                        help="model of the live runs: tiny (built here, no download) or a local model directory")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
     names = chosen_configs(parser, args.configs, VARIANTS)
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps: at least 1")
+    executor = {"backend": args.backend, "model": args.model}
+    configs = [scenario_data(None)] + [scenario_data(VARIANTS[name]) for name in names]
+    problem = live_backend_problem(args.backend, gpus_needed(configs))
+    if problem is not None:
+        parser.error(f"--backend {args.backend}: {problem}")
+    if args.model != "tiny":
+        from rlix.executor.ml.tiny_model import ModelSpecError, prepare_model
+
+        try:
+            prepare_model(args.model, args.out)
+        except ModelSpecError as exc:
+            parser.error(f"--model: {exc}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stdout = json_line_stdout(args.json)
     t0 = time.monotonic()
-    if args.steps is not None and args.steps < 1:
-        parser.error("--steps: at least 1")
     cal_dir, costs, trace = calibrate(out, args.calibration_run, args.reuse, steps=args.steps,
-                                      second=args.concurrency_fit)
+                                      second=args.concurrency_fit, executor=executor)
     rows, first = [], None
     for name in names:
-        row, sim_dir, live_dir = predict_and_run(name, out, costs, trace, args.reuse, steps=args.steps)
+        row, sim_dir, live_dir = predict_and_run(name, out, costs, trace, args.reuse, steps=args.steps,
+                                                 executor=executor)
         rows.append(row)
         first = first or (sim_dir, live_dir)
         print(f"{name}: done ({time.monotonic() - t0:.0f} s)", file=sys.stderr)

@@ -90,14 +90,19 @@ def _with_steps(data: dict[str, Any], steps: int) -> dict[str, Any]:
 
 
 def scenario_data(variant: Variant | None, trace: Path | None = None,
-                  costs: Path | dict[str, float] | None = None, steps: int | None = None) -> dict[str, Any]:
+                  costs: Path | dict[str, float] | None = None, steps: int | None = None,
+                  executor: dict[str, Any] | None = None) -> dict[str, Any]:
     """cpu-demo as plain data, the engine said as the executor runs it, then `variant`; with
     `trace` and `costs`, the calibrated simulator's inputs; with `steps`, every pipeline (and
-    adapter) cut to that many steps (a short check; None: cpu-demo's own)."""
+    adapter) cut to that many steps (a short check; None: cpu-demo's own); with `executor`,
+    those settings of the `executor:` section replaced (the backend and model of a GPU run;
+    the simulator ignores the section)."""
     from rlix.scenarios import load_scenario
 
     data = load_scenario("cpu-demo").model_dump(mode="json", exclude_none=True)
     data["engine"] = {**data.get("engine", {}), **ENGINE}
+    if executor:
+        data["executor"] = {**data.get("executor", {}), **executor}
     if variant is not None:
         data = variant(data)
     if steps is not None:
@@ -112,6 +117,31 @@ def scenario_data(variant: Variant | None, trace: Path | None = None,
     if costs is not None:
         data["costs"] = dict(costs) if isinstance(costs, dict) else str(costs)
     return data
+
+
+def gpus_needed(datas: list[dict[str, Any]]) -> int:
+    """Most GPUs any of these configs declares (its topology's nodes x GPUs per node)."""
+    return max(d["topology"]["num_nodes"] * d["topology"]["gpus_per_node"] for d in datas)
+
+
+def live_backend_problem(backend: str, num_gpus: int) -> str | None:
+    """Why the live runs cannot use `backend` on this machine (None: they can). The hf backend
+    runs anywhere (on CPU, declared GPUs are Ray resources); vllm needs as many CUDA devices as
+    the configs declare, and vllm installed."""
+    if backend == "hf":
+        return None
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"the {backend} backend needs NVIDIA GPUs and torch sees no CUDA device here; use the hf backend"
+    found = torch.cuda.device_count()
+    if found < num_gpus:
+        return f"the configs declare up to {num_gpus} GPUs and this machine has {found} CUDA devices"
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not installed (pip install 'rlix[gpu]' on a GPU machine)"
+    return None
 
 
 def run_live(data: dict[str, Any], out: Path, reuse: bool = False) -> Path:
@@ -201,13 +231,15 @@ def plot_side_by_side(sim_dir: Path, live_dir: Path, out: Path) -> Path:
 
 
 def calibrate(out: Path, live_dir: Path | None, reuse: bool = False,
-              steps: int | None = None, second: str | Path | None = None) -> tuple[Path, Path, Path]:
+              steps: int | None = None, second: str | Path | None = None,
+              executor: dict[str, Any] | None = None) -> tuple[Path, Path, Path]:
     """The calibration run (made unless given: cpu-demo, cut to `steps` if given), its cost
     file and its rollout lengths. The other work's CPU demand is probed before the run as before
     each predicted one, and the cost file says that (the same instrument on both sides of a
     rescaling). With `second` (a SECOND_CALIBRATION name, run live, or a live run folder) the
     calibration reads that run too, and fits the per-op slowdown against run concurrency
-    (rlix.sim.concurrency; the first run is the reference)."""
+    (rlix.sim.concurrency; the first run is the reference). `executor`: as in `scenario_data`,
+    for the live runs."""
     from rlix.scenarios.costs import write_costs_file
     from rlix.sim.calibrate import fit_runs, write_trace
     from rlix.sim.cpu_work import write_fit
@@ -215,10 +247,10 @@ def calibrate(out: Path, live_dir: Path | None, reuse: bool = False,
     background = None
     if live_dir is None:
         background = probe(out / "calibration", reuse)
-        live_dir = run_live(scenario_data(None, steps=steps), out / "calibration" / "live", reuse)
-    runs, configs = [live_dir], [scenario_data(None, steps=steps)]  # configs: those known
+        live_dir = run_live(scenario_data(None, steps=steps, executor=executor), out / "calibration" / "live", reuse)
+    runs, configs = [live_dir], [scenario_data(None, steps=steps, executor=executor)]  # configs: those known
     if isinstance(second, str) and second in SECOND_CALIBRATION:
-        configs.append(scenario_data(SECOND_CALIBRATION[second], steps=steps))
+        configs.append(scenario_data(SECOND_CALIBRATION[second], steps=steps, executor=executor))
         runs.append(run_live(configs[-1], out / f"calibration-{second}" / "live", reuse))
     elif second is not None:
         runs.append(Path(second))
@@ -289,9 +321,10 @@ def probe(folder: Path, reuse: bool) -> float | None:
 
 
 def predict_and_run(name: str, out: Path, costs: Path, trace: Path, reuse: bool,
-                    steps: int | None = None) -> tuple[dict[str, Any], Path, Path]:
+                    steps: int | None = None, executor: dict[str, Any] | None = None
+                    ) -> tuple[dict[str, Any], Path, Path]:
     """Predict config `name` with the constants as calibrated, then run it live (both cut to
-    `steps` if given). Two more predictions are reported beside it: rescaled to the other
+    `steps` if given; the live run with the `executor` settings, as in `scenario_data`). Two more predictions are reported beside it: rescaled to the other
     work's CPU demand probed just before the run (`*_error_load`), and in hindsight to the
     demand the live run measured (`*_error_hindsight`, not a prediction)."""
     from rlix.scenarios.costs import read_costs_file
@@ -301,7 +334,7 @@ def predict_and_run(name: str, out: Path, costs: Path, trace: Path, reuse: bool,
     background = probe(folder, reuse)
     calibrated = read_costs_file(costs)
     sim_dir = run_sim(scenario_data(variant, trace, dict(calibrated.costs), steps), folder / "sim")
-    live_dir = run_live(scenario_data(variant, steps=steps), folder / "live", reuse)
+    live_dir = run_live(scenario_data(variant, steps=steps, executor=executor), folder / "live", reuse)
     row = compare(name, sim_dir, live_dir)
     measured = json.loads((live_dir / "summary.json").read_text()).get("machine", {}).get("background_demand")
     row["background_probe_demand"], row["background_run_demand"] = background, measured
