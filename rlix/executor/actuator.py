@@ -90,7 +90,9 @@ class RayActuator:
             if isinstance(decision, dec.Expand):
                 await handler.expand.remote(decision.dp_rank, decision.gpus)
             else:
-                await handler.shrink.remote(decision.dp_rank, decision.gpus, decision.reason)
+                # A drain is passed only when there is one: handlers written before it still work.
+                extra = (decision.drain_s,) if decision.drain_s > 0 else ()
+                await handler.shrink.remote(decision.dp_rank, decision.gpus, decision.reason, *extra)
         except ACTOR_GONE as exc:
             if isinstance(exc, RayTaskError):  # raised inside the handler (e.g. by a worker of its)
                 self._failed(decision, exc)

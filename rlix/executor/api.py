@@ -180,8 +180,10 @@ class RankHandler:
         await self.on_expand(dp_rank, tuple(gpus))
         self.active[dp_rank] = tuple(gpus)
 
-    async def shrink(self, dp_rank: int, gpus: tuple[int, ...], reason: str) -> None:
+    async def shrink(self, dp_rank: int, gpus: tuple[int, ...], reason: str, drain_s: float = 0.0) -> None:
         self.active.pop(dp_rank, None)
+        if drain_s > 0:
+            await self.on_drain(dp_rank, drain_s)
         await self.on_shrink(dp_rank, tuple(gpus), reason)
 
     async def revoke(self, cluster: str, dp_rank: int, gpus: tuple[int, ...]) -> None:
@@ -189,6 +191,10 @@ class RankHandler:
 
     async def on_expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
         """Load weights onto the rank's GPUs."""
+
+    async def on_drain(self, dp_rank: int, drain_s: float) -> None:
+        """Before a shrink that drains: stop giving the rank new requests and return when it
+        runs none, or after `drain_s` at most (the default returns at once: no drain)."""
 
     async def on_shrink(self, dp_rank: int, gpus: tuple[int, ...], reason: str) -> None:
         """Stop generating on the rank and drop its weights."""

@@ -253,8 +253,8 @@ class PipelineActor:
     async def expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
         await self.ranks.expand(dp_rank, tuple(gpus))
 
-    async def shrink(self, dp_rank: int, gpus: tuple[int, ...], reason: str) -> None:
-        await self.ranks.shrink(dp_rank)
+    async def shrink(self, dp_rank: int, gpus: tuple[int, ...], reason: str, drain_s: float = 0.0) -> None:
+        await self.ranks.shrink(dp_rank, drain_s)
 
     async def revoke(self, cluster: str, dp_rank: int, gpus: tuple[int, ...]) -> None:
         if dp_rank >= 0:

@@ -6,7 +6,8 @@ active its loop takes trajectories from the pipeline's queue (one adapter per ca
 the worker's weights up to date first if a newer version was published, and generates.
 
 No trajectory is lost: a shrink stops the worker, which hands back what it has (unfinished
-trajectories keep their generated prefix and go back to the front of the queue); a worker that
+trajectories keep their generated prefix and go back to the front of the queue; a shrink that
+drains first lets the call it runs finish, for its `drain_s` at most); a worker that
 dies mid-call has the trajectories it held re-queued as they were when handed out, and is
 replaced on the same bundle; a revoked rank (its GPU was lost) re-queues the same way.
 """
@@ -77,13 +78,17 @@ class Ranks:
         rank.task = asyncio.ensure_future(self._loop(rank))
         rank.task.add_done_callback(on_error(self.p.fail))
 
-    async def shrink(self, dp_rank: int) -> None:
+    async def shrink(self, dp_rank: int, drain_s: float = 0.0) -> None:
+        """Stop the rank and put it to sleep. With `drain_s`, the call it runs may finish first
+        (for that long at most): its loop takes nothing new once the rank is inactive."""
         rank = self.active.pop(dp_rank, None)
         if rank is None:
             return
         rank.active = False
         self.leaving[dp_rank] = rank
         self.p.queue.changed.set()  # an idle loop waits for work: let it see it must end
+        if drain_s > 0 and rank.task is not None and rank.in_flight:
+            await asyncio.wait({rank.task}, timeout=drain_s)  # a timeout leaves the loop running
         try:
             await rank.worker.stop.remote()
         except ACTOR_GONE:

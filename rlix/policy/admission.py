@@ -148,6 +148,8 @@ def waited_on(sched: Scheduler, gpus: tuple[int, ...]) -> frozenset[str]:
 def serve_requests(sched: Scheduler, policy: Policy) -> Reservations:
     reservations = Reservations()
     ledger = sched.ledger
+    # Ranks cut for a grant may finish what they run first, the grant waiting that long at most.
+    drain_s = sched.config.max_drain_s if policy.drains_preempted else 0.0
     for request in list(sched.queue):
         if request.pipeline_id not in sched.runnable:
             ledger.hold(request, f"waiting for its turn under the {policy.name} policy")
@@ -156,7 +158,7 @@ def serve_requests(sched: Scheduler, policy: Policy) -> Reservations:
         verdict = assess(sched, request, gpus, reservations)
         backing_off = request.retry_after_s > sched.now
         if not verdict.reason and not backing_off:
-            shrinks = [ledger.shrink(rank, "preempt").decision_id for rank in verdict.to_shrink.values()]
+            shrinks = [ledger.shrink(rank, "preempt", drain_s).decision_id for rank in verdict.to_shrink.values()]
             ledger.grant(request, gpus, shrinks)
             continue
         if policy.futile_preemption and not backing_off:

@@ -52,12 +52,18 @@ class Shrink(Decision):
     rollout share), "release" (the pipeline's rollout demand ended) or "reclaim" (a loan of
     the home of a pipeline away between steps, handed back as its owner is due: see
     rlix.policy.look_ahead).
+
+    `drain_s` > 0 lets the rank finish what it runs first: from the moment the driver gets the
+    decision the rank takes no new trajectories, and it is cut when it runs none or `drain_s`
+    later, whichever comes first (what it still runs then is re-queued as above); then it is
+    offloaded and reported. The decisions that require this one wait that much longer at most.
     """
 
     dp_rank: int
     gpus: tuple[int, ...]
     reason: str
     requires: tuple[int, ...] = ()
+    drain_s: float = 0.0
 
 
 @dataclass(slots=True)

@@ -53,6 +53,7 @@ class InvariantChecker:
         check_reclaims(sched, decisions)
         check_away_set(sched)
         check_shrink_backoff(sched, decisions)
+        check_drains(sched, decisions)
         if 5 in guarantees or 6 in guarantees:
             view = ReservationView(sched, decisions)
             if 5 in guarantees:
@@ -150,6 +151,18 @@ def check_shrink_reasons(decisions: list[Decision], strict: bool) -> None:
             _fail(4, f"preempting shrink {d.decision_id} is not followed by its grant")
         if d.reason == "rebalance" and d.decision_id not in required_by_expands:
             _fail(4, f"rebalancing shrink {d.decision_id} is not followed by an expansion")
+
+
+def check_drains(sched: Scheduler, decisions: list[Decision]) -> None:
+    """Invariant 5 (the bound of a drain): a rank drains only when cut for a grant, and for at
+    most `max_drain_s`, so the grant waits a bounded time for it."""
+    bound = sched.config.max_drain_s
+    for d in decisions:
+        if isinstance(d, Shrink) and d.drain_s:
+            if d.reason != "preempt":
+                _fail(5, f"shrink {d.decision_id} ({d.reason}) drains; only a rank cut for a grant may")
+            if not 0 < d.drain_s <= bound:
+                _fail(5, f"shrink {d.decision_id} drains {d.drain_s!r} s, past the bound of {bound!r} s")
 
 
 def check_shrink_backoff(sched: Scheduler, decisions: list[Decision]) -> None:

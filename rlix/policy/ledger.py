@@ -138,10 +138,10 @@ class Ledger:
             self.out.append(decision)
         return decision
 
-    def shrink(self, rank: Rank, reason: str) -> Shrink:
+    def shrink(self, rank: Rank, reason: str, drain_s: float = 0.0) -> Shrink:
         assert rank.status is RANK_ACTIVE, "only active ranks are shrunk"
         sched = self.sched
-        decision = Shrink(self._new_id(), rank.pipeline_id, rank.dp_rank, rank.gpus, reason)
+        decision = Shrink(self._new_id(), rank.pipeline_id, rank.dp_rank, rank.gpus, reason, drain_s=drain_s)
         self._deactivate(rank)
         releasing = sched.cluster.releasing_by
         for gpu in rank.gpus:

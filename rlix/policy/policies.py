@@ -44,6 +44,8 @@ class Policy:
     name: ClassVar[str] = ""
     reserve_blocked: ClassVar[bool] = True
     futile_preemption: ClassVar[bool] = False
+    #: Ranks cut for a grant drain for up to `PolicyConfig.max_drain_s` (see `Shrink.drain_s`).
+    drains_preempted: ClassVar[bool] = False
     #: Keeps each pipeline on its home (its pool-wide clusters cut to the home): no sharing.
     confines_to_home: ClassVar[bool] = False
     #: Plans with each job's expected run time (`PipelineSpec.runtime_estimate_s`): a driver
@@ -73,6 +75,7 @@ class Policy:
 
 class RlixPolicy(Policy):
     name = "rlix"
+    drains_preempted = True
 
     @classmethod
     def wants_runtime_estimates(cls, config: PolicyConfig) -> bool:

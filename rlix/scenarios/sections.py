@@ -80,6 +80,9 @@ class PolicyTunables(Section):
     tail_spread_batch: int = Field(_POLICY_DEFAULTS.tail_spread_batch, ge=0)
     """An on-policy tail running more than this many trajectories per busy rank, whose engine
     migrates them, takes part in the split instead of being held; 0: every tail held (rlix only)."""
+    max_drain_s: float = Field(_POLICY_DEFAULTS.max_drain_s, ge=0, allow_inf_nan=False)
+    """A rank cut for a higher-priority grant finishes what it runs for up to this long first,
+    taking nothing new; the grant waits as long at most. 0: cut at once (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

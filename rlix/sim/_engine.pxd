@@ -22,6 +22,7 @@ cdef class Engine:
     cdef int64_t version
     cdef double busy_since  # < 0: not busy
     cdef bint hungry
+    cdef public bint closed  # draining: admits nothing, runs what it holds
     cdef double migrate_at
     # Heap of running keys `finish << 32 | idx` (stale keys of preempted sequences included:
     # a key is live while its trajectory runs here under that key).
@@ -107,6 +108,7 @@ cdef class RolloutGroup:
     cdef int64_t wk_len
     cdef int64_t wk_cap
     cdef dict hungry
+    cdef int64_t num_closed
     cdef int64_t num_open
     cdef int64_t version_seq
     cdef readonly int64_t num_compactions

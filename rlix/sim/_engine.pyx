@@ -132,6 +132,7 @@ cdef class Engine:
         self.version = -1
         self.busy_since = -1.0
         self.hungry = False
+        self.closed = False
         # A rank joined: at its first boundary at or after this time, this engine sheds what
         # it runs above the even share (inf: nothing pending).
         self.migrate_at = INFINITY
@@ -175,6 +176,7 @@ cdef class Engine:
         other.extra_s, other.ev_t, other.ev_n = self.extra_s, self.ev_t, self.ev_n
         other.version, other.busy_since, other.hungry = self.version, self.busy_since, self.hungry
         other.migrate_at = self.migrate_at
+        other.closed = self.closed
         if other.heap == NULL or other.heap_cap < self.heap_len:
             other.heap_cap = self.heap_len if self.heap_len else 1
             other.heap = <int64_t*>_grow(other.heap, other.heap_cap * sizeof(int64_t))

@@ -56,6 +56,7 @@ cdef void copy_state(RolloutGroup self, RolloutGroup other, bint fresh) except *
         other.wk = <Event*>_grow(NULL, self.wk_cap * sizeof(Event))
     other.wk_len = 0
     other.num_open = self.num_open
+    other.num_closed = self.num_closed
     other.version_seq = self.version_seq
     other.num_compactions = self.num_compactions
 

@@ -75,6 +75,7 @@ cdef class RolloutGroup:
         self.wk = <Event*>_grow(NULL, self.wk_cap * sizeof(Event))
         self.ev_len = self.wk_len = 0
         self.hungry = {}
+        self.num_closed = 0
         self.num_open = 0
         self.version_seq = 0
         self.num_compactions = 0
@@ -246,6 +247,20 @@ cdef class RolloutGroup:
         schedule(self, e, t_ready, 0)
         flush_wakes(self)
 
+    def close_engine(self, dp_rank):
+        """Close `dp_rank`'s engine to admissions (a drain): it runs what it holds, takes no share
+        of the queue, and `advance` stops ("drained") right after the event that empties it."""
+        cdef Engine e = self.engines_by_rank.get(dp_rank)
+        if e is None:
+            raise ValueError(f"close_engine: dp_rank {dp_rank} has no engine")
+        if e.closed:
+            return
+        e.closed = True
+        self.num_closed += 1
+        if e.hungry:
+            e.hungry = False
+            del self.hungry[dp_rank]
+
     def remove_engine(self, dp_rank, double t):
         """Stop `dp_rank`'s engine at `t`: sequences whose last token was done by `t` complete,
         the others go back to the queue front (admission order) with their generated prefix.
@@ -262,6 +277,8 @@ cdef class RolloutGroup:
         self.engine_at[dp_rank] = None
         if e.hungry:
             del self.hungry[dp_rank]
+        if e.closed:
+            self.num_closed -= 1
         if e.busy_since >= 0:
             self.busy.append((e.dp_rank, e.busy_since, t))
         if e.s_head < 0:
@@ -296,8 +313,9 @@ cdef class RolloutGroup:
 
     def advance(self, double t_limit, max_completions=None):
         """Process admissions and completions in (time, dp_rank) order up to `t_limit` inclusive.
-        Stops right after the event that completes a batch ("batch_done", takes precedence) or
-        that brings this call's completions to `max_completions` ("completions"); otherwise
+        Stops right after the event that completes a batch ("batch_done", takes precedence),
+        that brings this call's completions to `max_completions` ("completions"), or that
+        empties a closed engine ("drained"); otherwise
         returns (t_limit, "limit"), or (t_limit, "idle") when nothing is running or queued.
         With t_limit = inf and nothing left to do, the time reached is the last event's."""
         if not t_limit >= self.now:

@@ -1,9 +1,10 @@
 # The event loop of `RolloutGroup` (included by _engine.pyx): the hot path (`run_events`) and
 # its rare branches; the containers it works on are in _engine_queues.pxi.
 
-STOP_NAMES = ("", "batch_done", "completions")
+STOP_NAMES = ("", "batch_done", "completions", "drained")
 DEF STOP_BATCH_DONE = 1
 DEF STOP_COMPLETIONS = 2
+DEF STOP_DRAINED = 3
 
 
 # -- rare branches of a boundary -----------------------------------------------------------
@@ -34,12 +35,19 @@ cdef (int64_t, int64_t) preempt_for_kv(
     return b, kv
 
 
+cdef inline int64_t sharing_engines(RolloutGroup g) noexcept:
+    """Engines the even share divides the open trajectories among: closed (draining) ones take
+    no new work, so they are not counted (at least 1)."""
+    cdef int64_t n = len(g.engines_by_rank) - g.num_closed
+    return n if n > 0 else 1
+
+
 cdef (int64_t, int64_t, bint) migrate_out(
     RolloutGroup g, Engine e, double t, int64_t n, int64_t b, int64_t kv
 ) except *:
     """A rank joined: send what runs above the even share back to the queue front, latest
     admitted first, as a preemption does. Returns (b, kv, whether any left)."""
-    cdef int64_t num_engines = len(g.engines_by_rank)
+    cdef int64_t num_engines = sharing_engines(g)
     cdef int64_t cap = (g.num_open + num_engines - 1) // num_engines
     if cap > g.max_batch:
         cap = g.max_batch
@@ -92,7 +100,7 @@ cdef void wake_hungry(RolloutGroup g, double t, int64_t skip_rank) except *:
     need = g.prompt[idx] + g0
     cap = g.max_batch
     if g.balance:
-        num_engines = len(g.engines_by_rank)
+        num_engines = sharing_engines(g)
         if (g.num_open + num_engines - 1) // num_engines < cap:
             cap = (g.num_open + num_engines - 1) // num_engines
     for e in g.hungry.values():
@@ -137,7 +145,7 @@ cdef (double, int) run_events(RolloutGroup g, double t_limit, int64_t target) ex
     cdef int64_t count = 0, num_submitted = g.n_sub
     # Trajectories open (queued or running) are `open0 - count` (the even share's R).
     cdef int64_t open0 = g.num_open
-    cdef int64_t num_engines = len(g.engines_by_rank)
+    cdef int64_t num_engines = sharing_engines(g)
     # Only the admissions below move the fresh-queue head: a local mirror of `qhead`.
     cdef int64_t qhead = g.qhead
     cdef bint batch_done = False, head_changed, has_work
@@ -191,7 +199,7 @@ cdef (double, int) run_events(RolloutGroup g, double t_limit, int64_t target) ex
             g.num_open = open0 - count
             if b:
                 b, kv, head_changed = migrate_out(g, e, t, n, b, kv)
-        if b < max_batch and (g.f_len or qhead < num_submitted):
+        if b < max_batch and not e.closed and (g.f_len or qhead < num_submitted):
             cap = max_batch
             if balance:
                 cap = (open0 - count + num_engines - 1) // num_engines
@@ -267,7 +275,7 @@ cdef (double, int) run_events(RolloutGroup g, double t_limit, int64_t target) ex
         if head_changed:
             g.num_open = open0 - count
         has_work = g.f_len or qhead < num_submitted
-        if b < max_batch:
+        if b < max_batch and not e.closed:
             if not e.hungry:
                 e.hungry = True
                 g.hungry[rank] = e
@@ -286,6 +294,10 @@ cdef (double, int) run_events(RolloutGroup g, double t_limit, int64_t target) ex
             g.num_open = open0 - count
             g.now = t
             return t, STOP_BATCH_DONE
+        if e.closed and not b:
+            g.num_open = open0 - count
+            g.now = t
+            return t, STOP_DRAINED
         if count >= target > 0:
             g.num_open = open0 - count
             g.now = t

@@ -4,7 +4,9 @@ A grant is applied at once (the stage's own time includes getting its model onto
 An expansion loads the current weights onto the rank's GPUs (the cost model's load time), then
 the rank's engine starts and the expansion is reported applied. A shrink stops the engine at
 once (its in-flight trajectories go back to the pipeline's queue with their prefixes), offloads
-for the cost model's offload time, then is reported applied. A share of decisions can be made
+for the cost model's offload time, then is reported applied; a shrink that drains (`drain_s`)
+first closes the engine to admissions and stops it when it runs nothing or at `drain_s`,
+whichever comes first. A share of decisions can be made
 to fail (`faults.decision_failure_rate`), seeded, to exercise the core's two-phase undo. A
 Revoke (a GPU under the holding was lost) aborts the stage or stops the rank's engine; an
 expansion revoked while its weights load never starts its engine and is not reported (the core
@@ -90,6 +92,10 @@ class SimActuator:
     def _shrink(self, decision: dec.Shrink) -> Any:
         sim = self.sim
         rollout = sim.rollouts.get(decision.pipeline_id)
+        if rollout is not None and decision.drain_s > 0:
+            # Let it finish what it runs, taking nothing new, for drain_s at most.
+            yield rollout.drain(decision.dp_rank) | sim.env.timeout(decision.drain_s)
+            rollout = sim.rollouts.get(decision.pipeline_id)
         if rollout is not None:
             rollout.remove_engine(decision.dp_rank)
         costs = sim.costs[decision.pipeline_id]

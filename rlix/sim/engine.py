@@ -69,7 +69,7 @@ ATTEMPT_FIELDS = (
     "status",
 )
 Attempt = tuple[int, int, float, float, int, int, str]
-STOP_REASONS = ("limit", "completions", "batch_done", "idle")
+STOP_REASONS = ("limit", "completions", "batch_done", "drained", "idle")
 
 
 def attempts_to_columns(attempts: list[Attempt]) -> dict[str, np.ndarray]:

@@ -116,6 +116,9 @@ class PipelineRollout:
         # first open one on (`_drop_completed`): index = trajectory id - `_base`.
         self._base = 0
         self._submitted_tokens = 0
+        # Ranks draining (closed to admissions), by dp_rank: the event that fires when they run
+        # nothing any more (or are gone).
+        self._draining: dict[int, simpy.Event] = {}
         self.env.process(self._run())
 
     # --- changes from outside -------------------------------------------------------------
@@ -159,6 +162,19 @@ class PipelineRollout:
         self.sync()
         self.group.add_engine(dp_rank, self.env.now if t_ready is None else t_ready)
         self._poke()
+
+    def drain(self, dp_rank: int) -> simpy.Event:
+        """Close `dp_rank`'s engine to admissions (it runs what it holds); the event fires when
+        it runs nothing any more, at once if it runs nothing now or has no engine."""
+        self.sync()
+        done = self.env.event()
+        group = self.group
+        if not group.has_engine(dp_rank) or not group.engine(dp_rank).b:
+            return done.succeed()
+        group.close_engine(dp_rank)
+        self._draining[dp_rank] = done
+        self._poke()  # the look-ahead must stop where the engine empties
+        return done
 
     def remove_engine(self, dp_rank: int) -> None:
         self.sync()
@@ -288,6 +304,11 @@ class PipelineRollout:
         for batch_id in finished:
             adapter, step = self._batch_keys[batch_id]
             self.host.batch_done(adapter, step, {"num_trajectories": self._batch_size[batch_id]})
+        if self._draining:
+            for dp_rank, done in list(self._draining.items()):
+                if not group.has_engine(dp_rank) or not group.engine(dp_rank).b:
+                    del self._draining[dp_rank]
+                    done.succeed()
 
     def _drop_completed(self) -> None:
         """Cut the per-trajectory buffers to start at the first open trajectory, once at least

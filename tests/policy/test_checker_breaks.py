@@ -108,6 +108,27 @@ def test_a_rebalance_without_its_expansion_breaks_4_where_promised() -> None:
     assert breaks(rolling().sched, followed) is None
 
 
+# --- invariant 5: a drain is bounded and only for a grant -----------------------------------
+
+
+def test_a_drain_past_the_bound_or_not_for_a_grant_breaks_5() -> None:
+    d = Driver(Topology(1, 4), config=PolicyConfig(max_drain_s=4.0))
+    d.add(full_finetune("A", (0, 1, 2, 3), (0, 1), tp=2, max_staleness=1), full_finetune("B", (0, 1, 2, 3), (2, 3)))
+    d.send(ClusterRequested(1, "A", "actor_infer", 6, estimate=10))
+    d.apply_all()
+
+    def drained(seconds: float, reason: str = "preempt") -> list[Decision]:
+        shrink = Shrink(FAKE, "A", 1, (2, 3), reason, drain_s=seconds)
+        follow: Decision = (Grant(FAKE + 1, "B", "actor_train", 1, (2, 3), (FAKE,)) if reason == "preempt"
+                            else Expand(FAKE + 1, "B", 2, (2,), (FAKE,)))
+        return [shrink, follow]
+
+    assert breaks(d.sched, drained(4.0)) is None  # at the bound
+    assert breaks(d.sched, drained(4.5)) == 5
+    assert breaks(d.sched, drained(1.0, "rebalance")) == 5
+    assert breaks(rolling().sched, drained(1.0)) == 5  # the default bound is 0: no drain at all
+
+
 # --- invariant 5: no overtaking of a blocked request ----------------------------------------
 
 

@@ -46,6 +46,7 @@ class _RefEngine:
     in_flight: bool = False
     admissions: int = 0
     shed_from: float = math.inf
+    closed: bool = False  # draining: admits nothing, takes no share of the queue
 
 
 class ReferenceGroup:
@@ -82,6 +83,9 @@ class ReferenceGroup:
                 e.shed_from = min(e.shed_from, t_ready) if e.running else t_ready
         self.engines[dp_rank] = _RefEngine(dp_rank, t_ready, t_ready)
 
+    def close_engine(self, dp_rank: int) -> None:
+        self.engines[dp_rank].closed = True
+
     def remove_engine(self, dp_rank: int, t: float) -> int:
         e = self.engines.pop(dp_rank)
         self.now = t
@@ -116,7 +120,8 @@ class ReferenceGroup:
 
     def _even_share(self) -> int:
         not_done = len(self.queue) + sum(len(e.running) for e in self.engines.values())
-        return min(self.max_batch, math.ceil(not_done / len(self.engines)))
+        sharing = max(1, sum(not e.closed for e in self.engines.values()))
+        return min(self.max_batch, math.ceil(not_done / sharing))
 
     def _push_back_latest(self, e: _RefEngine, t: float) -> None:
         victim = max(e.running, key=lambda s: s.admitted)
@@ -165,7 +170,7 @@ class ReferenceGroup:
                 pushed_back = True
         admitted_tokens = 0
         limit = share if self.balance else self.max_batch
-        while len(e.running) < limit and self.queue:
+        while not e.closed and len(e.running) < limit and self.queue:
             idx, prefix = self.queue[0]
             need = self.traj[idx][1] + prefix
             if self._kv(e) + len(e.running) + need + 1 > self.capacity - self.watermark:

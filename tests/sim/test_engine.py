@@ -91,6 +91,8 @@ def play(
         elif op[0] == "remove" and live:
             rank = live.pop(int(op[2] * len(live)))
             records.append(("removed", rank, group.remove_engine(rank, op[1])))
+        elif op[0] == "close" and live:
+            group.close_engine(live[int(op[1] * len(live))])
     attempts = group.drain_attempts() if isinstance(group, RolloutGroup) else group.records
     return group, sorted(attempts, key=lambda a: (a[0], a[2], a[6])) + records
 
@@ -118,6 +120,62 @@ def test_matches_token_by_token_reference(seed: int) -> None:
     _, slow = play(ops, ReferenceGroup, router)
     assert_same_attempts(fast, slow)
     assert any(a[6] == "completed" for a in fast)
+
+
+def with_closes(ops: list[tuple], seed: int) -> list[tuple]:  # type: ignore[type-arg]
+    """`ops` with engines closed to admissions (drains) after some of its advances."""
+    rng = np.random.default_rng([seed, 0xD1A1])
+    out: list[tuple] = []  # type: ignore[type-arg]
+    for op in ops:
+        out.append(op)
+        if op[0] == "advance" and op[1] != math.inf and rng.random() < 0.5:
+            out.append(("close", float(rng.random())))
+    if not any(op[0] == "close" for op in out):  # at least one, right after the first submit
+        first = next(i for i, op in enumerate(out) if op[0] == "submit")
+        out.insert(first + 1, ("close", float(rng.random())))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_closed_engines_match_the_reference(seed: int) -> None:
+    """A closed (draining) engine admits nothing and takes no share of the queue: the same
+    attempts as the token-by-token reference, on every router."""
+    ops = with_closes(random_scenario(seed, scale=1 + seed % 4), seed)
+    router = ROUTERS[seed % len(ROUTERS)]
+    _, fast = play(ops, RolloutGroup, router)
+    _, slow = play(ops, ReferenceGroup, router)
+    assert_same_attempts(fast, slow)
+
+
+def test_a_closed_engine_runs_what_it_holds_and_stops_when_empty() -> None:
+    """Closed with work queued, an engine takes none of it; `advance` stops ("drained") at the
+    event that empties it, and nothing it held went back to the queue."""
+    group = RolloutGroup(COSTS, 1, 4, 100_000, 0.0, True, False)
+    group.add_engine(0, 0.0)
+    group.add_engine(1, 0.0)
+    group.submit(np.arange(12), np.full(12, 10), np.array([5, 5, 5, 5, 50, 50, 50, 50, 9, 9, 9, 9]), np.zeros(12, np.int64))
+    group.advance(0.0)
+    held = {rank: n for rank, n in group.running_by_rank().items()}
+    assert held == {0: 4, 1: 4}
+    group.close_engine(0)
+    reasons = []
+    while True:
+        t, reason = group.advance(math.inf)
+        reasons.append((reason, group.engine(0).b))
+        if reason in ("limit", "idle"):
+            break
+    assert ("drained", 0) in reasons
+    attempts = group.drain_attempts()
+    on_closed = [a for a in attempts if a[1] == 0]
+    assert len(on_closed) == 4 and all(a[6] == "completed" for a in on_closed)  # nothing new, nothing cut
+    assert sum(a[6] == "completed" for a in attempts) == 12  # rank 1 ran the other eight
+    assert not any(a[6] == "requeued" for a in attempts)
+
+
+def test_closing_an_engine_it_does_not_have_is_an_error() -> None:
+    group = RolloutGroup(COSTS, 1, 4, 1000)
+    with pytest.raises(ValueError, match="no engine"):
+        group.close_engine(3)
 
 
 def test_cutting_done_trajectories_changes_nothing() -> None:

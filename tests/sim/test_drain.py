@@ -1,0 +1,92 @@
+"""Drains in the simulator: blog-4on12 with `max_drain_s`, checked from the run record itself.
+
+A rank cut for a training grant is closed to admissions and cut when it runs nothing or when
+its drain is up: no attempt starts on it after the decision, its offload starts at most
+`drain_s` later (earlier when it emptied), the grant waits for it, and fewer generated tokens
+are recomputed than when ranks are cut at once. The folder replays exactly and passes the
+run-table checks, as every run must.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlix.runs import check, load, replay
+from rlix.scenarios import load_scenario
+from rlix.scenarios.load import validate_scenario
+from rlix.sim import simulate
+
+DRAIN_S = 4.0
+
+
+def _run(out: Path, max_drain_s: float) -> Path:
+    data = load_scenario("blog-4on12").model_dump(mode="json", exclude_none=True)
+    data["policy"]["config"] = {**data["policy"].get("config", {}), "max_drain_s": max_drain_s}
+    result = simulate(validate_scenario(data), out=out, plots=False, check_invariants=True)
+    assert result.summary["finished"] and result.run_dir is not None
+    return result.run_dir
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[float, Path]:
+    out = tmp_path_factory.mktemp("drain")
+    return {seconds: _run(out / str(seconds), seconds) for seconds in (0.0, DRAIN_S)}
+
+
+def _shrinks(folder: Path) -> list[dict[str, Any]]:
+    """Each Shrink with the time it was decided (`at`) and reported applied (`applied`)."""
+    shrinks, applied = [], {}
+    for line in (folder / "events.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        event = record.get("event")
+        if event is None:
+            continue
+        if event["type"] == "DecisionApplied":
+            applied[event["decision_id"]] = event["now"]
+        elif event["type"] == "DecisionsApplied":
+            applied.update({i: event["now"] for i in event["decision_ids"]})
+        for decision in record["decisions"]:
+            if decision["type"] == "Shrink":
+                shrinks.append({**decision, "at": event["now"]})
+    return [{**s, "applied": applied.get(s["decision_id"])} for s in shrinks]
+
+
+def test_the_drained_run_replays_and_checks(folders: dict[float, Path]) -> None:
+    assert replay(folders[DRAIN_S]).identical
+    check(folders[DRAIN_S])
+
+
+def test_only_ranks_cut_for_a_grant_drain(folders: dict[float, Path]) -> None:
+    shrinks = _shrinks(folders[DRAIN_S])
+    assert any(s["reason"] == "preempt" for s in shrinks)
+    for s in shrinks:
+        assert s.get("drain_s", 0.0) == (DRAIN_S if s["reason"] == "preempt" else 0.0), s
+    assert all(s.get("drain_s", 0.0) == 0.0 for s in _shrinks(folders[0.0]))
+
+
+def test_a_draining_rank_takes_nothing_new_and_is_cut_in_time(folders: dict[float, Path]) -> None:
+    run = load(folders[DRAIN_S])
+    rollouts, activity = run.rollouts, run.activity
+    offloads = activity[(activity["stage"] == "offload")]
+    drains = []
+    for s in (s for s in _shrinks(folders[DRAIN_S]) if s["reason"] == "preempt"):
+        pid, rank, at = s["pipeline_id"], s["dp_rank"], s["at"]
+        on_rank = rollouts[(rollouts["pipeline_id"] == pid) & (rollouts["dp_rank"] == rank)]
+        assert not ((on_rank["t_start"] > at + 1e-9) & (on_rank["t_start"] < s["applied"])).any(), s
+        offload = offloads[(offloads["pipeline_id"] == pid) & (offloads["dp_rank"] == rank)
+                           & (offloads["t_start"] >= at - 1e-9)]["t_start"].min()
+        drains.append(offload - at)
+    assert max(drains) <= DRAIN_S + 1e-6
+    assert min(drains) < DRAIN_S - 0.01  # some emptied before the bound
+    assert max(drains) > 0.0  # and some ran on
+
+
+def test_draining_recomputes_less(folders: dict[float, Path]) -> None:
+    def recomputed(folder: Path) -> int:
+        return int(load(folder).rollouts["recomputed_tokens"].sum())
+
+    assert recomputed(folders[DRAIN_S]) < 0.8 * recomputed(folders[0.0])
