@@ -332,7 +332,7 @@ class PolicyConfig:
     #: it takes no new trajectories and is cut when it runs none or when this time is up, so the
     #: trajectories about to finish do not go back to be recomputed; the grant waits as long at
     #: most. 0: cut at once. Off by default: on blog-4on12 (8 seeds) 4 s cut recomputed tokens
-    #: from 24.7% to 15.6% of generated at the same steps/h, but delays every gang, which cost
+    #: from 24.7% to 14.6% of generated at the same steps/h, but delays every gang, which cost
     #: math-rlvr 2% of its steps/h (bench/policy_ablation.py). rlix only.
     max_drain_s: float = 0.0
 
