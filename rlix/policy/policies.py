@@ -46,6 +46,9 @@ class Policy:
     futile_preemption: ClassVar[bool] = False
     #: Ranks cut for a grant drain for up to `PolicyConfig.max_drain_s` (see `Shrink.drain_s`).
     drains_preempted: ClassVar[bool] = False
+    #: Stacks a sized home with homes of jobs of like expected runtime, with
+    #: `PolicyConfig.stack_by_runtime` (rlix.policy.homes, "like with like").
+    stacks_by_runtime: ClassVar[bool] = False
     #: Keeps each pipeline on its home (its pool-wide clusters cut to the home): no sharing.
     confines_to_home: ClassVar[bool] = False
     #: Plans with each job's expected run time (`PipelineSpec.runtime_estimate_s`): a driver
@@ -54,9 +57,10 @@ class Policy:
     guarantees: ClassVar[frozenset[int]] = ALL_INVARIANTS
 
     @classmethod
-    def wants_runtime_estimates(cls, config: PolicyConfig) -> bool:
-        """Whether, so configured, it plans with each job's expected run time."""
-        return cls.needs_runtime_estimates
+    def wants_runtime_estimates(cls, config: PolicyConfig, sized_homes: bool = False) -> bool:
+        """Whether, so configured, it plans with each job's expected run time (`sized_homes`:
+        some pipeline's home is a size the policy places)."""
+        return cls.needs_runtime_estimates or (sized_homes and cls.stacks_by_runtime and config.stack_by_runtime)
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
         pipelines = sched.pipelines.values()
@@ -76,10 +80,11 @@ class Policy:
 class RlixPolicy(Policy):
     name = "rlix"
     drains_preempted = True
+    stacks_by_runtime = True
 
     @classmethod
-    def wants_runtime_estimates(cls, config: PolicyConfig) -> bool:
-        return config.job_order == "shortest"
+    def wants_runtime_estimates(cls, config: PolicyConfig, sized_homes: bool = False) -> bool:
+        return config.job_order == "shortest" or super().wants_runtime_estimates(config, sized_homes)
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
         config = sched.config

@@ -30,7 +30,7 @@ fresh one and sees the same events).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from rlix.policy.homes import choose_home, choose_shared_home, placement_unit
@@ -58,19 +58,33 @@ def place_admitted(sched: Scheduler) -> None:
 
 
 class HomeCover:
-    """The homes of some pipelines, and how many of them cover each GPU."""
+    """The homes of some pipelines, how many of them cover each GPU, and the expected runtimes
+    of the jobs on each home (those known)."""
 
     def __init__(self, sched: Scheduler, pipelines: Iterable[PipelineState]) -> None:
         self.load = [0] * sched.topology.num_gpus
         self.homes: set[tuple[int, ...]] = set()  # sorted GPU ids
+        self.runtimes_s: dict[tuple[int, ...], list[float]] = {}
         for pipeline in pipelines:
             if pipeline.spec.home:
-                self.add(pipeline.spec.home)
+                self.add(pipeline.spec.home, pipeline.spec.runtime_estimate_s)
 
-    def add(self, home: tuple[int, ...]) -> None:
-        self.homes.add(tuple(sorted(home)))
+    def add(self, home: tuple[int, ...], runtime_s: float | None = None) -> None:
+        key = tuple(sorted(home))
+        self.homes.add(key)
+        if runtime_s:
+            self.runtimes_s.setdefault(key, []).append(runtime_s)
         for gpu in home:
             self.load[gpu] += 1
+
+    def unlike(self, runtime_s: float) -> Callable[[tuple[int, ...]], float]:
+        """How unlike a job of `runtime_s` is to the jobs on a home: |log| of the ratio of their
+        mean expected runtime to it (0 for a home whose jobs' runtimes are not known)."""
+        def distance(home: tuple[int, ...]) -> float:
+            runtimes = self.runtimes_s.get(home)
+            return abs(math.log(sum(runtimes) / len(runtimes) / runtime_s)) if runtimes else 0.0
+
+        return distance
 
 
 def place_shared(sched: Scheduler, pipeline: PipelineState, cover: HomeCover, usable: set[int]) -> bool:
@@ -78,11 +92,14 @@ def place_shared(sched: Scheduler, pipeline: PipelineState, cover: HomeCover, us
     `cover` (which then counts it too); False if they cannot hold it (more GPUs lost than the
     pool can spare)."""
     spec = pipeline.spec
-    home = choose_shared_home(spec.home_size, placement_unit(spec), usable, sched.topology, cover.load, cover.homes)
+    runtime_s = spec.runtime_estimate_s
+    like = sched.policy.stacks_by_runtime and sched.config.stack_by_runtime
+    home = choose_shared_home(spec.home_size, placement_unit(spec), usable, sched.topology, cover.load, cover.homes,
+                              cover.unlike(runtime_s) if like and runtime_s else None)
     if home is None:
         return False
     place(sched, pipeline, home, confine=False)
-    cover.add(pipeline.spec.home)
+    cover.add(pipeline.spec.home, runtime_s)
     return True
 
 

@@ -335,6 +335,11 @@ class PolicyConfig:
     #: from 24.7% to 14.6% of generated at the same steps/h, but delays every gang, which cost
     #: math-rlvr 2% of its steps/h (bench/policy_ablation.py). rlix only.
     max_drain_s: float = 0.0
+    #: A home given as a size stacks (rlix.policy.homes, rule 2) first on homes whose jobs'
+    #: expected runtimes (`PipelineSpec.runtime_estimate_s`) are most like its job's: long jobs'
+    #: rollout then sees few gangs, short jobs preempt short ones. Needs runtime estimates (the
+    #: simulator gives each job's time alone on its home); without them, as before. rlix only.
+    stack_by_runtime: bool = True
 
     def validate(self) -> None:
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load",
@@ -344,7 +349,7 @@ class PolicyConfig:
                 raise SpecError(f"config.{name}", value, "must be a finite number >= 0")
         if not is_int(self.tail_spread_batch) or self.tail_spread_batch < 0:
             raise SpecError("config.tail_spread_batch", self.tail_spread_batch, "must be an integer >= 0")
-        for name in ("keep_busy_tail", "home_floor", "look_ahead"):
+        for name in ("keep_busy_tail", "home_floor", "look_ahead", "stack_by_runtime"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")
         if self.job_order not in JOB_ORDERS:

@@ -83,6 +83,8 @@ class PolicyTunables(Section):
     max_drain_s: float = Field(_POLICY_DEFAULTS.max_drain_s, ge=0, allow_inf_nan=False)
     """A rank cut for a higher-priority grant finishes what it runs for up to this long first,
     taking nothing new; the grant waits as long at most. 0: cut at once (rlix only)."""
+    stack_by_runtime: bool = _POLICY_DEFAULTS.stack_by_runtime
+    """A home given as a size stacks first with homes of jobs of like expected runtime (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

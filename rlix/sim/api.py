@@ -132,10 +132,11 @@ def new_simulation(
 
 
 def runtime_estimates(scenario: Scenario) -> dict[str, float] | None:
-    """What a policy that plans ahead (EASY backfill, rlix's shortest-first job order) is told of
-    each job's run time: its time alone on its home, simulated (as a Slurm user gives a time
-    limit); None for other policies."""
-    if not POLICIES[scenario.policy.name].wants_runtime_estimates(scenario.policy.config.spec()):
+    """What a policy that plans ahead (EASY backfill, rlix's shortest-first job order, rlix's
+    stacking of sized homes by runtime) is told of each job's run time: its time alone on its
+    home, simulated (as a Slurm user gives a time limit); None for other policies."""
+    sized_homes = any(not p.home_gpus for p in scenario.pipelines)
+    if not POLICIES[scenario.policy.name].wants_runtime_estimates(scenario.policy.config.spec(), sized_homes):
         return None
     from rlix.sim.alone import alone_jct_s
 

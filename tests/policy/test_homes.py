@@ -4,6 +4,7 @@ here by brute force over the pool's chunks rather than through the placement cod
 from __future__ import annotations
 
 import itertools
+import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -190,6 +191,45 @@ def test_shared_home_own_gpus_first_then_stacked_where_no_home_crosses(case: tup
         return
     # rule 3: the least covered by choose_home's rule
     assert home == choose_home(size, unit, usable, topology, load.__getitem__)
+
+
+@settings(max_examples=300, deadline=None)
+@given(shared_pools(), st.lists(st.floats(0, 3, allow_nan=False), min_size=6, max_size=6))
+def test_stacks_go_least_unlike_first(case: tuple, distances: list[float]) -> None:
+    """With `unlike`, rule 2 takes, of the stacks it allows, those least unlike the new job (to
+    0.1) and of those the least covered; rules 1 and 3 do not change."""
+    topology, unit, usable, homes, size = case
+    load = [sum(g in h for h in homes) for g in range(topology.num_gpus)]
+    distance = {h: distances[i] for i, h in enumerate(dict.fromkeys(homes))}
+    home = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__)
+    plain = choose_shared_home(size, unit, usable, topology, load, set(homes))
+    uncovered = {g for g in usable if not load[g]}
+    if len(_aligned_chunks(topology, unit, uncovered)) * unit >= size:
+        assert home == plain  # rule 1 is not about stacks
+        return
+    stacks = [h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)
+              and not any(set(h) & set(o) and set(h) - set(o) and set(o) - set(h) for o in homes)]
+    if not stacks:
+        assert home == plain  # rule 3 neither
+        return
+    best = min(round(distance[h], 1) for h in stacks)
+    alike = [h for h in stacks if round(distance[h], 1) == best]
+    assert home in alike
+    assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in alike)
+
+
+def test_a_long_job_stacks_with_long_ones_though_a_short_stack_is_less_covered() -> None:
+    topology = Topology(2, 4)
+    homes = {(0, 1, 2, 3), (4, 5, 6, 7)}
+    load = [2] * 4 + [1] * 4  # two long jobs on node 0, one short job on node 1
+    runtime_s = {(0, 1, 2, 3): 1000.0, (4, 5, 6, 7): 10.0}
+
+    def unlike(mine: float) -> object:
+        return lambda h: abs(math.log(runtime_s[h] / mine))
+
+    assert choose_shared_home(4, 1, set(range(8)), topology, load, homes) == (4, 5, 6, 7)
+    assert choose_shared_home(4, 1, set(range(8)), topology, load, homes, unlike(900.0)) == (0, 1, 2, 3)
+    assert choose_shared_home(4, 1, set(range(8)), topology, load, homes, unlike(12.0)) == (4, 5, 6, 7)
 
 
 def test_four_homes_of_8_on_12_gpus_stack() -> None:

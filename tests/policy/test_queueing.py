@@ -207,6 +207,18 @@ def _no_gpu_shared_at_once(run: QueueRun) -> None:
             assert set(run.gpus[pid]).isdisjoint(run.gpus[other]), f"{pid} and {other} overlap"
 
 
+@pytest.mark.parametrize(("policy", "config", "node"), [
+    ("rlix", None, 1), ("rlix", PolicyConfig(stack_by_runtime=False), 0), ("gap-ratio", None, 0)])
+def test_rlix_stacks_like_with_like(policy: str, config: PolicyConfig | None, node: int) -> None:
+    """A long job takes node 0 and a short one node 1 (GPUs no home covers); a second short job
+    must stack, both homes equally covered. rlix puts it with the short job (like with like);
+    without the rule, and under the RLix model, it goes on the lowest GPU ids."""
+    jobs = [GangJob("long", 0, 1000, size=4), GangJob("short", 1, 10, size=4), GangJob("short2", 2, 10, size=4)]
+    run = run_queue(policy, Topology(2, 4), jobs, config)
+    assert run.gpus["long"] == (0, 1, 2, 3) and run.gpus["short"] == (4, 5, 6, 7)
+    assert run.gpus["short2"] == tuple(range(4 * node, 4 * node + 4))
+
+
 @pytest.mark.parametrize("policy, config", [("rlix", None), ("gap-ratio", None),
                                             ("rlix", PolicyConfig(job_order="shortest", max_home_load=3.0))])
 def test_sharing_policies_stack_homes_that_cannot_run_together(policy: str, config: PolicyConfig | None) -> None:

@@ -177,3 +177,20 @@ def test_a_gpu_lost_while_an_expansion_loads_starts_no_engine_there(restore_at_s
     on_rank = ft[(ft.dp_rank == 1) & (ft.t_start < restore_at_s - 1e-9) & (ft.t_end > 62.0 + 1e-9)]
     assert on_rank.empty, on_rank
     assert result.summary["finished"]
+
+
+def test_runtime_estimates_are_given_where_a_policy_plans_with_them() -> None:
+    """rlix stacks sized homes by expected runtime, so it is told each job's alone time where
+    homes are sizes (blog-4on12), not where they are GPU ids (agentic-4x32, unless its job order
+    needs them); the RLix model never; static-backfill always."""
+    from rlix.scenarios import load_scenario
+    from rlix.sim.api import resolve_scenario, runtime_estimates
+
+    blog = load_scenario("blog-4on12")
+    estimates = runtime_estimates(resolve_scenario(blog, "rlix", None, None, None))
+    assert estimates is not None and set(estimates) == {p.id for p in blog.pipelines}
+    assert len(set(estimates.values())) == 1  # four jobs of one shape
+    assert runtime_estimates(resolve_scenario(blog, "gap-ratio", None, None, None)) is None
+    agentic = load_scenario("agentic-4x32")
+    assert runtime_estimates(resolve_scenario(agentic, "rlix", None, None, None)) is None
+    assert runtime_estimates(resolve_scenario(agentic, "static-backfill", None, None, None)) is not None
