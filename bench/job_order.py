@@ -2,7 +2,8 @@
 slowdown (the trade-off a lab chooses on).
 
 Variants of the `rlix` policy (rlix.policy.job_order): every job at once (`max_home_load` 0, the
-default), and limits on the home load in arrival and in shortest-first order; gap-ratio and
+default), and limits on the home load in arrival and in shortest-first order, and lab-day's
+setting without stacking homes by expected runtime (`stack_by_runtime` off); gap-ratio and
 static-backfill for reference. Every variant runs the same scenario and seed; each job's
 slowdown is its JCT over its time alone on its home (computed once, shared by the variants).
 Prints one table (mean and p95 JCT, p95 slowdown, p95 queueing, idle share, steps/h) and draws
@@ -33,6 +34,8 @@ VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
     ("rlix, shortest, limit 2", "rlix", {"job_order": "shortest", "max_home_load": 2.0}),
     ("rlix, shortest, limit 2.5", "rlix", {"job_order": "shortest", "max_home_load": 2.5}),
     ("rlix, shortest, limit 3", "rlix", {"job_order": "shortest", "max_home_load": 3.0}),
+    ("rlix, shortest, limit 2.5, homes not stacked by runtime", "rlix",
+     {"job_order": "shortest", "max_home_load": 2.5, "stack_by_runtime": False}),
     ("gap-ratio", "gap-ratio", {}),
     ("static-backfill", "static-backfill", {}),
 ]
