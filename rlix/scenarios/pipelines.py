@@ -110,6 +110,11 @@ class PipelineConfig(Section):
     """When the pipeline is submitted, in seconds from the start of the run."""
     weight: float = Field(1.0, gt=0, allow_inf_nan=False)
     """Scales the pipeline's share of rollout GPUs (1.0: by remaining work alone)."""
+    runtime_estimate_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """The job's expected run time in seconds, as a Slurm user gives a time limit: what the
+    policies that plan ahead are told (EASY backfill, rlix's shortest-first job order and its
+    stacking of sized homes by runtime). Both drivers pass it on. Without it the simulator
+    tells them the job's simulated time alone on its home, and a live run tells them nothing."""
     trace: TraceRef
     """Rollout lengths (default: the scenario's `trace`)."""
     adapters: list[AdapterConfig] = []

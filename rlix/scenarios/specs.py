@@ -67,6 +67,7 @@ def pipeline_spec(pipeline: PipelineConfig, topology: Topology, policy: str) -> 
         adapters=tuple(a.name for a in pipeline.adapters),
         max_staleness=pipeline.staleness,
         weight=pipeline.weight,
+        runtime_estimate_s=pipeline.runtime_estimate_s,
         home=pipeline.home_gpus,
         home_size=pipeline.home_size if not pipeline.home_gpus else 0,
     )

@@ -134,10 +134,13 @@ def new_simulation(
 def runtime_estimates(scenario: Scenario) -> dict[str, float] | None:
     """What a policy that plans ahead (EASY backfill, rlix's shortest-first job order, rlix's
     stacking of sized homes by runtime) is told of each job's run time: its time alone on its
-    home, simulated (as a Slurm user gives a time limit); None for other policies."""
+    home, simulated (as a Slurm user gives a time limit), for the jobs the scenario gives no
+    `runtime_estimate_s`; None for other policies, or when the scenario gives every one."""
     sized_homes = any(not p.home_gpus for p in scenario.pipelines)
     if not POLICIES[scenario.policy.name].wants_runtime_estimates(scenario.policy.config.spec(), sized_homes):
         return None
+    if all(p.runtime_estimate_s for p in scenario.pipelines):
+        return None  # the scenario gives every one (PipelineConfig.runtime_estimate_s)
     from rlix.sim.alone import alone_jct_s
 
     return alone_jct_s(scenario)

@@ -107,7 +107,8 @@ class Simulation:
         #: Each pipeline's time alone on its home, when it was simulated for the policy.
         self.alone_s = runtime_estimates_s
         for pid, estimate_s in (runtime_estimates_s or {}).items():
-            self.specs[pid] = dataclasses.replace(self.specs[pid], runtime_estimate_s=estimate_s)
+            if self.specs[pid].runtime_estimate_s is None:  # one the scenario gives stays
+                self.specs[pid] = dataclasses.replace(self.specs[pid], runtime_estimate_s=estimate_s)
         if scenario.engine.migrate_on_expand:  # the simulated engine moves running trajectories
             for pid, spec in self.specs.items():
                 self.specs[pid] = dataclasses.replace(spec, rollout_migrates=True)
