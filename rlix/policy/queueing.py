@@ -95,7 +95,8 @@ def place_shared(sched: Scheduler, pipeline: PipelineState, cover: HomeCover, us
     runtime_s = spec.runtime_estimate_s
     like = sched.policy.stacks_by_runtime and sched.config.stack_by_runtime
     home = choose_shared_home(spec.home_size, placement_unit(spec), usable, sched.topology, cover.load, cover.homes,
-                              cover.unlike(runtime_s) if like and runtime_s else None)
+                              cover.unlike(runtime_s) if like and runtime_s else None,
+                              sched.config.alike_stack_depth if like else 0)
     if home is None:
         return False
     place(sched, pipeline, home, confine=False)

@@ -340,6 +340,10 @@ class PolicyConfig:
     #: rollout then sees few gangs, short jobs preempt short ones. Needs runtime estimates (the
     #: simulator gives each job's time alone on its home); without them, as before. rlix only.
     stack_by_runtime: bool = True
+    #: With `stack_by_runtime`, once the homes cannot all be disjoint, a home joins a stack of
+    #: alike jobs holding fewer than this many homes before taking GPUs no home covers
+    #: (rlix.policy.homes, rule 0); 0: off. rlix only.
+    alike_stack_depth: int = 4
 
     def validate(self) -> None:
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load",
@@ -347,8 +351,9 @@ class PolicyConfig:
             value = getattr(self, name)
             if not (is_number(value) and value >= 0):
                 raise SpecError(f"config.{name}", value, "must be a finite number >= 0")
-        if not is_int(self.tail_spread_batch) or self.tail_spread_batch < 0:
-            raise SpecError("config.tail_spread_batch", self.tail_spread_batch, "must be an integer >= 0")
+        for name in ("tail_spread_batch", "alike_stack_depth"):
+            if not is_int(getattr(self, name)) or getattr(self, name) < 0:
+                raise SpecError(f"config.{name}", getattr(self, name), "must be an integer >= 0")
         for name in ("keep_busy_tail", "home_floor", "look_ahead", "stack_by_runtime"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")

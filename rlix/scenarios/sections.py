@@ -85,6 +85,9 @@ class PolicyTunables(Section):
     taking nothing new; the grant waits as long at most. 0: cut at once (rlix only)."""
     stack_by_runtime: bool = _POLICY_DEFAULTS.stack_by_runtime
     """A home given as a size stacks first with homes of jobs of like expected runtime (rlix only)."""
+    alike_stack_depth: int = Field(_POLICY_DEFAULTS.alike_stack_depth, ge=0)
+    """Once homes must overlap, a home joins a stack of alike jobs holding fewer than this many
+    homes before taking GPUs no home covers; 0: off (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

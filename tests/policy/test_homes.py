@@ -218,6 +218,48 @@ def test_stacks_go_least_unlike_first(case: tuple, distances: list[float]) -> No
     assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in alike)
 
 
+@settings(max_examples=300, deadline=None)
+@given(shared_pools(), st.lists(st.sampled_from([0.0, 0.04, 0.5, 2.0]), min_size=6, max_size=6), st.integers(0, 4))
+def test_alike_stacks_come_first_once_homes_must_overlap(case: tuple, distances: list[float], depth: int) -> None:
+    """Rule 0: when the homes and the new one cover more GPUs than the pool has, a stack of
+    alike jobs (distance rounding to 0) holding fewer than `depth` homes is taken, the least
+    covered, before anything else; otherwise rules 1-3 as without it."""
+    topology, unit, usable, homes, size = case
+    load = [sum(g in h for h in homes) for g in range(topology.num_gpus)]
+    distance = {h: distances[i] for i, h in enumerate(dict.fromkeys(homes))}
+    home = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__, depth)
+    without = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__)
+    stacks = [h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)
+              and not any(set(h) & set(o) and set(h) - set(o) and set(o) - set(h) for o in homes)]
+    alike = [h for h in stacks if distance[h] < 0.05 and max(load[g] for g in h) < depth]
+    if depth and sum(load) + size > len(usable) and alike:
+        assert home in alike
+        assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in alike)
+    else:
+        assert home == without
+
+
+def test_alike_first_only_once_homes_cannot_all_be_disjoint() -> None:
+    topology = Topology(4, 4)
+    homes = {(0, 1, 2, 3)}
+    load = [1] * 4 + [0] * 12
+    alike = lambda h: 0.0  # noqa: E731
+    # 4 + 4 GPUs of homes on 16: room for both, so the new job gets GPUs of its own
+    assert choose_shared_home(4, 1, set(range(16)), topology, load, homes, alike, 4) == (4, 5, 6, 7)
+    # with three more homes placed elsewhere, 16 + 4 > 16: it joins its kind's stack
+    homes |= {(4, 5, 6, 7), (8, 9, 10, 11)}
+    load = [1] * 12 + [0] * 4
+    unlike_elsewhere = {(0, 1, 2, 3): 0.0, (4, 5, 6, 7): 1.0, (8, 9, 10, 11): 1.0}
+    assert choose_shared_home(4, 1, set(range(16)), topology, load, homes, unlike_elsewhere.__getitem__, 4) \
+        == (12, 13, 14, 15)  # 12 + 4 = 16: still room
+    load[0:4] = [3] * 4
+    assert choose_shared_home(4, 1, set(range(16)), topology, load, homes, unlike_elsewhere.__getitem__, 4) \
+        == (0, 1, 2, 3)  # 20 + 4 > 16: with its kind (3 homes deep, under the depth of 4)
+    load[0:4] = [4] * 4
+    assert choose_shared_home(4, 1, set(range(16)), topology, load, homes, unlike_elsewhere.__getitem__, 4) \
+        == (12, 13, 14, 15)  # that stack is full: GPUs of its own after all
+
+
 def test_a_long_job_stacks_with_long_ones_though_a_short_stack_is_less_covered() -> None:
     topology = Topology(2, 4)
     homes = {(0, 1, 2, 3), (4, 5, 6, 7)}

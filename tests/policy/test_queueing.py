@@ -219,6 +219,18 @@ def test_rlix_stacks_like_with_like(policy: str, config: PolicyConfig | None, no
     assert run.gpus["short2"] == tuple(range(4 * node, 4 * node + 4))
 
 
+@pytest.mark.parametrize(("config", "node"), [(None, 2), (PolicyConfig(alike_stack_depth=0), 1)])
+def test_rlix_joins_its_kind_before_free_gpus_once_homes_must_overlap(config: PolicyConfig | None, node: int) -> None:
+    """Long jobs on nodes 0 and 2 (a third stacked on node 0), a short one on node 1 that ends.
+    The next long job finds node 1 free, but the homes cannot all be disjoint (16 GPUs of homes
+    on 12): it joins the less covered long stack (rule 0), not node 1 (rule 1, without it)."""
+    jobs = [GangJob("L1", 0, 1000, size=4), GangJob("S1", 0, 5, size=4), GangJob("L2", 1, 1000, size=4),
+            GangJob("L3", 2, 1000, size=4), GangJob("L4", 6, 1000, size=4)]
+    run = run_queue("rlix", Topology(3, 4), jobs, config)
+    assert (run.gpus["L1"], run.gpus["S1"], run.gpus["L2"]) == ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11))
+    assert run.gpus["L4"] == tuple(range(4 * node, 4 * node + 4))
+
+
 @pytest.mark.parametrize("policy, config", [("rlix", None), ("gap-ratio", None),
                                             ("rlix", PolicyConfig(job_order="shortest", max_home_load=3.0))])
 def test_sharing_policies_stack_homes_that_cannot_run_together(policy: str, config: PolicyConfig | None) -> None:
