@@ -180,30 +180,28 @@ def choose_shared_home(
     if given, how unlike the jobs on `home` are to the new one (0: alike), which orders the
     stacks of rule 2 first, and with `alike_depth` comes rule 0 (module docstring)."""
     usable = set(usable)
+    # Rule 2's stacks: of the size, on usable GPUs, whole chunks, crossing no other home.
+    stacks = [h for h in homes
+              if len(h) == size and usable.issuperset(h) and whole_chunks(h, unit, topology) and not crosses(h, homes)]
+
+    def covering(home: tuple[int, ...]) -> int:
+        return max(load[g] for g in home)
+
+    def likeness(home: tuple[int, ...]) -> float:
+        return round(unlike(home), 1) if unlike is not None else 0.0
+
     if unlike is not None and alike_depth and sum(load) + size > len(usable):
-        alike = [h for h in _stacks(size, unit, usable, topology, homes)
-                 if round(unlike(h), 1) == 0 and max(load[g] for g in h) < alike_depth]
+        alike = [h for h in stacks if likeness(h) == 0 and covering(h) < alike_depth]
         if alike:
-            return min(alike, key=lambda h: (max(load[g] for g in h), h))
+            return min(alike, key=lambda h: (covering(h), h))
     uncovered = {g for g in usable if not load[g]}
     if len(uncovered) >= size:
         home = choose_home(size, unit, uncovered, topology)
         if home is not None:
             return home
-    stacks = _stacks(size, unit, usable, topology, homes)
     if stacks:
-        if unlike is not None:
-            return min(stacks, key=lambda h: (round(unlike(h), 1), max(load[g] for g in h), h))
-        return min(stacks, key=lambda h: (max(load[g] for g in h), h))
+        return min(stacks, key=lambda h: (likeness(h), covering(h), h))
     return choose_home(size, unit, usable, topology, load.__getitem__)
-
-
-def _stacks(size: int, unit: int, usable: set[int], topology: Topology,
-            homes: Collection[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """The homes a new home of `size` may stack on exactly (rule 2): of that size, on usable
-    GPUs, made of whole chunks, crossing no other home."""
-    return [h for h in homes
-            if len(h) == size and usable.issuperset(h) and whole_chunks(h, unit, topology) and not crosses(h, homes)]
 
 
 def crosses(home: tuple[int, ...], homes: Collection[tuple[int, ...]]) -> bool:
