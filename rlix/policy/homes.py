@@ -45,7 +45,8 @@ job's rollout runs on its home first, and every job stacked there preempts it wi
 training gangs. Long jobs stacked with long ones see few gangs, and their long trajectories,
 the costliest to preempt, run undisturbed; short jobs stacked with short ones preempt each other
 often, but lose little each time, as Slurm sites give short and long jobs their own
-partitions. Stacks are taken least unlike first (to 0.1), then as in rule 2. On `lab-day`
+partitions. Stacks are taken least unlike first (to 0.1), then as in rule 2; a stack holding a
+job whose runtime nobody estimated is infinitely unlike (nothing says it is short or long). On `lab-day`
 (seeds 0-5) it cut rlix's mean JCT from 1,342 s to 1,293 s; the RLix model on the same
 placement got slower (1,458 -> 1,526 s, seeds 0-2), so it is rlix's alone.
 

@@ -59,12 +59,13 @@ def place_admitted(sched: Scheduler) -> None:
 
 class HomeCover:
     """The homes of some pipelines, how many of them cover each GPU, and the expected runtimes
-    of the jobs on each home (those known)."""
+    of the jobs on each home (a home holding a job of unknown runtime is alike to none)."""
 
     def __init__(self, sched: Scheduler, pipelines: Iterable[PipelineState]) -> None:
         self.load = [0] * sched.topology.num_gpus
         self.homes: set[tuple[int, ...]] = set()  # sorted GPU ids
         self.runtimes_s: dict[tuple[int, ...], list[float]] = {}
+        self.unknown: set[tuple[int, ...]] = set()  # homes holding a job of unknown runtime
         for pipeline in pipelines:
             if pipeline.spec.home:
                 self.add(pipeline.spec.home, pipeline.spec.runtime_estimate_s)
@@ -74,15 +75,21 @@ class HomeCover:
         self.homes.add(key)
         if runtime_s:
             self.runtimes_s.setdefault(key, []).append(runtime_s)
+        else:
+            self.unknown.add(key)
         for gpu in home:
             self.load[gpu] += 1
 
     def unlike(self, runtime_s: float) -> Callable[[tuple[int, ...]], float]:
         """How unlike a job of `runtime_s` is to the jobs on a home: |log| of the ratio of their
-        mean expected runtime to it (0 for a home whose jobs' runtimes are not known)."""
+        mean expected runtime to it. A home with a job whose runtime is not known is infinitely
+        unlike: nothing says that job is short or long, so stacking on it is the last resort of
+        rule 2 and never rule 0's "alike"."""
         def distance(home: tuple[int, ...]) -> float:
             runtimes = self.runtimes_s.get(home)
-            return abs(math.log(sum(runtimes) / len(runtimes) / runtime_s)) if runtimes else 0.0
+            if home in self.unknown or not runtimes:
+                return math.inf
+            return abs(math.log(sum(runtimes) / len(runtimes) / runtime_s))
 
         return distance
 

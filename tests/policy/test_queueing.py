@@ -231,6 +231,22 @@ def test_rlix_joins_its_kind_before_free_gpus_once_homes_must_overlap(config: Po
     assert run.gpus["L4"] == tuple(range(4 * node, 4 * node + 4))
 
 
+def test_a_home_of_unknown_runtime_is_alike_to_none() -> None:
+    """A live scenario may give only some jobs an estimate. The long jobs here have none: their
+    stacks are not "alike" to the next long job (rule 0 would send it there), so it takes the
+    node no home covers; and a second short job stacks with the short one, not on the stack
+    whose runtime nobody knows (rule 2)."""
+    jobs = [GangJob("L1", 0, 1000, size=4, estimate=False), GangJob("S1", 0, 5, size=4),
+            GangJob("L2", 1, 1000, size=4, estimate=False), GangJob("L3", 2, 1000, size=4, estimate=False),
+            GangJob("L4", 6, 1000, size=4)]
+    run = run_queue("rlix", Topology(3, 4), jobs)
+    assert run.gpus["L4"] == (4, 5, 6, 7)
+    jobs = [GangJob("long", 0, 1000, size=4, estimate=False), GangJob("short", 1, 10, size=4),
+            GangJob("short2", 2, 10, size=4)]
+    run = run_queue("rlix", Topology(2, 4), jobs)
+    assert run.gpus["short2"] == (4, 5, 6, 7)
+
+
 @pytest.mark.parametrize("policy, config", [("rlix", None), ("gap-ratio", None),
                                             ("rlix", PolicyConfig(job_order="shortest", max_home_load=3.0))])
 def test_sharing_policies_stack_homes_that_cannot_run_together(policy: str, config: PolicyConfig | None) -> None:
