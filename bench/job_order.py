@@ -6,7 +6,8 @@ default), and limits on the home load in arrival and in shortest-first order, an
 setting without stacking homes by expected runtime (`stack_by_runtime` off); gap-ratio and
 static-backfill for reference. Every variant runs the same scenario and seed; each job's
 slowdown is its JCT over its time alone on its home (computed once, shared by the variants).
-Prints one table (mean and p95 JCT, p95 slowdown, p95 queueing, idle share, steps/h) and draws
+Prints one table (mean and p95 JCT, p95 slowdown, p95 queueing, idle share over the run and
+while some job waits to start, steps/h) and draws
 mean JCT against p95 slowdown. Deterministic simulator figures; lab-day takes 3-5 min a variant.
 
     python bench/job_order.py                                  # lab-day, the table and the plot
@@ -50,7 +51,9 @@ def run_variant(name: str, label: str, policy: str, overrides: dict[str, Any], a
     overall = simulate(scenario, plots=False, alone_s=alone_s).summary["overall"]
     row: dict[str, Any] = {"scenario": name, "variant": label}
     row.update({key: overall["jobs"][key] for key in FIGURES})
-    row.update(idle_share=overall["idle_share"], steps_per_hour=overall["steps_per_hour"])
+    waiting = overall.get("while_waiting") or {}
+    row.update(idle_share=overall["idle_share"], idle_while_waiting=waiting.get("idle_share"),
+               steps_per_hour=overall["steps_per_hour"])
     return row
 
 
@@ -115,7 +118,8 @@ def main() -> int:
     import pandas as pd
 
     formats = {"mean_jct_s": "{:,.0f}", "p95_jct_s": "{:,.0f}", "p95_slowdown": "{:.2f}",
-               "p95_queueing_s": "{:,.0f}", "idle_share": "{:.1%}", "steps_per_hour": "{:.1f}"}
+               "p95_queueing_s": "{:,.0f}", "idle_share": "{:.1%}", "idle_while_waiting": "{:.1%}",
+               "steps_per_hour": "{:.1f}"}
     print(format_table(pd.DataFrame(rows), formats))
     print(f"\nplot: {args.plot}")
     return 0

@@ -4,8 +4,9 @@ For each scenario (default: every bundled one but the day-long cluster-1024 and 
 cpu-demo) `rlix.sim.compare` runs every policy plus each pipeline alone (on its home, and with
 every GPU its mappings allow, for slowdowns and the ceiling), and this prints one row per
 scenario and policy: steps/h, experiments/h, mean and p95 JCT, mean and p95 queueing, mean and
-p95 slowdown, idle share, recomputed over generated tokens, and the ceiling. Deterministic
-(the simulator's figures); the wall time is the machine's.
+p95 slowdown, idle share (over the run, and while some job waits to start), recomputed over
+generated tokens, and the ceiling. Deterministic (the simulator's figures); the wall time is
+the machine's.
 
     python bench/sharing.py                         # the table
     python bench/sharing.py --json                  # one JSON line: {"rows": [...], "wall_s": ...}
@@ -32,7 +33,7 @@ SKIPPED = ("cluster-1024", "cpu-demo")
 #: The figures of compare's table that this bench reports (same labels and formats).
 KEYS = ("steps_per_hour", "jobs.experiments_per_hour", "jobs.mean_jct_s", "jobs.p95_jct_s",
         "jobs.mean_queueing_s", "jobs.p95_queueing_s", "jobs.mean_slowdown", "jobs.p95_slowdown",
-        "idle_share", "loading_share")
+        "idle_share", "idle_share_while_waiting", "loading_share")
 COLUMNS = tuple(column for key in KEYS for column in OVERALL_COLUMNS if column[0] == key)
 
 

@@ -20,6 +20,10 @@ Definitions (one scope is the whole pool, "overall", or one pipeline):
   of the run was admitted and none was removed yet (`t_start`, `t_end`), or null when there is
   no such window: what the policy does with the pool while it has everyone to serve, without
   the ramp of staggered arrivals or the drain after the first pipeline finishes.
+- while_waiting (overall only): the same shares over the times at least one job waits to
+  start (between its arrival and its first grant; `waiting_s` is how long that is in all),
+  or null when no job waited: GPUs idle while experiments queue are what a scheduler is for
+  (the idle of an empty pool at the end of a day is not).
 - generated_tokens: response tokens of completed trajectories; tokens_per_gpu_hour per
   GPU-hour in scope.
 - queue_wait_s: t_grant - t_request of granted non-rollout requests (`waits`), per priority:
@@ -75,6 +79,7 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
                      pool_s, pool_s, tables.makespan_s)
     overall["shrinks"] = _count_shrinks(tables.shrinks.values())
     overall["all_active"] = _window_shares(tables, totals)
+    overall["while_waiting"] = _waiting_shares(tables, totals)
     jobs = job_rows(tables, alone_s, totals.first_grant)
     overall["jobs"] = jobs_overall(jobs)
     job_of = jobs.set_index("pipeline_id").to_dict("index")
@@ -119,6 +124,19 @@ def _window_shares(tables: RunTables, totals: RunTotals) -> dict[str, float] | N
     busy = float(totals.cover_s[:, 3].sum()) / window_s
     loading = float(totals.cover_s[:, 4].sum()) / window_s
     return {"t_start": t_start, "t_end": t_end, "busy_share": busy, "loading_share": loading,
+            "idle_share": 1.0 - busy - loading}
+
+
+def _waiting_shares(tables: RunTables, totals: RunTotals) -> dict[str, float] | None:
+    """Busy, loading and idle shares of the pool while some job waits to start (see the module
+    docstring), or None when no job ever waited."""
+    waiting = totals.waiting
+    if waiting is None or waiting.total_s <= 0 or tables.num_gpus <= 0:
+        return None
+    pool_s = tables.num_gpus * waiting.total_s
+    busy = float(totals.cover_s[:, 5].sum()) / pool_s
+    loading = float(totals.cover_s[:, 6].sum()) / pool_s
+    return {"waiting_s": waiting.total_s, "busy_share": busy, "loading_share": loading,
             "idle_share": 1.0 - busy - loading}
 
 

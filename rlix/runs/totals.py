@@ -11,6 +11,7 @@ same row order, so the two give bit-identical figures.
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from rlix.runs.intervals import sweep
+from rlix.runs.intervals import merge, sweep
 
 if TYPE_CHECKING:
     from rlix.runs.frames import RunTables
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
 HELD, BUSY, LOADING = 0, 1, 2
 #: Columns of `RunTotals.cover_s`: GPU-seconds held, busy and loading (busy and loading only
 #: where the pipeline held the GPU; loading not busy), then busy and loading inside the
-#: all-active window.
-COVER_COLUMNS = ("held", "busy", "loading", "busy_in_window", "loading_in_window")
+#: all-active window, then inside the times some job waits to start (`waiting_set`).
+COVER_COLUMNS = ("held", "busy", "loading", "busy_in_window", "loading_in_window",
+                 "busy_while_waiting", "loading_while_waiting")
 TRAJECTORY_COLUMNS = ("trajectories", "generated_tokens", "preemptions", "recomputed_tokens")
 #: One spilled interval: pipeline code, GPU, start, end, layer (21 bytes on disk; the code
 #: only in the buffer, each pipeline's records going to its own file).
@@ -46,6 +48,42 @@ class RunTotals:
     window: tuple[float, float] | None
     first_grant: dict[str, float]
     trajectories: pd.DataFrame
+    waiting: Waiting | None = None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The times at least one job waits to start: the union of each job's [arrival, first
+    grant) (to its removal or the end of the run if it never starts), as disjoint intervals
+    in order. `measure(t0, t1)` is how much of it lies in [t0, t1], elementwise: the union's
+    cumulative length is piecewise linear, so two interpolations give it for any span."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @property
+    def total_s(self) -> float:
+        return float((self.ends - self.starts).sum())
+
+    def measure(self, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+        points = np.column_stack([self.starts, self.ends]).ravel()
+        lengths = self.ends - self.starts
+        cumulative = np.column_stack([np.cumsum(lengths) - lengths, np.cumsum(lengths)]).ravel()
+        inside: np.ndarray = np.interp(t1, points, cumulative) - np.interp(t0, points, cumulative)
+        return inside
+
+
+def waiting_set(tables: RunTables, first_grant: Mapping[str, float]) -> Waiting | None:
+    """The times some job waits (`Waiting`), or None if no job ever waited."""
+    starts, ends = [], []
+    for pid in tables.pipeline_ids:
+        arrival = tables.admitted_s.get(pid, 0.0)
+        start = first_grant.get(pid, tables.makespan_s)
+        start = min(start, tables.removed_s.get(pid, start), tables.makespan_s)
+        starts.append(max(arrival, 0.0))
+        ends.append(start)
+    keys, t0, t1 = merge(np.zeros(len(starts), np.int64), np.array(starts, float), np.array(ends, float))
+    return Waiting(t0, t1) if len(keys) else None
 
 
 def all_active_window(tables: RunTables, pipeline_ids: list[str]) -> tuple[float, float] | None:
@@ -65,7 +103,8 @@ def active_span(tables: RunTables, pipeline_id: str) -> tuple[float, float]:
 
 
 def pipeline_cover(gpu: np.ndarray, t0: np.ndarray, t1: np.ndarray, layer: np.ndarray,
-                   makespan_s: float, window: tuple[float, float] | None) -> np.ndarray:
+                   makespan_s: float, window: tuple[float, float] | None,
+                   waiting: Waiting | None = None) -> np.ndarray:
     """COVER_COLUMNS of one pipeline from its holdings (layer HELD) and spans (BUSY, LOADING)
     on each GPU; a GPU's overlapping spans count once, everything clipped to the run."""
     t0, t1 = np.clip(t0, 0.0, makespan_s), np.clip(t1, 0.0, makespan_s)
@@ -79,6 +118,9 @@ def pipeline_cover(gpu: np.ndarray, t0: np.ndarray, t1: np.ndarray, layer: np.nd
     if window is not None:
         clipped = np.clip(segments.t1, *window) - np.clip(segments.t0, *window)
         out[3], out[4] = _total(clipped[busy]), _total(clipped[loading])
+    if waiting is not None:
+        inside = waiting.measure(segments.t0, segments.t1)
+        out[5], out[6] = _total(inside[busy]), _total(inside[loading])
     return out
 
 
@@ -99,8 +141,17 @@ def totals_from_tables(tables: RunTables) -> RunTotals:
     t1 = np.concatenate([alloc["t_end"].to_numpy(float), act["t_end"].to_numpy(float)])
     act_layer = np.where(act["kind"].to_numpy(object) == "loading", LOADING, BUSY)
     layer = np.concatenate([np.full(len(alloc), HELD), act_layer]).astype(np.int8)
-    cover_s, first_grant = _reduce(pipeline_ids, owners, gpu, t0, t1, layer, tables.makespan_s, window)
-    return RunTotals(cover_s, window, first_grant, trajectory_counts(tables.rollouts))
+    first_grant = _first_grants(pipeline_ids, owners[layer == HELD], t0[layer == HELD])
+    waiting = waiting_set(tables, first_grant)
+    cover_s = _reduce(pipeline_ids, owners, gpu, t0, t1, layer, tables.makespan_s, window, waiting)
+    return RunTotals(cover_s, window, first_grant, trajectory_counts(tables.rollouts), waiting)
+
+
+def _first_grants(pipeline_ids: list[str], owners: np.ndarray, t0: np.ndarray) -> dict[str, float]:
+    """Each pipeline's earliest holding (`owners`, `t0`: the holdings' codes and starts)."""
+    first = np.full(len(pipeline_ids), np.inf)
+    np.minimum.at(first, owners, t0)
+    return {pid: float(first[i]) for i, pid in enumerate(pipeline_ids) if first[i] < np.inf}
 
 
 def _codes(frame: pd.DataFrame, pipeline_ids: list[str]) -> np.ndarray:
@@ -110,30 +161,16 @@ def _codes(frame: pd.DataFrame, pipeline_ids: list[str]) -> np.ndarray:
 
 def _reduce(pipeline_ids: list[str], owners: np.ndarray, gpu: np.ndarray, t0: np.ndarray,
             t1: np.ndarray, layer: np.ndarray, makespan_s: float,
-            window: tuple[float, float] | None) -> tuple[np.ndarray, dict[str, float]]:
-    """Each pipeline's rows (in their order) through `_one_pipeline`."""
+            window: tuple[float, float] | None, waiting: Waiting | None) -> np.ndarray:
+    """`cover_s`: each pipeline's rows (in their order) through `pipeline_cover`."""
     order = np.argsort(owners, kind="stable")
     bounds = np.searchsorted(owners[order], np.arange(len(pipeline_ids) + 1))
     cover_s = np.zeros((len(pipeline_ids), len(COVER_COLUMNS)))
-    first_grant: dict[str, float] = {}
-    for index, pipeline_id in enumerate(pipeline_ids):
+    for index in range(len(pipeline_ids)):
         rows = order[bounds[index] : bounds[index + 1]]
-        _one_pipeline(cover_s, first_grant, index, pipeline_id,
-                      (gpu[rows], t0[rows], t1[rows], layer[rows]), makespan_s, window)
-    return cover_s, first_grant
-
-
-def _one_pipeline(cover_s: np.ndarray, first_grant: dict[str, float], index: int, pipeline_id: str,
-                  rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], makespan_s: float,
-                  window: tuple[float, float] | None) -> None:
-    """Row `index` of `cover_s` and the pipeline's first grant from its rows (gpu, t0, t1, layer)."""
-    gpu, t0, t1, layer = rows
-    if not len(gpu):
-        return
-    cover_s[index] = pipeline_cover(gpu, t0, t1, layer, makespan_s, window)
-    held = t0[layer == HELD]
-    if len(held):
-        first_grant[pipeline_id] = float(held.min())
+        if len(rows):
+            cover_s[index] = pipeline_cover(gpu[rows], t0[rows], t1[rows], layer[rows], makespan_s, window, waiting)
+    return cover_s
 
 
 class CoverSpill:
@@ -149,6 +186,7 @@ class CoverSpill:
         folder.mkdir(parents=True, exist_ok=True)
         self._code: dict[str, int] = {}
         self._rows: list[tuple[int, int, float, float, int]] = []
+        self._first_grant: dict[str, float] = {}
 
     @property
     def pipeline_ids(self) -> list[str]:
@@ -162,6 +200,8 @@ class CoverSpill:
         if code is None:
             code = self._code[pipeline_id] = len(self._code)
         self._rows.append((code, gpu, t0, t1, layer))
+        if layer == HELD and t0 < self._first_grant.get(pipeline_id, math.inf):
+            self._first_grant[pipeline_id] = t0
         if len(self._rows) >= self.BUFFER_ROWS:
             self.flush()
 
@@ -182,15 +222,16 @@ class CoverSpill:
         self.flush()
         pipeline_ids = tables.pipeline_ids
         window = all_active_window(tables, pipeline_ids)
+        first_grant = {pid: float(t0) for pid, t0 in self._first_grant.items()}
+        waiting = waiting_set(tables, first_grant)
         cover_s = np.zeros((len(pipeline_ids), len(COVER_COLUMNS)))
-        first_grant: dict[str, float] = {}
         for pipeline_id, code in self._code.items():
             path = self._path(code)
             records = np.fromfile(path, dtype=SPILL_DTYPE) if path.exists() else np.zeros(0, SPILL_DTYPE)
-            rows = (records["gpu"], records["t0"], records["t1"], records["layer"])
-            _one_pipeline(cover_s, first_grant, pipeline_ids.index(pipeline_id), pipeline_id, rows,
-                          tables.makespan_s, window)
-        return RunTotals(cover_s, window, first_grant, trajectories)
+            if len(records):
+                cover_s[pipeline_ids.index(pipeline_id)] = pipeline_cover(
+                    records["gpu"], records["t0"], records["t1"], records["layer"], tables.makespan_s, window, waiting)
+        return RunTotals(cover_s, window, first_grant, trajectories, waiting)
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -332,7 +332,7 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print {policy: {steps_per_hour, busy_share, idle_share, idle_share_all_active,"
+        help="print {policy: {steps_per_hour, busy_share, idle_share, idle_share_all_active, idle_share_while_waiting,"
         " mean_step_s, preemptions, jobs: {experiments_per_hour, mean_jct_s, ...}, ceiling_steps_per_hour}}",
     )
     parser.set_defaults(run=compare_main)

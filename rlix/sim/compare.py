@@ -56,6 +56,7 @@ OVERALL_COLUMNS = (
     ("loading_share", "loading", "{:.1%}"),
     ("idle_share", "idle", "{:.1%}"),
     ("idle_share_all_active", "idle (all active)", "{:.1%}"),
+    ("idle_share_while_waiting", "idle (jobs wait)", "{:.1%}"),
     ("mean_step_time_s", "mean step s", "{:.1f}"),
     ("p95_step_time_s", "p95 step s", "{:.1f}"),
     ("preemptions", "preempt", "{:,.0f}"),
@@ -147,7 +148,8 @@ class Comparison:
 
     def as_json(self) -> dict[str, dict[str, Any]]:
         keys = {"steps_per_hour": "steps_per_hour", "busy_share": "busy_share", "idle_share": "idle_share",
-                "idle_share_all_active": "idle_share_all_active", "mean_step_s": "mean_step_time_s",
+                "idle_share_all_active": "idle_share_all_active",
+                "idle_share_while_waiting": "idle_share_while_waiting", "mean_step_s": "mean_step_time_s",
                 "preemptions": "preemptions"}
         ceiling = self.ceiling_steps_per_hour()
         return {
@@ -159,9 +161,12 @@ class Comparison:
 
 def overall_figure(overall: dict[str, Any], key: str) -> Any:
     """An overall figure of a summary; `idle_share_all_active` is its all_active window's idle
-    share (None without such a window); `jobs.X` is figure X of its job figures."""
+    share (None without such a window), `idle_share_while_waiting` the idle share while some
+    job waits (None if none did); `jobs.X` is figure X of its job figures."""
     if key == "idle_share_all_active":
         return (overall.get("all_active") or {}).get("idle_share")
+    if key == "idle_share_while_waiting":
+        return (overall.get("while_waiting") or {}).get("idle_share")
     if key.startswith("jobs."):
         return (overall.get("jobs") or {}).get(key.removeprefix("jobs."))
     return overall.get(key)

@@ -17,7 +17,7 @@ def print_run(name: str, summary: dict[str, Any]) -> None:
         f"{name}: policy {summary['policy']}, {summary['num_gpus']} GPUs, "
         f"makespan {summary['makespan_s']:.0f} s, {overall.get('steps')} steps, "
         f"{overall.get('steps_per_hour', 0):.2f} steps/h, GPU busy {overall.get('busy_share', 0):.1%} "
-        f"(idle {overall.get('idle_share', 0):.1%}{_all_active_idle(overall)})"
+        f"(idle {overall.get('idle_share', 0):.1%}{_all_active_idle(overall)}{_waiting_idle(overall)})"
     )
     rows = [
         {
@@ -51,6 +51,13 @@ def _all_active_idle(overall: dict[str, Any]) -> str:
         return ""
     return (f"; {window['idle_share']:.1%} while every pipeline was in the run,"
             f" {window['t_start']:.0f}-{window['t_end']:.0f} s")
+
+
+def _waiting_idle(overall: dict[str, Any]) -> str:
+    waiting = overall.get("while_waiting")
+    if not waiting:
+        return ""
+    return f"; {waiting['idle_share']:.1%} while jobs waited to start ({waiting['waiting_s']:,.0f} s)"
 
 
 def print_comparison(scenario: Any, comparison: Comparison) -> None:

@@ -199,3 +199,54 @@ def test_no_all_active_window_when_spans_do_not_meet() -> None:
     tables = tables_from_recorder(two_pipeline_run())
     tables = dataclasses.replace(tables, admitted_s={"p0": 0.0, "p1": 71.0}, removed_s={"p0": 70.0})
     assert summary(tables)["overall"]["all_active"] is None
+
+
+def test_while_waiting_by_hand() -> None:
+    """hand_made's p0 holds GPU 0 from the start; a second job arrives at 30 s and is removed
+    at 50 s without a grant. While it waits (30-50 s, 2 x 20 GPU-seconds) GPU 0 is busy 30-40
+    and loading, not busy, 40-45. With no job waiting there is no such figure."""
+    import dataclasses
+
+    recorder, specs = hand_made()
+    tables = tables_from_recorder(recorder, specs)
+    assert summary(tables)["overall"]["while_waiting"] is None
+    tables = dataclasses.replace(tables, more_pipelines=("late",), admitted_s={"late": 30.0},
+                                 removed_s={"late": 50.0})
+    waiting = summary(tables)["overall"]["while_waiting"]
+    assert waiting["waiting_s"] == pytest.approx(20.0)
+    assert waiting["busy_share"] == pytest.approx(10 / 40)
+    assert waiting["loading_share"] == pytest.approx(5 / 40)
+    assert waiting["idle_share"] == pytest.approx(25 / 40)
+
+
+@pytest.mark.parametrize("waits", [((5.0, 25.0), (40.0, None)), ((3.5, 30.0), (12.0, 61.0), (70.0, 71.0))])
+def test_while_waiting_shares_against_brute_force(waits: tuple[tuple[float, float | None], ...]) -> None:
+    """Jobs that wait (arrival, removal or None: still waiting at the end, never granted)
+    beside two_pipeline_run's, overlapping or not: the shares against a count of every GPU's
+    state at each half second some job waits."""
+    import dataclasses
+
+    recorder = two_pipeline_run()
+    tables = tables_from_recorder(recorder)
+    ids = tuple(f"w{i}" for i in range(len(waits)))
+    tables = dataclasses.replace(
+        tables, more_pipelines=ids,
+        admitted_s={**tables.admitted_s, **{pid: a for pid, (a, _) in zip(ids, waits, strict=True)}},
+        removed_s={**tables.removed_s, **{pid: r for pid, (_, r) in zip(ids, waits, strict=True) if r is not None}})
+    got = summary(tables)["overall"]["while_waiting"]
+    end = tables.makespan_s
+    busy = loading = samples = 0
+    t = 0.25
+    while t < end:
+        if any(a <= t < (end if r is None else r) for a, r in waits):
+            for gpu in range(recorder.topology.num_gpus):
+                samples += 1
+                holders = [a[0] for a in recorder.allocations if a[4] == gpu and a[5] <= t < a[6]]
+                kinds = {a[4] for a in recorder.activity
+                         if holders and a[0] == holders[0] and a[3] == gpu and a[6] <= t < a[7]}
+                busy += "busy" in kinds
+                loading += "loading" in kinds and "busy" not in kinds
+        t += 0.5
+    assert got["waiting_s"] == pytest.approx(samples / recorder.topology.num_gpus * 0.5)
+    assert got["busy_share"] == pytest.approx(busy / samples)
+    assert got["loading_share"] == pytest.approx(loading / samples)

@@ -4,6 +4,7 @@ time, and the summary's totals from a spill equal to those from the tables in me
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -58,11 +59,16 @@ def test_an_empty_stream_leaves_an_empty_table(tmp_path: Path) -> None:
     assert list(read_table(path).columns) == list(ALLOCATION_COLUMNS)
 
 
-def test_totals_from_a_spill_equal_totals_from_the_tables(tmp_path: Path) -> None:
+@pytest.mark.parametrize("with_waits", [False, True])
+def test_totals_from_a_spill_equal_totals_from_the_tables(tmp_path: Path, with_waits: bool) -> None:
     """The spill path (what a streamed run computes its summary from) against the in-memory
-    tables, on a run with holdings, busy and loading spans, and shrinks of every reason."""
+    tables, on a run with holdings, busy and loading spans, and shrinks of every reason (and
+    with jobs that wait, for the figures while they do)."""
     recorder = two_pipeline_run()
     tables = tables_from_recorder(recorder)
+    if with_waits:
+        tables = dataclasses.replace(tables, more_pipelines=("w0", "w1"), admitted_s={"w0": 5.0, "w1": 20.0},
+                                     removed_s={"w0": 30.0})
     spill = CoverSpill(tmp_path / "cover")
     spill.BUFFER_ROWS = 4  # several writes
     for row in recorder.allocations:
@@ -74,4 +80,8 @@ def test_totals_from_a_spill_equal_totals_from_the_tables(tmp_path: Path) -> Non
     assert np.array_equal(got.cover_s, want.cover_s)
     assert got.first_grant == want.first_grant
     assert got.window == want.window
+    assert (got.waiting is None) == (not with_waits) and (want.waiting is None) == (not with_waits)
+    if got.waiting is not None and want.waiting is not None:
+        assert np.array_equal(got.waiting.starts, want.waiting.starts)
+        assert np.array_equal(got.waiting.ends, want.waiting.ends)
     assert summary(tables, totals=got) == summary(tables)
