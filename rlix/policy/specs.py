@@ -298,7 +298,10 @@ class PolicyConfig:
     #: much time has passed. A move costs a weight load plus re-queued trajectories, and as a
     #: rollout nears its end its remaining work (and so its share) swings from tick to tick;
     #: without this the split chases the noise. Expanding onto free GPUs is never held back.
-    min_rebalance_interval_s: float = 30.0
+    #: 90 s, not 30: with many jobs sharing a pool the split moves more, and each reversal
+    #: reloads weights and re-queues long trajectories (lab-day, seeds 0-5: mean JCT 1,221 ->
+    #: 1,200 s, loading 9.9% -> 9.2%; the dedicated studies within 1%, bench/policy_ablation.py).
+    min_rebalance_interval_s: float = 90.0
     #: A pipeline in its tail (nothing queued, as its driver reports: RanksProgressed) keeps
     #: exactly its busy ranks: they are not cut for another pipeline's share (their trajectories
     #: would be re-queued and recomputed, and an on-policy step waits for its last ones), it is

@@ -72,14 +72,15 @@ def test_split_follows_remaining_work() -> None:
     # B nearly done: 100:20 gives ideal A 6.67, B 1.33: floors 6 and 1, one bundle left.
     # Largest remainder alone would give it to A (7:1); sticky rounding gives it to B, which
     # already holds it (6:2), so one rank fewer moves. But B was given its ranks by a
-    # rebalance at t=2: no reversal for 30 s (min_rebalance_interval_s), so nothing moves yet.
+    # rebalance at t=2: no reversal for 90 s (min_rebalance_interval_s), so nothing moves yet.
     assert d.send(RolloutProgressed(4, "B", 20)) == []
     assert d.sched.targets == {"A": 6, "B": 2}
-    # At t=32 the reversal is allowed: A takes B's ranks 0-3 back.
+    assert d.send(RolloutProgressed(91, "B", 20)) == []
+    # At t=92 the reversal is allowed: A takes B's ranks 0-3 back.
     expected = []
     for r in range(4):
         expected += [f"shrink B{r} rebalance", f"expand A{r}"]
-    assert d.send(RolloutProgressed(32, "B", 20)) == expected
+    assert d.send(RolloutProgressed(92, "B", 20)) == expected
 
 
 def test_training_preempts_rollout_and_is_granted_in_the_same_round() -> None:

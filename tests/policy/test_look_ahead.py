@@ -65,7 +65,9 @@ def ranks_on(driver: Driver, pid: str, gpus: set[int]) -> int:
 
 
 def test_the_core_measures_loads_offloads_and_absences() -> None:
-    driver = two_homes(PolicyConfig())
+    # The timeline is written for a 30-s no-reversal interval (at the default, 90 s, one
+    # rebalance waits and one offload fewer is measured).
+    driver = two_homes(PolicyConfig(min_rebalance_interval_s=30.0))
     o, b = driver.sched.pipelines["O"], driver.sched.pipelines["B"]
     assert o.load_s == 2.0 and b.load_s == 2.0  # emitted at 0 (and 30 for O), applied 2 s later
     # Offloads, a running mean weighing each new one half: two ranks given to B at 2 and
