@@ -3,13 +3,13 @@
 Rules (rlix.policy.PolicyConfig): `keep_busy_tail` (on by default: a pipeline with nothing
 queued keeps its busy ranks and gives its idle ones), `home_floor` (off by default: a rolling
 pipeline's share is at least the GPUs of its home it can use), the no-reversal interval
-`min_rebalance_interval_s` (30 s; off is 0), `look_ahead` (on by default: loans of an away
+`min_rebalance_interval_s` (90 s; off is 0), `look_ahead` (on by default: loans of an away
 pipeline's own home pay for their moves and are handed back on time), and `tail_spread_batch`
 (32 by default: an on-policy tail running more than 32 trajectories per busy rank, on an engine
-that migrates them, takes part in the split; off is 0), and `max_drain_s` (0 by default: a rank
-cut for a grant is cut at once; `+drain` lets it finish what it runs for up to 4 s, taking
-nothing new). For each scenario: rlix
-as it is, with each rule switched the other way (-rule: off, +rule: on), with all of them off,
+that migrates them, takes part in the split; off is 0), and `max_drain_s` (4 s by default: a
+rank at home cut for a grant finishes what it runs, taking nothing new, for as long as the
+gang it delays holds its cluster and at most 4 s; `-drain` cuts it at once). For each
+scenario: rlix as it is, with each rule switched the other way (-rule: off, +rule: on), with all of them off,
 and gap-ratio and static for reference. Figures: steps/h, mean JCT, idle and loading shares,
 and recomputed over generated tokens. Deterministic simulator figures; with `--seeds N`, each
 is the mean over seeds 0..N-1 (one seed's steps/h moves by about 1% with any small change of
@@ -38,7 +38,7 @@ DEFAULT_SCENARIOS = ("agentic-4x32", "math-rlvr", "mixed-lora", "blog-4on12")
 #: Each rule switched from its default: (label, override).
 SWITCHED = {"keep_busy_tail": ("-keep_busy_tail", False), "home_floor": ("+home_floor", True),
             "min_rebalance_interval_s": ("-min_rebalance_interval_s", 0.0), "look_ahead": ("-look_ahead", False),
-            "tail_spread_batch": ("-tail_spread", 0), "max_drain_s": ("+drain", 4.0)}
+            "tail_spread_batch": ("-tail_spread", 0), "max_drain_s": ("-drain", 0.0)}
 ALL_OFF = {"keep_busy_tail": False, "home_floor": False, "min_rebalance_interval_s": 0.0, "look_ahead": False,
            "tail_spread_batch": 0, "max_drain_s": 0.0}
 FIGURES = ("steps_per_hour", "mean_jct_s", "idle_share", "loading_share", "recomputed_share")

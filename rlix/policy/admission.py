@@ -59,6 +59,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from rlix.policy.drain import drain_for
 from rlix.policy.state import ClusterHold, Rank, RankStatus, Request
 
 if TYPE_CHECKING:
@@ -148,8 +149,9 @@ def waited_on(sched: Scheduler, gpus: tuple[int, ...]) -> frozenset[str]:
 def serve_requests(sched: Scheduler, policy: Policy) -> Reservations:
     reservations = Reservations()
     ledger = sched.ledger
-    # Ranks cut for a grant may finish what they run first, the grant waiting that long at most.
-    drain_s = sched.config.max_drain_s if policy.drains_preempted else 0.0
+    # Ranks cut for a grant may finish what they run first, the grant waiting that long at
+    # most (rlix.policy.drain).
+    drains = policy.drains_preempted and sched.config.max_drain_s > 0
     for request in list(sched.queue):
         if request.pipeline_id not in sched.runnable:
             ledger.hold(request, f"waiting for its turn under the {policy.name} policy")
@@ -158,7 +160,8 @@ def serve_requests(sched: Scheduler, policy: Policy) -> Reservations:
         verdict = assess(sched, request, gpus, reservations)
         backing_off = request.retry_after_s > sched.now
         if not verdict.reason and not backing_off:
-            shrinks = [ledger.shrink(rank, "preempt", drain_s).decision_id for rank in verdict.to_shrink.values()]
+            shrinks = [ledger.shrink(rank, "preempt", drain_for(sched, request, rank) if drains else 0.0).decision_id
+                       for rank in verdict.to_shrink.values()]
             ledger.grant(request, gpus, shrinks)
             continue
         if policy.futile_preemption and not backing_off:

@@ -154,15 +154,24 @@ def check_shrink_reasons(decisions: list[Decision], strict: bool) -> None:
 
 
 def check_drains(sched: Scheduler, decisions: list[Decision]) -> None:
-    """Invariant 5 (the bound of a drain): a rank drains only when cut for a grant, and for at
+    """Invariant 5 (the bound of a drain): a rank drains only when cut for another pipeline's
+    grant, only on GPUs of its own pipeline's home (a loan is handed back at once), and for at
     most `max_drain_s`, so the grant waits a bounded time for it."""
     bound = sched.config.max_drain_s
+    granted_to = {needed: g.pipeline_id for g in decisions if isinstance(g, Grant) for needed in g.requires}
     for d in decisions:
         if isinstance(d, Shrink) and d.drain_s:
+            if granted_to.get(d.decision_id) == d.pipeline_id:
+                _fail(5, f"shrink {d.decision_id} drains {d.pipeline_id}'s rank for its own grant")
             if d.reason != "preempt":
                 _fail(5, f"shrink {d.decision_id} ({d.reason}) drains; only a rank cut for a grant may")
             if not 0 < d.drain_s <= bound:
                 _fail(5, f"shrink {d.decision_id} drains {d.drain_s!r} s, past the bound of {bound!r} s")
+            pipeline = sched.pipelines.get(d.pipeline_id)
+            home = frozenset(pipeline.spec.home) if pipeline is not None else frozenset()
+            if any(g not in home for g in d.gpus):
+                _fail(5, f"shrink {d.decision_id} drains {d.pipeline_id}'s rank on GPUs {list(d.gpus)}, "
+                         "not all of its home: a loan is cut at once")
 
 
 def check_shrink_backoff(sched: Scheduler, decisions: list[Decision]) -> None:

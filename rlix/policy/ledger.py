@@ -243,6 +243,7 @@ class Ledger:
         if isinstance(decision, Grant):
             assert isinstance(holder, ClusterHold)
             holder.status = HoldStatus.HELD
+            holder.held_since_s = self.sched.now
         elif isinstance(decision, Expand):
             assert isinstance(holder, Rank)
             holder.status = RankStatus.ACTIVE

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rlix.policy import events as ev
+from rlix.policy.drain import measure_hold
 from rlix.policy.errors import EventError
 from rlix.policy.homes import resolve
 from rlix.policy.look_ahead import note_back, note_left
@@ -176,6 +177,7 @@ def _apply_release(sched: Scheduler, pipeline: PipelineState, cluster: str) -> N
     hold = pipeline.holdings.pop(cluster, None)
     if hold is not None:
         sched.cluster.free(hold.gpus, hold)
+        measure_hold(sched, pipeline, hold)
         return
     pipeline.end_rollout()  # the round shrinks the active ranks ("release")
 

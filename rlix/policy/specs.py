@@ -331,13 +331,12 @@ class PolicyConfig:
     #: average, is not held at its busy ranks but takes part in the split with them as a floor
     #: (rlix.policy.rollout.spreads); 0 holds every tail. rlix only.
     tail_spread_batch: int = 32
-    #: A rollout rank cut for a higher-priority grant drains for up to this long (`Shrink.drain_s`):
-    #: it takes no new trajectories and is cut when it runs none or when this time is up, so the
-    #: trajectories about to finish do not go back to be recomputed; the grant waits as long at
-    #: most. 0: cut at once. Off by default: on blog-4on12 (8 seeds) 4 s cut recomputed tokens
-    #: from 24.7% to 14.6% of generated at the same steps/h, but delays every gang, which cost
-    #: math-rlvr 2% of its steps/h (bench/policy_ablation.py). rlix only.
-    max_drain_s: float = 0.0
+    #: A rollout rank cut for a higher-priority grant, on its own pipeline's home, drains for as
+    #: long as the requesting pipeline holds that cluster (measured) and at most this long
+    #: (`Shrink.drain_s`, rlix.policy.drain): it takes no new trajectories and is cut when it
+    #: runs none or when its drain is up, so trajectories about to finish are not recomputed;
+    #: the grant waits as long at most. 0: cut at once. rlix only.
+    max_drain_s: float = 4.0
     #: A home given as a size stacks (rlix.policy.homes, rule 2) first on homes whose jobs'
     #: expected runtimes (`PipelineSpec.runtime_estimate_s`) are most like its job's: long jobs'
     #: rollout then sees few gangs, short jobs preempt short ones. Needs runtime estimates (the

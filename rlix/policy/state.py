@@ -65,6 +65,7 @@ class ClusterHold:
     request: Request
     status: HoldStatus = HoldStatus.GRANTING
     decision_id: int = -1
+    held_since_s: float = float("nan")  # when its grant was applied
 
 
 @dataclass(slots=True, eq=False)
@@ -144,6 +145,9 @@ class PipelineState:
     #: (slot count, homes version) they were found for (rlix.policy.look_ahead.own_home).
     own_home: tuple[tuple[int, ...], int] = ((), 0)
     own_home_key: tuple[int, int] = (-1, -1)
+    #: Measured by the core (rlix.policy.drain): how long it holds each non-rollout cluster,
+    #: grant applied to release, a running mean over its stages there.
+    hold_s: dict[str, float] = field(default_factory=dict)
 
     # Copied from the spec: read on every hot path.
     pipeline_id: str = field(init=False)

@@ -9,6 +9,7 @@ function alone, also catches a check that is no longer called.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import pytest
@@ -108,14 +109,21 @@ def test_a_rebalance_without_its_expansion_breaks_4_where_promised() -> None:
     assert breaks(rolling().sched, followed) is None
 
 
-# --- invariant 5: a drain is bounded and only for a grant -----------------------------------
+# --- invariant 5: a drain is bounded, only for a grant, only at home ------------------------
 
 
-def test_a_drain_past_the_bound_or_not_for_a_grant_breaks_5() -> None:
-    d = Driver(Topology(1, 4), config=PolicyConfig(max_drain_s=4.0))
-    d.add(full_finetune("A", (0, 1, 2, 3), (0, 1), tp=2, max_staleness=1), full_finetune("B", (0, 1, 2, 3), (2, 3)))
+def _drain_driver(config: PolicyConfig, a_home: tuple[int, ...]) -> Driver:
+    """A (TP 2, at home on `a_home`) rolls out on all four GPUs; B trains on 2-3."""
+    d = Driver(Topology(1, 4), config=config)
+    a = dataclasses.replace(full_finetune("A", (0, 1, 2, 3), (0, 1), tp=2, max_staleness=1), home=a_home)
+    d.add(a, full_finetune("B", (0, 1, 2, 3), (2, 3)))
     d.send(ClusterRequested(1, "A", "actor_infer", 6, estimate=10))
     d.apply_all()
+    return d
+
+
+def test_a_drain_past_the_bound_not_for_a_grant_or_of_a_loan_breaks_5() -> None:
+    d = _drain_driver(PolicyConfig(max_drain_s=4.0), (0, 1, 2, 3))
 
     def drained(seconds: float, reason: str = "preempt") -> list[Decision]:
         shrink = Shrink(FAKE, "A", 1, (2, 3), reason, drain_s=seconds)
@@ -123,10 +131,13 @@ def test_a_drain_past_the_bound_or_not_for_a_grant_breaks_5() -> None:
                             else Expand(FAKE + 1, "B", 2, (2,), (FAKE,)))
         return [shrink, follow]
 
-    assert breaks(d.sched, drained(4.0)) is None  # at the bound
+    assert breaks(d.sched, drained(4.0)) is None  # at the bound, on A's home
     assert breaks(d.sched, drained(4.5)) == 5
     assert breaks(d.sched, drained(1.0, "rebalance")) == 5
-    assert breaks(rolling().sched, drained(1.0)) == 5  # the default bound is 0: no drain at all
+    assert breaks(_drain_driver(PolicyConfig(max_drain_s=4.0), (0, 1)).sched, drained(1.0)) == 5  # a loan
+    assert breaks(_drain_driver(PolicyConfig(max_drain_s=0.0), (0, 1, 2, 3)).sched, drained(1.0)) == 5  # no drain at all
+    own = [Shrink(FAKE, "A", 1, (2, 3), "preempt", drain_s=1.0), Grant(FAKE + 1, "A", "actor_train", 1, (0, 1), (FAKE,))]
+    assert breaks(d.sched, own) == 5  # for its own grant
 
 
 # --- invariant 5: no overtaking of a blocked request ----------------------------------------

@@ -1,7 +1,7 @@
 """Drains in the simulator: blog-4on12 with `max_drain_s`, checked from the run record itself.
 
-A rank cut for a training grant is closed to admissions and cut when it runs nothing or when
-its drain is up: no attempt starts on it after the decision, its offload starts at most
+A rank at home cut for another job's training grant is closed to admissions and cut when it
+runs nothing or when its drain is up: no attempt starts on it after the decision, its offload starts at most
 `drain_s` later (earlier when it emptied), the grant waits for it, and fewer generated tokens
 are recomputed than when ranks are cut at once. The folder replays exactly and passes the
 run-table checks, as every run must.
@@ -60,11 +60,34 @@ def test_the_drained_run_replays_and_checks(folders: dict[float, Path]) -> None:
     check(folders[DRAIN_S])
 
 
-def test_only_ranks_cut_for_a_grant_drain(folders: dict[float, Path]) -> None:
-    shrinks = _shrinks(folders[DRAIN_S])
-    assert any(s["reason"] == "preempt" for s in shrinks)
-    for s in shrinks:
-        assert s.get("drain_s", 0.0) == (DRAIN_S if s["reason"] == "preempt" else 0.0), s
+def _decisions(folder: Path, kind: str) -> list[dict[str, Any]]:
+    return [d for line in (folder / "events.jsonl").read_text().splitlines()
+            for d in json.loads(line).get("decisions", []) if d["type"] == kind]
+
+
+def test_only_ranks_at_home_cut_for_another_jobs_grant_drain(folders: dict[float, Path]) -> None:
+    """From the record alone: a drain is on a preempt, on GPUs of its pipeline's home (its
+    Place), for a grant to another pipeline, within the bound and never longer than the
+    requester's longest earlier hold of that cluster (the core's running mean of its holds
+    cannot exceed it; holds read from `allocations`, init left out)."""
+    folder = folders[DRAIN_S]
+    homes = {d["pipeline_id"]: set(d["home"]) for d in _decisions(folder, "Place")}
+    grant_of = {need: g for g in _decisions(folder, "Grant") for need in g["requires"]}
+    alloc = load(folder).allocations
+    holds = alloc[(alloc["cluster"] != "actor_infer") & (alloc["priority"] > 0)][
+        ["pipeline_id", "cluster", "t_start", "t_end"]].drop_duplicates()
+    shrinks = _shrinks(folder)
+    drained = [s for s in shrinks if s.get("drain_s", 0.0) > 0]
+    assert drained and len(drained) < sum(s["reason"] == "preempt" for s in shrinks)
+    for s in drained:
+        grant = grant_of[s["decision_id"]]
+        assert s["reason"] == "preempt" and grant["pipeline_id"] != s["pipeline_id"], s
+        assert set(s["gpus"]) <= homes[s["pipeline_id"]], s
+        earlier = holds[(holds["pipeline_id"] == grant["pipeline_id"]) & (holds["cluster"] == grant["cluster"])
+                        & (holds["t_end"] <= s["at"] + 1e-9)]
+        longest = float((earlier["t_end"] - earlier["t_start"]).max())
+        assert 0 < s["drain_s"] <= min(DRAIN_S, longest) + 1e-9, s
+    assert any(s["drain_s"] < DRAIN_S - 1e-6 for s in drained)  # the gang's own length binds
     assert all(s.get("drain_s", 0.0) == 0.0 for s in _shrinks(folders[0.0]))
 
 
