@@ -12,8 +12,8 @@ the gang that needs the GPUs, so the drain is given only where it is likely to p
    steps/h, past the ceiling other policies reach). A rank on another pipeline's home is a loan,
    and its owner wants the GPUs back; loans are handed back on time by the look-ahead rule
    (rlix.policy.look_ahead), and the owner of a dedicated home is often the job on the critical
-   path. Draining everywhere cost math-rlvr (dedicated homes) 2% of its steps/h; on its own
-   home only, nothing.
+   path. Draining everywhere cost math-rlvr (dedicated homes) 2% of its steps/h (198.2 ->
+   194.2); on its own home only, nothing.
 2. **No longer than the gang it delays.** The drain is at most the time the requesting
    pipeline holds that cluster (a running mean over its stages there, which the core measures
    from grant applied to release, `PipelineState.hold_s`), and at most `max_drain_s`. Waiting 4 s
@@ -21,9 +21,10 @@ the gang that needs the GPUs, so the drain is given only where it is likely to p
    itself at most doubles it. A cluster never held before has no measure, and the ranks in
    its way are cut at once.
 
-Over 8 seeds `blog-4on12` (four jobs stacked on one home) recomputes 16.5% of the tokens it
-generates instead of 21.3%, at 196.4 steps/h instead of 194.6; the dedicated studies move by
-less than 0.3% (bench/policy_ablation.py).
+Over 8 seeds `blog-4on12` (four jobs stacked on one home) recomputes 17.8% of the tokens it
+generates instead of 21.3% and loads weights 7.0% of the time instead of 7.7%, at the same
+194.6 steps/h (its mean JCT 692 -> 705 s); the dedicated studies do not move (no stacked
+homes); `lab-day` (seeds 0-5) 1,201 -> 1,206 s (bench/policy_ablation.py).
 """
 
 from __future__ import annotations
