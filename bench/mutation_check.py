@@ -43,7 +43,17 @@ RUN = "rlix/policy/run_checks.py"
 SPLIT = "rlix/policy/split.py"
 #: Not copied: version control, environments, caches, run output.
 SKIP = (".git", ".venv", "__pycache__", ".hypothesis", ".mypy_cache", ".ruff_cache", ".pytest_cache",
-        "runs", "*.egg-info", "build", "dist")
+        "*.egg-info", "build", "dist")
+#: Left out of the copy at the top level only: run folders written there (`rlix/runs` and
+#: `tests/runs` are code).
+SKIP_TOP = ("runs",)
+
+
+def _ignore(folder: str, names: list[str]) -> set[str]:
+    skipped = set(shutil.ignore_patterns(*SKIP)(folder, names))
+    if Path(folder) == REPO:
+        skipped.update(n for n in names if n in SKIP_TOP)
+    return skipped
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,9 @@ MUTANTS: tuple[Mutant, ...] = (
          "        if isinstance(event, ev.PipelineRemoved):\n            for gpu, holder",
          "        if False:\n            for gpu, holder"),
     swap("shrink-reasons: any reason", INV,
-         'if d.reason not in ("preempt", "rebalance", "release"):', "if False:"),
+         'if d.reason not in ("preempt", "rebalance", "release", "reclaim"):', "if False:"),
+    swap("drains: a loan drains", INV, "if any(g not in home for g in d.gpus):", "if False:"),
+    swap("drains: for its own grant", INV, "if granted_to.get(d.decision_id) == d.pipeline_id:", "if False:"),
     swap("shrink-reasons: rebalance alone passes", INV,
          'if d.reason == "rebalance" and d.decision_id not in required_by_expands:', "if False:"),
     swap("shrink-backoff: deadline inclusive", INV,
@@ -127,8 +139,8 @@ MUTANTS: tuple[Mutant, ...] = (
          "share = (c.demand / max_demand) * (c.weight / max_weight)"),
     swap("split: shares ignore weight", SPLIT, "share = (c.demand / max_demand) * c.tp * (c.weight / max_weight)",
          "share = (c.demand / max_demand) * c.tp"),
-    swap("split: smallest share gets the scarce bundle", SPLIT, "key=lambda c: (-shares[c.pipeline_id],",
-         "key=lambda c: (shares[c.pipeline_id],"),
+    swap("split: smallest share gets the scarce bundle", SPLIT, "(c.num_active_gpus == 0, -shares[c.pipeline_id],",
+         "(c.num_active_gpus == 0, shares[c.pipeline_id],"),
     swap("split: home floors even when they do not fit", SPLIT, "    if sum(floors) <= budget:\n        lows = floors",
          "    if True:\n        lows = floors"),
     swap("split: round up", SPLIT, "bundles = math.floor(x / tp + 1e-9)", "bundles = math.ceil(x / tp - 1e-9)"),
@@ -142,7 +154,7 @@ def make_copy(ref: str | None) -> Path:
     compiled extensions of the working tree (build products, not in git)."""
     tree = Path(tempfile.mkdtemp(prefix="rlix-mutants-")) / "repo"
     if ref is None:
-        shutil.copytree(REPO, tree, ignore=shutil.ignore_patterns(*SKIP))
+        shutil.copytree(REPO, tree, ignore=_ignore)
     else:
         tree.mkdir()
         archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", ref],

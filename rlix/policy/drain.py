@@ -8,8 +8,8 @@ the gang that needs the GPUs, so the drain is given only where it is likely to p
 1. **On the rank's own home, for another job.** A rank on GPUs of its own pipeline's home is
    cut by a job whose home is stacked on the same GPUs: jobs that take turns there, each drain
    soon repaid by the others'. A pipeline's own training cutting its own ranks does not wait
-   for them (its step would wait on itself: alone on the pool that cost `tiny` 1.2% of its
-   steps/h, past the ceiling other policies reach). A rank on another pipeline's home is a loan,
+   for them (its step would wait on itself: alone on the pool that made `tiny` 1.2% slower
+   than the sequential policy runs it). A rank on another pipeline's home is a loan,
    and its owner wants the GPUs back; loans are handed back on time by the look-ahead rule
    (rlix.policy.look_ahead), and the owner of a dedicated home is often the job on the critical
    path. Draining everywhere cost math-rlvr (dedicated homes) 2% of its steps/h (198.2 ->

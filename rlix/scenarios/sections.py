@@ -81,8 +81,9 @@ class PolicyTunables(Section):
     """An on-policy tail running more than this many trajectories per busy rank, whose engine
     migrates them, takes part in the split instead of being held; 0: every tail held (rlix only)."""
     max_drain_s: float = Field(_POLICY_DEFAULTS.max_drain_s, ge=0, allow_inf_nan=False)
-    """A rank cut for a higher-priority grant finishes what it runs for up to this long first,
-    taking nothing new; the grant waits as long at most. 0: cut at once (rlix only)."""
+    """A rank on its own home cut for another job's grant finishes what it runs first, taking
+    nothing new, for as long as that job holds the cluster and at most this long; the grant
+    waits as long at most. Loans are cut at once. 0: cut at once (rlix only)."""
     stack_by_runtime: bool = _POLICY_DEFAULTS.stack_by_runtime
     """A home given as a size stacks first with homes of jobs of like expected runtime (rlix only)."""
     alike_stack_depth: int = Field(_POLICY_DEFAULTS.alike_stack_depth, ge=0)
