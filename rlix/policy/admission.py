@@ -151,7 +151,7 @@ def serve_requests(sched: Scheduler, policy: Policy) -> Reservations:
     ledger = sched.ledger
     # Ranks cut for a grant may finish what they run first, the grant waiting that long at
     # most (rlix.policy.drain).
-    drains = policy.drains_preempted and sched.config.max_drain_s > 0
+    drains = policy.drains_preempted
     for request in list(sched.queue):
         if request.pipeline_id not in sched.runnable:
             ledger.hold(request, f"waiting for its turn under the {policy.name} policy")

@@ -53,14 +53,10 @@ def measure_hold(sched: Scheduler, pipeline: PipelineState, hold: ClusterHold) -
 def drain_for(sched: Scheduler, request: Request, rank: Rank) -> float:
     """How long `rank`, cut for `request`'s grant, may drain (0: cut at once)."""
     bound = sched.config.max_drain_s
-    if not bound:
+    if not bound or rank.pipeline_id == request.pipeline_id:
         return 0.0
     took = sched.pipelines[request.pipeline_id].hold_s.get(request.cluster)
-    if not took:
-        return 0.0
-    if rank.pipeline_id == request.pipeline_id:
-        return 0.0
     home = sched.pipelines[rank.pipeline_id].spec.home
-    if not home or not set(rank.gpus).issubset(home):
+    if not took or not home or not set(rank.gpus).issubset(home):
         return 0.0
     return min(bound, took)

@@ -120,11 +120,7 @@ def _window_shares(tables: RunTables, totals: RunTotals) -> dict[str, float] | N
     if totals.window is None:
         return None
     t_start, t_end = totals.window
-    window_s = tables.num_gpus * (t_end - t_start)
-    busy = float(totals.cover_s[:, 3].sum()) / window_s
-    loading = float(totals.cover_s[:, 4].sum()) / window_s
-    return {"t_start": t_start, "t_end": t_end, "busy_share": busy, "loading_share": loading,
-            "idle_share": 1.0 - busy - loading}
+    return {"t_start": t_start, "t_end": t_end, **_shares(totals, 3, tables.num_gpus * (t_end - t_start))}
 
 
 def _waiting_shares(tables: RunTables, totals: RunTotals) -> dict[str, float] | None:
@@ -133,11 +129,15 @@ def _waiting_shares(tables: RunTables, totals: RunTotals) -> dict[str, float] | 
     waiting = totals.waiting
     if waiting is None or waiting.total_s <= 0 or tables.num_gpus <= 0:
         return None
-    pool_s = tables.num_gpus * waiting.total_s
-    busy = float(totals.cover_s[:, 5].sum()) / pool_s
-    loading = float(totals.cover_s[:, 6].sum()) / pool_s
-    return {"waiting_s": waiting.total_s, "busy_share": busy, "loading_share": loading,
-            "idle_share": 1.0 - busy - loading}
+    return {"waiting_s": waiting.total_s, **_shares(totals, 5, tables.num_gpus * waiting.total_s)}
+
+
+def _shares(totals: RunTotals, busy_column: int, pool_s: float) -> dict[str, float]:
+    """Shares of `pool_s` GPU-seconds from the busy column of `totals.cover_s` and the loading
+    column after it."""
+    busy = float(totals.cover_s[:, busy_column].sum()) / pool_s
+    loading = float(totals.cover_s[:, busy_column + 1].sum()) / pool_s
+    return {"busy_share": busy, "loading_share": loading, "idle_share": 1.0 - busy - loading}
 
 
 def gpu_time_by_pipeline(cover: GpuCover, num_pipelines: int) -> np.ndarray:

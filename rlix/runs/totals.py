@@ -54,36 +54,41 @@ class RunTotals:
 @dataclass(frozen=True)
 class Waiting:
     """The times at least one job waits to start: the union of each job's [arrival, first
-    grant) (to its removal or the end of the run if it never starts), as disjoint intervals
-    in order. `measure(t0, t1)` is how much of it lies in [t0, t1], elementwise: the union's
-    cumulative length is piecewise linear, so two interpolations give it for any span."""
+    grant) (to its removal or the end of the run if it never starts). The union's cumulative
+    length is piecewise linear in time, so it is kept as its breakpoints (`points`: each
+    interval's start and end, in order) and its values there (`cumulative`), and `measure(t0,
+    t1)`, how much of it lies in [t0, t1] elementwise, is two interpolations."""
 
-    starts: np.ndarray
-    ends: np.ndarray
+    points: np.ndarray
+    cumulative: np.ndarray
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self.points[0::2]
+
+    @property
+    def ends(self) -> np.ndarray:
+        return self.points[1::2]
 
     @property
     def total_s(self) -> float:
-        return float((self.ends - self.starts).sum())
+        return float(self.cumulative[-1])
 
     def measure(self, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-        points = np.column_stack([self.starts, self.ends]).ravel()
-        lengths = self.ends - self.starts
-        cumulative = np.column_stack([np.cumsum(lengths) - lengths, np.cumsum(lengths)]).ravel()
-        inside: np.ndarray = np.interp(t1, points, cumulative) - np.interp(t0, points, cumulative)
+        inside: np.ndarray = np.interp(t1, self.points, self.cumulative) - np.interp(t0, self.points, self.cumulative)
         return inside
 
 
 def waiting_set(tables: RunTables, first_grant: Mapping[str, float]) -> Waiting | None:
     """The times some job waits (`Waiting`), or None if no job ever waited."""
-    starts, ends = [], []
-    for pid in tables.pipeline_ids:
-        arrival = tables.admitted_s.get(pid, 0.0)
-        start = first_grant.get(pid, tables.makespan_s)
-        start = min(start, tables.removed_s.get(pid, start), tables.makespan_s)
-        starts.append(max(arrival, 0.0))
-        ends.append(start)
-    keys, t0, t1 = merge(np.zeros(len(starts), np.int64), np.array(starts, float), np.array(ends, float))
-    return Waiting(t0, t1) if len(keys) else None
+    end_s = tables.makespan_s
+    starts = [max(tables.admitted_s.get(pid, 0.0), 0.0) for pid in tables.pipeline_ids]
+    ends = [min(first_grant.get(pid, end_s), tables.removed_s.get(pid, end_s), end_s) for pid in tables.pipeline_ids]
+    _keys, t0, t1 = merge(np.zeros(len(starts), np.int64), np.array(starts, float), np.array(ends, float))
+    if not len(t0):
+        return None
+    total = np.cumsum(t1 - t0)
+    return Waiting(np.column_stack([t0, t1]).ravel(), np.column_stack([total - (t1 - t0), total]).ravel())
 
 
 def all_active_window(tables: RunTables, pipeline_ids: list[str]) -> tuple[float, float] | None:

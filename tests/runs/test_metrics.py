@@ -4,6 +4,7 @@ against a brute-force count of what every GPU did in every second."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 
@@ -167,6 +168,24 @@ def test_spans_come_from_the_event_log() -> None:
     assert result["overall"]["steps_per_hour"] == pytest.approx(3 / 80 * 3600)
 
 
+def sampled_states(recorder: Recorder, t0: float, t1: float, counted: Callable[[float], bool]) -> tuple[int, int, int]:
+    """Busy and loading (not busy) samples, and all samples, of every GPU at each half second
+    of [t0, t1) (offset a quarter second) that `counted` keeps: its holder's activity there."""
+    busy = loading = samples = 0
+    t = t0 + 0.25
+    while t < t1:
+        if counted(t):
+            for gpu in range(recorder.topology.num_gpus):
+                samples += 1
+                holders = [a[0] for a in recorder.allocations if a[4] == gpu and a[5] <= t < a[6]]
+                kinds = {a[4] for a in recorder.activity
+                         if holders and a[0] == holders[0] and a[3] == gpu and a[6] <= t < a[7]}
+                busy += "busy" in kinds
+                loading += "loading" in kinds and "busy" not in kinds
+        t += 0.5
+    return busy, loading, samples
+
+
 @pytest.mark.parametrize("p1_admitted_s", [0.0, 12.0, 33.5])
 def test_all_active_shares_against_brute_force(p1_admitted_s: float) -> None:
     """The window's shares against a count of every GPU's state at each half second in it."""
@@ -178,17 +197,7 @@ def test_all_active_shares_against_brute_force(p1_admitted_s: float) -> None:
     window = summary(tables)["overall"]["all_active"]
     t0, t1 = p1_admitted_s, 70.0
     assert (window["t_start"], window["t_end"]) == (t0, t1)
-    busy = loading = samples = 0
-    for gpu in range(recorder.topology.num_gpus):
-        t = t0 + 0.25
-        while t < t1:
-            samples += 1
-            holders = [a[0] for a in recorder.allocations if a[4] == gpu and a[5] <= t < a[6]]
-            kinds = {a[4] for a in recorder.activity
-                     if holders and a[0] == holders[0] and a[3] == gpu and a[6] <= t < a[7]}
-            busy += "busy" in kinds
-            loading += "loading" in kinds and "busy" not in kinds
-            t += 0.5
+    busy, loading, samples = sampled_states(recorder, t0, t1, lambda t: True)
     assert window["busy_share"] == pytest.approx(busy / samples)
     assert window["loading_share"] == pytest.approx(loading / samples)
 
@@ -235,18 +244,8 @@ def test_while_waiting_shares_against_brute_force(waits: tuple[tuple[float, floa
         removed_s={**tables.removed_s, **{pid: r for pid, (_, r) in zip(ids, waits, strict=True) if r is not None}})
     got = summary(tables)["overall"]["while_waiting"]
     end = tables.makespan_s
-    busy = loading = samples = 0
-    t = 0.25
-    while t < end:
-        if any(a <= t < (end if r is None else r) for a, r in waits):
-            for gpu in range(recorder.topology.num_gpus):
-                samples += 1
-                holders = [a[0] for a in recorder.allocations if a[4] == gpu and a[5] <= t < a[6]]
-                kinds = {a[4] for a in recorder.activity
-                         if holders and a[0] == holders[0] and a[3] == gpu and a[6] <= t < a[7]}
-                busy += "busy" in kinds
-                loading += "loading" in kinds and "busy" not in kinds
-        t += 0.5
+    busy, loading, samples = sampled_states(
+        recorder, 0.0, end, lambda t: any(a <= t < (end if r is None else r) for a, r in waits))
     assert got["waiting_s"] == pytest.approx(samples / recorder.topology.num_gpus * 0.5)
     assert got["busy_share"] == pytest.approx(busy / samples)
     assert got["loading_share"] == pytest.approx(loading / samples)
