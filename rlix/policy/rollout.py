@@ -264,6 +264,12 @@ class _Donors:
             move = None if found is not None else planner.relocation_fit(pipeline, {p.pipeline_id for p in self.rollers})
         finally:
             planner.first_bundle = False
+        if found is None and move is None:
+            rank = planner.kept_back_fit(pipeline)
+            if rank is None:
+                return False
+            sched.ledger.expand(rank)
+            return True
         if found is None and move is not None and not move[2]:
             found = (move[0], move[1])  # relocation needing no replacement: donors' ranks
         if found is not None:

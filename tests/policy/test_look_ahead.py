@@ -168,3 +168,55 @@ def test_a_loan_is_made_exactly_when_it_pays_and_never_outstays_its_offload_time
     driver.send(Tick(due))
     at(driver, due + offload_s)  # the reclaims' offloads end as O returns
     assert ranks_on(driver, "B", {0, 1}) == 0
+
+
+def three_homes() -> Driver:
+    """O, B and C at home on GPUs 0-1, 2-3 and 4-5, each rolling out TP 1 over all six. O goes
+    as in two_homes: by 50.5 it is away, expected back at 60, too soon for any loan to pay
+    (payback 3), so its home is kept back and free; B and C hold two GPUs each."""
+    pool = (0, 1, 2, 3, 4, 5)
+    driver = Driver(Topology(1, 6), PolicyConfig(loan_payback=3.0, min_rebalance_interval_s=30.0))
+    driver.add(spec("O", (0, 1), pool), spec("B", (2, 3), pool), spec("C", (4, 5), pool))
+    for pid in "OBC":
+        driver.send(ClusterRequested(0.0, pid, "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 2.0)
+    for start in (10.0, 40.0):
+        driver.send(ClusterReleasedAndRequested(start, "O", "actor_infer", "actor_train", Priority.ACTOR_TRAIN))
+        at(driver, start + 1.0)
+        driver.send(ClusterReleased(start + 10.0, "O", "actor_train"))
+        if start == 10.0:
+            at(driver, start + 12.0)
+            driver.send(ClusterRequested(start + 20.0, "O", "actor_infer", Priority.ROLLOUT, 100.0))
+            at(driver, start + 23.0)
+    at(driver, 50.5)
+    assert ranks_on(driver, "B", {0, 1}) == ranks_on(driver, "C", {0, 1}) == 0
+    assert driver.held("B") == driver.held("C") == 2
+    return driver
+
+
+def test_a_first_bundle_comes_from_a_donor_before_a_home_kept_back() -> None:
+    """C ends its rollout and B is lent C's GPUs; when C starts again, its first bundle is
+    taken from B (above its target now) rather than from O's free home, kept back for O."""
+    driver = three_homes()
+    driver.send(ClusterReleased(51.0, "C", "actor_infer"))
+    at(driver, 52.0)
+    assert driver.held("B") == 4 and driver.held("C") == 0
+    lines = driver.send(ClusterRequested(53.0, "C", "actor_infer", Priority.ROLLOUT, 100.0))
+    assert any(line.startswith("shrink B") and line.endswith("rebalance") for line in lines)
+    at(driver, 54.0)
+    assert driver.held("C") == 1 and ranks_on(driver, "C", {0, 1}) == 0
+    at(driver, 59.9)
+    assert ranks_on(driver, "B", {0, 1}) == ranks_on(driver, "C", {0, 1}) == 0  # O comes back to it free
+
+
+def test_a_first_bundle_found_nowhere_else_takes_a_home_kept_back() -> None:
+    """A gang of G (training on GPUs 2-5) preempts every rank of B and C: the only free GPUs
+    are O's kept-back home, and a first bundle comes first, so each gets one there."""
+    driver = three_homes()
+    pool = (0, 1, 2, 3, 4, 5)
+    g = PipelineSpec("G", PipelineKind.FULL_FINETUNE,
+                     {"actor_infer": ClusterSpec(1, pool), "actor_train": ClusterSpec(1, (2, 3, 4, 5))})
+    driver.add(g)
+    driver.send(ClusterRequested(51.0, "G", "actor_train", Priority.ACTOR_TRAIN))
+    at(driver, 52.0)
+    assert ranks_on(driver, "B", {0, 1}) == ranks_on(driver, "C", {0, 1}) == 1
