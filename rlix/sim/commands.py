@@ -32,10 +32,12 @@ Run every policy on the same scenario, trace and seed; print one table (throughp
 busy/loading/idle shares over the run and while every pipeline is active, step times, slowdown
 against running alone, preemptions) and write a comparison plot. Each pipeline is also run
 alone on its home GPUs (for slowdowns) and alone with every GPU its mappings allow (its
-unshared rate); every pipeline at its unshared rate from its arrival gives the ceiling, the
-steps per hour sharing could reach at best (in practice: a pipeline's own weight moves can put
-it slightly above its unshared rate). Per pipeline, steps_per_h is over its own time in the
-run (arrival to last step).
+unshared rate). The ceiling is the steps per hour sharing could reach at best: total steps
+over the longest of three makespans no policy beats, every pipeline at its unshared rate from
+its arrival, the pool's GPUs doing the work no packing avoids (gang stages and the least decode
+time of the rollouts), and the gang stages on more than half the pool one after another (in
+practice: a pipeline's own weight moves can put it slightly above its unshared rate). Per
+pipeline, steps_per_h is over its own time in the run (arrival to last step).
 Example:
 
   rlix-sim compare agentic-4x32

@@ -12,12 +12,16 @@ The *ceiling* is total steps over a lower bound on the makespan, the larger of t
 
 - each pipeline's critical path: its arrival plus its unshared duration (it cannot go faster
   than alone with every GPU it may use);
-- the work: the first arrival plus every pipeline's gang-stage GPU-seconds (training, log-
-  probs, values: each takes its whole mapping for a duration no sharing changes) over the
-  pool's GPUs (an oversubscribed pool cannot do more GPU-work per second than it has GPUs).
-  Rollout GPU-time is left out: it depends on how trajectories are packed on ranks (spread
-  over more ranks, a step's tail keeps more GPUs busy), so it is no conserved amount of work,
-  and the bound stays a bound.
+- the work: the first arrival plus every pipeline's conserved GPU-seconds over the pool's
+  GPUs (an oversubscribed pool cannot do more GPU-work per second than it has GPUs): its
+  gang stages (training, log-probs, values: each takes its whole mapping for a duration no
+  sharing changes) and the least GPU time its rollout can take in the engine, the decode
+  cost no packing of trajectories on ranks avoids (`rlix.sim.bounds`). What rollout spends
+  above that floor (small batches in a step's tail, prefills of recomputed prefixes, weight
+  loads) depends on the policy, so it is left out and the bound stays a bound;
+- the wide gangs: the first arrival plus the time of every gang stage on more than half the
+  pool. Two such stages share a GPU wherever they are placed, so they run one after the
+  other (on `blog-4on12`, four jobs that each train on 8 of 12 GPUs take turns).
 
 Set against it, a policy's steps per hour says how much sharing left on the table. It is a
 ceiling in practice, not a proof: more GPUs also mean more of a pipeline's own rank moves
@@ -40,6 +44,8 @@ import pandas as pd
 from rlix.scenarios import Scenario
 from rlix.sim.alone import signature
 from rlix.sim.api import alone_on_home, alone_on_pool, simulate
+from rlix.sim.bounds import rollout_gpu_s_floor
+from rlix.sim.costs import CostModel
 
 OVERALL_COLUMNS = (
     ("steps_per_hour", "steps/h", "{:.2f}"),
@@ -71,6 +77,9 @@ class Unshared:
     steps: int
     duration_s: float  # from its arrival to its end (its last step, or the scenario's cut)
     gang_gpu_s: float = 0.0  # GPU-seconds of its gang stages (training, log-probs, values)
+    rollout_gpu_s: float = 0.0  # the least GPU-seconds its rollout can take (rlix.sim.bounds)
+    #: (GPUs, seconds) of each of its gang stages, to find those on more than half a pool
+    gang_stages: tuple[tuple[int, float], ...] = ()
 
     @property
     def steps_per_hour(self) -> float | None:
@@ -93,10 +102,15 @@ class Comparison:
         if not self.unshared or set(self.unshared) != set(self.arrival_s):
             return None
         path_s = max(self.arrival_s[pid] + run.duration_s for pid, run in self.unshared.items())
-        work_s = 0.0
+        work_s = serial_s = 0.0
         if self.num_gpus:
-            work_s = min(self.arrival_s.values()) + sum(r.gang_gpu_s for r in self.unshared.values()) / self.num_gpus
-        return max(path_s, work_s)
+            first_s = min(self.arrival_s.values())
+            work_gpu_s = sum(r.gang_gpu_s + r.rollout_gpu_s for r in self.unshared.values())
+            work_s = first_s + work_gpu_s / self.num_gpus
+            serial_s = first_s + sum(
+                seconds for r in self.unshared.values() for gpus, seconds in r.gang_stages if 2 * gpus > self.num_gpus
+            )
+        return max(path_s, work_s, serial_s)
 
     def ceiling_steps_per_hour(self) -> float | None:
         """Total steps over the makespan bound: see the module docstring."""
@@ -222,7 +236,13 @@ def _run_alone(
         result = simulate(alone, plots=False, progress=report)
         activity = result.tables["activity"]
         gang = activity[(activity["cluster"] != "actor_infer") & (activity["kind"] == "busy")]
-        summary: dict[str, Any] = dict(result.summary, gang_gpu_s=float((gang["t_end"] - gang["t_start"]).sum()))
+        stages = gang.groupby(["cluster", "stage", "t_start", "t_end"], observed=True)["gpu"].count().reset_index()
+        summary: dict[str, Any] = dict(
+            result.summary,
+            gang_gpu_s=float((gang["t_end"] - gang["t_start"]).sum()),
+            rollout_gpu_s=rollout_floor(alone, result.tables["rollouts"]),
+            gang_stages=tuple(zip(stages["gpu"].tolist(), (stages["t_end"] - stages["t_start"]).tolist(), strict=True)),
+        )
         return summary
 
     for pipeline in base.pipelines:
@@ -238,7 +258,21 @@ def _run_alone(
         comparison.alone_jct_s[pid] = float(home["makespan_s"])
         if pool["pipelines"]:
             (unshared,) = pool["pipelines"].values()
-            comparison.unshared[pid] = Unshared(int(unshared["steps"]), float(pool["makespan_s"]), pool["gang_gpu_s"])
+            comparison.unshared[pid] = Unshared(
+                int(unshared["steps"]), float(pool["makespan_s"]), pool["gang_gpu_s"], pool["rollout_gpu_s"],
+                pool["gang_stages"],
+            )
+
+
+def rollout_floor(alone: Scenario, rollouts: pd.DataFrame) -> float:
+    """The least GPU-seconds the rollout of `alone`'s one pipeline can take for the trajectories
+    it completed (rlix.sim.bounds)."""
+    (pipeline,) = alone.pipelines
+    spec = alone.pipeline_specs("rlix")[pipeline.id]
+    costs = CostModel.for_model(pipeline.model, alone.topology_config.gpu, alone.costs)
+    done = rollouts[rollouts["status"] == "completed"]
+    pairs = zip(done["prompt_tokens"].tolist(), done["response_tokens"].tolist(), strict=True)
+    return rollout_gpu_s_floor(costs, spec.rollout.tp, alone.engine.max_batch, pairs)
 
 
 def plot_comparison(comparison: Comparison, path: Path) -> Path:

@@ -99,6 +99,25 @@ def test_the_ceiling_bounds_an_oversubscribed_pool_by_its_work() -> None:
     assert comparison.makespan_bound_s() == pytest.approx(130.0)
 
 
+def test_the_ceiling_serialises_gangs_on_more_than_half_the_pool() -> None:
+    """By hand: four jobs on 12 GPUs, each 100 s alone with every GPU, each with 4 gang stages
+    of 30 s on 8 GPUs (two such stages share a GPU wherever they go) and one of 10 s on 4 GPUs.
+    Critical path 100 s; work (4 x (4 x 240 + 40) + 4 x 600 rollout floor) / 12 = 533.3 s;
+    the wide gangs one after another: 16 x 30 = 480 s, which binds without the rollout floor.
+    On 16 GPUs two 8-GPU stages fit side by side: no stage is wide, and the work binds
+    (4,000 / 16 = 250 s)."""
+    from rlix.sim.compare import Comparison, Unshared
+
+    stages = ((8, 30.0),) * 4 + ((4, 10.0),)
+    job = Unshared(10, 100.0, 1000.0, 600.0, stages)
+    comparison = Comparison({}, num_gpus=12, arrival_s=dict.fromkeys("abcd", 0.0), unshared=dict.fromkeys("abcd", job))
+    assert comparison.makespan_bound_s() == pytest.approx(6400.0 / 12)
+    comparison.unshared = dict.fromkeys("abcd", Unshared(10, 100.0, 1000.0, 0.0, stages))
+    assert comparison.makespan_bound_s() == pytest.approx(480.0)  # the rollout floor gone: gangs bind
+    comparison.num_gpus = 16
+    assert comparison.makespan_bound_s() == pytest.approx(250.0)
+
+
 def test_compare_json_has_job_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
