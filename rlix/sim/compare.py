@@ -8,7 +8,7 @@ Besides each policy's run, each pipeline is run alone twice:
 - with every GPU its mappings allow and nobody else (the `rlix` policy with no other pipeline):
   its *unshared* rate and its busy GPU-time.
 
-The *ceiling* is total steps over a lower bound on the makespan, the larger of two:
+The *ceiling* is total steps over a lower bound on the makespan, the largest of three:
 
 - each pipeline's critical path: its arrival plus its unshared duration (it cannot go faster
   than alone with every GPU it may use);
@@ -97,8 +97,8 @@ class Comparison:
     num_gpus: int = 0
 
     def makespan_bound_s(self) -> float | None:
-        """The larger of the critical path and the work bound (module docstring); None without
-        every pipeline's unshared run."""
+        """The largest of the critical path, the work and the wide gangs (module docstring); None
+        without every pipeline's unshared run."""
         if not self.unshared or set(self.unshared) != set(self.arrival_s):
             return None
         path_s = max(self.arrival_s[pid] + run.duration_s for pid, run in self.unshared.items())
