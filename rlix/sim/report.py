@@ -79,10 +79,11 @@ def print_comparison(scenario: Any, comparison: Comparison) -> None:
             for policy, summary in comparison.summaries.items()
             if summary["overall"].get("steps_per_hour") is not None
         )
-        print(
-            f"\nceiling: {ceiling:.2f} steps/h (every pipeline at its unshared rate, alone with all"
-            f" the GPUs its mappings allow, from its arrival); reached: {shares}"
-        )
+        bounds = comparison.makespan_bounds_s() or {}
+        binding = max(bounds, key=lambda name: bounds[name])
+        terms = ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in bounds.items())
+        print(f"\nceiling: {ceiling:.2f} steps/h, all steps over the longest makespan no policy beats"
+              f" ({terms}; the longest: {binding}); reached: {shares}")
     print()
     print(
         format_table(

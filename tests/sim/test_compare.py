@@ -65,6 +65,7 @@ def test_compare_prints_the_ceiling_and_the_share_each_policy_reached(
     assert main(["compare", "tiny", "--quiet", "--policies", "rlix,static", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "ceiling: " in out and "reached: rlix " in out
+    assert "(critical path " in out and "; the longest: critical path)" in out  # tiny: no wide gangs
     assert "idle (all active)" in out and "unshared_steps_per_h" in out
 
 
@@ -114,8 +115,10 @@ def test_the_ceiling_serialises_gangs_on_more_than_half_the_pool() -> None:
     assert comparison.makespan_bound_s() == pytest.approx(6400.0 / 12)
     comparison.unshared = dict.fromkeys("abcd", Unshared(10, 100.0, 1000.0, 0.0, stages))
     assert comparison.makespan_bound_s() == pytest.approx(480.0)  # the rollout floor gone: gangs bind
+    assert comparison.makespan_bounds_s() == pytest.approx({"critical path": 100.0, "work": 4000 / 12, "wide gangs": 480.0})
     comparison.num_gpus = 16
     assert comparison.makespan_bound_s() == pytest.approx(250.0)
+    assert "wide gangs" not in (comparison.makespan_bounds_s() or {})
 
 
 def test_compare_json_has_job_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
