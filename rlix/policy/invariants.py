@@ -316,15 +316,26 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
             donors = settled
         else:
             donors = {}
-        kept = away_homes(sched) if held and config.look_ahead and sched.policy.name == "rlix" else {}
+        look_ahead = held and config.look_ahead and sched.policy.name == "rlix"
+        kept = away_homes(sched) if look_ahead else {}
+        # Look-ahead rule 3: on its own home (GPUs no other home covers), an owner also takes
+        # from pipelines above target that a recent rebalance gave ranks.
+        own = _own_home(sched, p) if look_ahead and donors is settled else set()
         for rank in p.ranks:
             if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > sched.now:
                 continue
             if kept and any(kept.get(g, p.pipeline_id) != p.pipeline_id for g in rank.gpus):
                 continue  # look-ahead may keep an away pipeline's own home from loans
-            if _takeable(sched, view, rank, p.pipeline_id, donors):
+            takers = above if own and own.issuperset(rank.gpus) else donors
+            if _takeable(sched, view, rank, p.pipeline_id, takers):
                 _fail(6, f"{p.pipeline_id} is short of its target {target} "
                          f"(holds {held}) yet could take rank {rank.dp_rank}")
+
+
+def _own_home(sched: Scheduler, pipeline: PipelineState) -> set[int]:
+    """The GPUs of the pipeline's home that no other registered pipeline's home covers."""
+    others = {g for q in sched.pipelines.values() if q is not pipeline for g in q.spec.home}
+    return set(pipeline.spec.home) - others
 
 
 def _takeable(sched: Scheduler, view: ReservationView, rank: Rank, pipeline_id: str, excess: dict[str, int]) -> bool:

@@ -31,6 +31,14 @@ any free GPU):
 
 An owner that returns earlier than expected waits for the offload as it would without these
 rules; one that returns later leaves its home idle for at most its last absence past `r`.
+
+3. A loan ends when its owner wants it back. An owner short of its share by a bundle (past
+   the margin, and not itself a donor within the no-reversal interval) that finds no donor
+   elsewhere takes a bundle of its own home from a pipeline above its share, even one given
+   ranks by a rebalance within the interval: that interval keeps the split from undoing
+   itself for small gains, and a home's owner taking it back undoes nothing. agentic-4x32
+   (16 seeds): 41.6 -> 41.9 steps/h, 15 seeds better and one the same; the other bundled
+   scenarios do not change (lab-day's stacked homes have no GPUs of their own).
 """
 
 from __future__ import annotations
@@ -108,6 +116,20 @@ def own_home(sched: Scheduler, pipeline: PipelineState) -> tuple[tuple[int, ...]
                 bits |= cluster.slot_mask[slot]
         pipeline.own_home, pipeline.own_home_key = (gpus, bits), key
     return pipeline.own_home
+
+
+def own_home_slots(sched: Scheduler, pipeline: PipelineState) -> int:
+    """The bits of the pipeline's own bundles that lie wholly on its own home (rule 3)."""
+    gpus, _bits = own_home(sched, pipeline)
+    if not gpus:
+        return 0
+    mine = set(gpus)
+    mask = sched.cluster.slot_mask
+    bits = 0
+    for rank in pipeline.ranks:
+        if mine.issuperset(rank.gpus):
+            bits |= mask[rank.slot]
+    return bits
 
 
 def _registered(pipeline: PipelineState) -> int:

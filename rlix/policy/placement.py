@@ -116,10 +116,13 @@ class RoundPlanner:
         self._unusable[pid] = self._unusable.get(pid, 0) & ~forbidden
         return self.free_fit(pipeline)
 
-    def donor_fit(self, pipeline: PipelineState, donors: list[PipelineState]) -> tuple[Rank, list[Rank]] | None:
+    def donor_fit(
+        self, pipeline: PipelineState, donors: list[PipelineState], only: int = 0
+    ) -> tuple[Rank, list[Rank]] | None:
         """A rank of `pipeline` whose bundle is free or held by donors' active ranks, taking
         from no donor more than it holds above its target: the first that takes a single rank
-        of the donor with the most work left, else the one that needs the fewest donor ranks."""
+        of the donor with the most work left, else the one that needs the fewest donor ranks.
+        With `only` (slot bits), only donors' ranks on those slots are taken."""
         mine = pipeline.rank_by_slot
         pid = pipeline.pipeline_id
         donor_ids: set[str] | None = None  # only needed for bundles that overlap others
@@ -143,6 +146,8 @@ class RoundPlanner:
                 slot = donor_rank.slot
                 if forbidden and slot_mask[slot] & forbidden:
                     continue  # a loan that would not pay (rlix.policy.look_ahead)
+                if only and not slot_mask[slot] & only:
+                    continue
                 if slot not in partial:
                     # An aligned bundle: the receiver's rank there (if any) needs exactly it,
                     # and one rank is never more than a donor holds above its target. (The

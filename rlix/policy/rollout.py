@@ -35,7 +35,7 @@ import heapq
 import math
 from typing import TYPE_CHECKING
 
-from rlix.policy.look_ahead import Loans
+from rlix.policy.look_ahead import Loans, own_home_slots
 from rlix.policy.placement import Move, RoundPlanner, is_donor, may_receive
 from rlix.policy.split import Claim, split_rollout
 from rlix.policy.state import PipelineState, Rank
@@ -252,6 +252,8 @@ class _Donors:
             self.donors.sort(key=lambda d: (-d.demand, d.admitted_seq))
         if pipeline.num_active_gpus:  # the hot path of a rebalance: one call per rank moved
             found = planner.donor_fit(pipeline, self.donors)
+            if found is None and sched.config.look_ahead:
+                found = self._home_back(pipeline, planner)
             if found is None:
                 return False
             self._take_from_donors(pipeline, found[0], found[1])
@@ -279,6 +281,23 @@ class _Donors:
         else:
             return False
         return True
+
+    def _home_back(self, pipeline: PipelineState, planner: RoundPlanner) -> tuple[Rank, list[Rank]] | None:
+        """A bundle on the pipeline's own home held by pipelines above their targets, those given
+        ranks by a recent rebalance too: a home's owner taking it back ends a loan, it does not
+        reverse the split (rlix.policy.look_ahead, rule 3)."""
+        only = own_home_slots(self.sched, pipeline)
+        if not only:
+            return None
+        targets = self.sched.targets
+        above = [
+            d for d in self.rollers
+            if d is not pipeline and d.num_active_gpus > targets.get(d.pipeline_id, 0)
+        ]
+        if not above:
+            return None
+        above.sort(key=lambda d: (-d.demand, d.admitted_seq))
+        return planner.donor_fit(pipeline, above, only)
 
     def _take_from_donors(self, pipeline: PipelineState, rank: Rank, victims: list[Rank]) -> None:
         """Shrink `victims`, ranks of donors within their excess, and expand `rank`."""

@@ -220,3 +220,50 @@ def test_a_first_bundle_found_nowhere_else_takes_a_home_kept_back() -> None:
     driver.send(ClusterRequested(51.0, "G", "actor_train", Priority.ACTOR_TRAIN))
     at(driver, 52.0)
     assert ranks_on(driver, "B", {0, 1}) == ranks_on(driver, "C", {0, 1}) == 1
+
+
+def owner_back_short(config: PolicyConfig) -> Driver:
+    """C rolls out alone on six GPUs; at 10 B starts and takes three of them by a rebalance
+    (so B may not donate until 100); at 20 C ends and B is lent the rest. At 30 O starts: the
+    split gives O and B three each, and O's first bundle (no interval for a first bundle)
+    comes from B."""
+    pool = (0, 1, 2, 3, 4, 5)
+    driver = Driver(Topology(1, 6), config)
+    driver.add(spec("O", (0, 1), pool), spec("B", (2, 3), pool), spec("C", (4, 5), pool))
+    driver.send(ClusterRequested(0.0, "C", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 2.0)
+    driver.send(ClusterRequested(10.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 12.0)
+    driver.send(ClusterReleased(20.0, "C", "actor_infer"))
+    at(driver, 22.0)
+    assert driver.held("B") == 6 and driver.sched.pipelines["B"].last_rebalanced_in_s == 10.0
+    driver.send(ClusterRequested(30.0, "O", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 32.0)
+    assert driver.sched.targets == {"O": 3, "B": 3}
+    return driver
+
+
+def test_an_owner_takes_its_home_back_from_a_pipeline_a_rebalance_just_gave_ranks() -> None:
+    """Rule 3: short of its share, O takes its own home (GPUs 0-1) back from B although B was
+    given ranks by a rebalance 20 s before (the 90-s interval); not a third GPU elsewhere,
+    which would reverse the split. Once B may donate again, O gets its third."""
+    driver = owner_back_short(PolicyConfig())
+    assert ranks_on(driver, "O", {0, 1}) == 2 and driver.held("O") == 2
+    at(driver, 100.0)
+    assert driver.held("O") == 3 and driver.held("B") == 3
+
+
+def test_without_look_ahead_the_interval_keeps_the_owner_off_its_home() -> None:
+    driver = owner_back_short(PolicyConfig(look_ahead=False))
+    assert driver.held("O") == 1 and ranks_on(driver, "B", {0, 1}) == 1
+
+
+def test_a_planner_that_leaves_the_owner_short_of_its_home_breaks_6(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The split check (invariant 6) finds O's home takeable its own way, from the specs and
+    the holdings: a planner without rule 3 fails it."""
+    from rlix.policy import rollout
+    from rlix.policy.errors import InvariantViolation
+
+    monkeypatch.setattr(rollout._Donors, "_home_back", lambda self, pipeline, planner: None)
+    with pytest.raises(InvariantViolation, match="invariant 6"):
+        owner_back_short(PolicyConfig())
