@@ -98,6 +98,8 @@ MUTANTS: tuple[Mutant, ...] = (
          'if d.reason not in ("preempt", "rebalance", "release", "reclaim"):', "if False:"),
     swap("drains: a loan drains", INV, "if any(g not in home for g in d.gpus):", "if False:"),
     swap("drains: for its own grant", INV, "if granted_to.get(d.decision_id) == d.pipeline_id:", "if False:"),
+    swap("split: an owner's home only from settled donors", INV,
+         "takers = above if own and own.issuperset(rank.gpus) else donors", "takers = donors"),
     swap("shrink-reasons: rebalance alone passes", INV,
          'if d.reason == "rebalance" and d.decision_id not in required_by_expands:', "if False:"),
     swap("shrink-backoff: deadline inclusive", INV,
