@@ -108,7 +108,7 @@ MUTANTS: tuple[Mutant, ...] = (
     swap("split: budget unchecked", INV, 'if sum(targets.get(p.pipeline_id, 0) for p in rollers) > budget:',
          "if False:"),
     swap("split: bundle floor unchecked", INV, "if targets.get(p.pipeline_id, 0) < p.tp:", "if False:"),
-    swap("split: nothing takeable", INV, "if _takeable(sched, view, rank, p.pipeline_id, donors):", "if False:"),
+    swap("split: nothing takeable", INV, "if _takeable(sched, view, rank, p.pipeline_id, takers):", "if False:"),
     swap("rebalance-keeps-targets: below target passes", INV,
          "if held < min(target, held + moved[pipeline_id]):", "if held < min(target, held + moved[pipeline_id]) - 1:"),
     swap("ownership: lost GPU may be held", INV,
