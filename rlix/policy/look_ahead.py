@@ -114,22 +114,20 @@ def own_home(sched: Scheduler, pipeline: PipelineState) -> tuple[tuple[int, ...]
         for gpu in gpus:
             for slot in cluster.slots_by_gpu[gpu]:
                 bits |= cluster.slot_mask[slot]
+        mine, slots = set(gpus), 0
+        for rank in pipeline.ranks:
+            if mine.issuperset(rank.gpus):
+                slots |= cluster.slot_mask[rank.slot]
+        pipeline.own_home_slots = slots
         pipeline.own_home, pipeline.own_home_key = (gpus, bits), key
     return pipeline.own_home
 
 
 def own_home_slots(sched: Scheduler, pipeline: PipelineState) -> int:
-    """The bits of the pipeline's own bundles that lie wholly on its own home (rule 3)."""
-    gpus, _bits = own_home(sched, pipeline)
-    if not gpus:
-        return 0
-    mine = set(gpus)
-    mask = sched.cluster.slot_mask
-    bits = 0
-    for rank in pipeline.ranks:
-        if mine.issuperset(rank.gpus):
-            bits |= mask[rank.slot]
-    return bits
+    """The bits of the pipeline's own bundles that lie wholly on its own home (rule 3),
+    cached with `own_home`."""
+    own_home(sched, pipeline)
+    return pipeline.own_home_slots
 
 
 def _registered(pipeline: PipelineState) -> int:

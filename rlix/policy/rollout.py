@@ -235,6 +235,11 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
             item = heapq.heappop(heap) if heap else None
 
 
+def _most_work_first(pipeline: PipelineState) -> tuple[float, int]:
+    """Donor order: the most rollout work left first, then admission order."""
+    return (-pipeline.demand, pipeline.admitted_seq)
+
+
 class _Donors:
     """Pipelines above their target, most rollout work left first; built on first use."""
 
@@ -249,7 +254,7 @@ class _Donors:
         sched = self.sched
         if self.donors is None:
             self.donors = [d for d in self.rollers if is_donor(sched, d)]
-            self.donors.sort(key=lambda d: (-d.demand, d.admitted_seq))
+            self.donors.sort(key=_most_work_first)
         if pipeline.num_active_gpus:  # the hot path of a rebalance: one call per rank moved
             found = planner.donor_fit(pipeline, self.donors)
             if found is None and sched.config.look_ahead:
@@ -261,7 +266,7 @@ class _Donors:
         planner.first_bundle = True
         try:
             above = [d for d in self.rollers if is_donor(sched, d, first_bundle=True)]
-            above.sort(key=lambda d: (-d.demand, d.admitted_seq))
+            above.sort(key=_most_work_first)
             found = planner.donor_fit(pipeline, above)
             move = None if found is not None else planner.relocation_fit(pipeline, {p.pipeline_id for p in self.rollers})
         finally:
@@ -276,10 +281,9 @@ class _Donors:
             found = (move[0], move[1])  # relocation needing no replacement: donors' ranks
         if found is not None:
             self._take_from_donors(pipeline, found[0], found[1])
-        elif move is not None:
-            self._relocate(pipeline, move)
         else:
-            return False
+            assert move is not None
+            self._relocate(pipeline, move)
         return True
 
     def _home_back(self, pipeline: PipelineState, planner: RoundPlanner) -> tuple[Rank, list[Rank]] | None:
@@ -296,7 +300,7 @@ class _Donors:
         ]
         if not above:
             return None
-        above.sort(key=lambda d: (-d.demand, d.admitted_seq))
+        above.sort(key=_most_work_first)
         return planner.donor_fit(pipeline, above, only)
 
     def _take_from_donors(self, pipeline: PipelineState, rank: Rank, victims: list[Rank]) -> None:

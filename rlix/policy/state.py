@@ -145,6 +145,8 @@ class PipelineState:
     #: (slot count, homes version) they were found for (rlix.policy.look_ahead.own_home).
     own_home: tuple[tuple[int, ...], int] = ((), 0)
     own_home_key: tuple[int, int] = (-1, -1)
+    #: The bits of its own bundles lying wholly on that home, kept with it (look-ahead rule 3).
+    own_home_slots: int = 0
     #: Measured by the core (rlix.policy.drain): how long it holds each non-rollout cluster,
     #: grant applied to release, a running mean over its stages there.
     hold_s: dict[str, float] = field(default_factory=dict)
