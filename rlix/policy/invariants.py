@@ -280,7 +280,9 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
     ranks by a rebalance within `min_rebalance_interval_s`) without taking any donor below its
     target. Taking from donors is due once the shortfall passes the margin (at once for a
     first bundle) and the pipeline did not itself donate within the interval; for a first
-    bundle, donors given ranks by a recent rebalance donate too."""
+    bundle, donors given ranks by a recent rebalance donate too. With look-ahead, a pipeline
+    past the margin also takes its own home back from any pipeline above target, whatever
+    either did within the interval."""
     view = view or ReservationView(sched, [])
     rollers = sched.rolling_pipelines()
     targets = sched.targets
@@ -307,20 +309,18 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
         held, target = holds[p.pipeline_id], targets.get(p.pipeline_id, 0)
         if held + p.tp > target:
             continue
+        past_margin = held + p.tp * (1 + config.rebalance_margin_bundles) <= target
         if held == 0:
             donors = above  # a first bundle: no margin, no interval
-        elif (
-            held + p.tp * (1 + config.rebalance_margin_bundles) <= target
-            and sched.now >= p.last_rebalanced_out_s + config.min_rebalance_interval_s
-        ):
+        elif past_margin and sched.now >= p.last_rebalanced_out_s + config.min_rebalance_interval_s:
             donors = settled
         else:
             donors = {}
         look_ahead = held and config.look_ahead and sched.policy.name == "rlix"
         kept = away_homes(sched) if look_ahead else {}
-        # Look-ahead rule 3: on its own home (GPUs no other home covers), an owner also takes
-        # from pipelines above target that a recent rebalance gave ranks.
-        own = _own_home(sched, p) if look_ahead and donors is settled else set()
+        # Look-ahead rule 3: on its own home (GPUs no other home covers), an owner past the
+        # margin takes from any pipeline above target, a recent rebalance or none.
+        own = _own_home(sched, p) if look_ahead and past_margin else set()
         for rank in p.ranks:
             if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > sched.now:
                 continue

@@ -33,12 +33,15 @@ An owner that returns earlier than expected waits for the offload as it would wi
 rules; one that returns later leaves its home idle for at most its last absence past `r`.
 
 3. A loan ends when its owner wants it back. An owner short of its share by a bundle (past
-   the margin, and not itself a donor within the no-reversal interval) that finds no donor
-   elsewhere takes a bundle of its own home from a pipeline above its share, even one given
-   ranks by a rebalance within the interval: that interval keeps the split from undoing
-   itself for small gains, and a home's owner taking it back undoes nothing. agentic-4x32
-   (16 seeds): 41.6 -> 41.9 steps/h, 15 seeds better and one the same; the other bundled
-   scenarios do not change (lab-day's stacked homes have no GPUs of their own).
+   the margin) that finds no donor elsewhere takes a bundle of its own home from a pipeline
+   above its share, even one given ranks by a rebalance within the interval, and even if the
+   owner itself gave ranks away by one: that interval keeps the split from undoing itself
+   for small gains, and a home's owner taking it back undoes nothing. (An owner that gave
+   ranks away within the interval takes none from donors elsewhere.) The owner's bundle and
+   the borrowers' ranks need not match: a TP-2 owner takes two TP-1 ranks. agentic-4x32 (16
+   seeds): 41.6 -> 42.0 steps/h; math-rlvr, whose 7B on-policy job comes back from its
+   publish to a home the 1.5B jobs borrowed, 198.6 -> 199.0 (8 seeds 199.1 -> 199.6, static
+   199.5).
 """
 
 from __future__ import annotations

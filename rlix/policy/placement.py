@@ -65,9 +65,9 @@ class RoundPlanner:
         self._unusable: dict[str, int] = {}
         #: pipeline -> bits of bundles it may not be lent this round (rlix.policy.look_ahead)
         self.forbidden: dict[str, int] = {}
-        #: Searching for a pipeline's first bundle: donors given ranks by a recent rebalance
-        #: donate too (see is_donor).
-        self.first_bundle = False
+        #: Donors given ranks by a recent rebalance donate too (see is_donor): set while a
+        #: pipeline's first bundle is searched for, or an owner takes its own home back.
+        self.any_donor = False
 
     def forbid(self, pipeline_id: str, bits: int) -> None:
         """Keep `pipeline_id` off the slots of `bits` this round (free_fit skips them)."""
@@ -117,12 +117,14 @@ class RoundPlanner:
         return self.free_fit(pipeline)
 
     def donor_fit(
-        self, pipeline: PipelineState, donors: list[PipelineState], only: int = 0
+        self, pipeline: PipelineState, donors: list[PipelineState], only: int = 0, near: int = 0
     ) -> tuple[Rank, list[Rank]] | None:
         """A rank of `pipeline` whose bundle is free or held by donors' active ranks, taking
         from no donor more than it holds above its target: the first that takes a single rank
         of the donor with the most work left, else the one that needs the fewest donor ranks.
-        With `only` (slot bits), only donors' ranks on those slots are taken."""
+        With `only` (slot bits of `pipeline`'s bundles) and `near` (the bits of every slot
+        sharing a GPU with those), only a rank on `only` is started and only donors' ranks on
+        `near` are taken: their bundles differ where the TP sizes do."""
         mine = pipeline.rank_by_slot
         pid = pipeline.pipeline_id
         donor_ids: set[str] | None = None  # only needed for bundles that overlap others
@@ -146,7 +148,7 @@ class RoundPlanner:
                 slot = donor_rank.slot
                 if forbidden and slot_mask[slot] & forbidden:
                     continue  # a loan that would not pay (rlix.policy.look_ahead)
-                if only and not slot_mask[slot] & only:
+                if only and not slot_mask[slot] & near:
                     continue
                 if slot not in partial:
                     # An aligned bundle: the receiver's rank there (if any) needs exactly it,
@@ -154,6 +156,8 @@ class RoundPlanner:
                     # hottest loop of a rebalance: a bundle outside the receiver's mapping is
                     # skipped first, and _usable_by's checks are inlined.)
                     rank = mine.get(slot)
+                    if only and not slot_mask[slot] & only:
+                        continue
                     if (
                         rank is not None and donor_rank.status is RANK_ACTIVE and donor_rank.shrink_retry_after_s <= now
                         and rank.status is RANK_INACTIVE and rank.retry_after_s <= now
@@ -166,6 +170,8 @@ class RoundPlanner:
                 if donor_ids is None:
                     donor_ids = {d.pipeline_id for d in donors}
                 for other in self._overlapping(slot):
+                    if only and not slot_mask[other] & only:
+                        continue
                     rank = mine.get(other)
                     if rank is None or not self._usable_by(rank, pid):
                         continue
@@ -250,7 +256,7 @@ class RoundPlanner:
         if spots is not None:
             return spots
         donors = {
-            pid for pid in rollers if pid != oid and is_donor(self.sched, self.sched.pipelines[pid], self.first_bundle)
+            pid for pid in rollers if pid != oid and is_donor(self.sched, self.sched.pipelines[pid], self.any_donor)
         }
         spots = found[oid] = []
         for candidate in owner.ranks:
@@ -281,7 +287,7 @@ class RoundPlanner:
 
     def _excess(self, pipeline: PipelineState) -> int:
         """GPUs `pipeline` may give away by a rebalance: what it holds above its target."""
-        if not is_donor(self.sched, pipeline, self.first_bundle):
+        if not is_donor(self.sched, pipeline, self.any_donor):
             return 0
         return pipeline.num_active_gpus - self.sched.targets.get(pipeline.pipeline_id, 0)
 

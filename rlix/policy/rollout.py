@@ -35,7 +35,7 @@ import heapq
 import math
 from typing import TYPE_CHECKING
 
-from rlix.policy.look_ahead import Loans, own_home_slots
+from rlix.policy.look_ahead import Loans, own_home, own_home_slots
 from rlix.policy.placement import Move, RoundPlanner, is_donor, may_receive
 from rlix.policy.split import Claim, split_rollout
 from rlix.policy.state import PipelineState, Rank
@@ -219,10 +219,7 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
         elif not (
             # The margin and the no-reversal interval keep ranks from moving back and forth
             # for marginal gains; a first bundle is not one, and it comes first.
-            (
-                pipeline.num_active_gpus == 0
-                or (pipeline.num_active_gpus + pipeline.tp * stickiness <= target and may_receive(sched, pipeline))
-            )
+            (pipeline.num_active_gpus == 0 or pipeline.num_active_gpus + pipeline.tp * stickiness <= target)
             and donors.move_one_to(pipeline, planner)
         ):
             item = heapq.heappop(heap) if heap else None  # placement-limited this round
@@ -250,27 +247,28 @@ class _Donors:
 
     def move_one_to(self, pipeline: PipelineState, planner: RoundPlanner) -> bool:
         """Shrink ranks of donors (or, for a first bundle, relocate ranks of others) to expand
-        one rank of `pipeline`; whether any."""
+        one rank of `pipeline`; whether any. A pipeline that gave ranks away by a rebalance
+        within the interval takes none from donors (`may_receive`), only its own home back."""
         sched = self.sched
         if self.donors is None:
             self.donors = [d for d in self.rollers if is_donor(sched, d)]
             self.donors.sort(key=_most_work_first)
         if pipeline.num_active_gpus:  # the hot path of a rebalance: one call per rank moved
-            found = planner.donor_fit(pipeline, self.donors)
+            found = planner.donor_fit(pipeline, self.donors) if may_receive(sched, pipeline) else None
             if found is None and sched.config.look_ahead:
                 found = self._home_back(pipeline, planner)
             if found is None:
                 return False
             self._take_from_donors(pipeline, found[0], found[1])
             return True
-        planner.first_bundle = True
+        planner.any_donor = True
         try:
             above = [d for d in self.rollers if is_donor(sched, d, first_bundle=True)]
             above.sort(key=_most_work_first)
             found = planner.donor_fit(pipeline, above)
             move = None if found is not None else planner.relocation_fit(pipeline, {p.pipeline_id for p in self.rollers})
         finally:
-            planner.first_bundle = False
+            planner.any_donor = False
         if found is None and move is None:
             rank = planner.kept_back_fit(pipeline)
             if rank is None:
@@ -301,7 +299,11 @@ class _Donors:
         if not above:
             return None
         above.sort(key=_most_work_first)
-        return planner.donor_fit(pipeline, above, only)
+        planner.any_donor = True
+        try:
+            return planner.donor_fit(pipeline, above, only, own_home(self.sched, pipeline)[1])
+        finally:
+            planner.any_donor = False
 
     def _take_from_donors(self, pipeline: PipelineState, rank: Rank, victims: list[Rank]) -> None:
         """Shrink `victims`, ranks of donors within their excess, and expand `rank`."""

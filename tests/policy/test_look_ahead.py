@@ -21,6 +21,8 @@ from rlix.policy import (
     Tick,
     Topology,
 )
+from rlix.policy.placement import RoundPlanner, may_receive
+from rlix.policy.state import PipelineState
 from tests.policy.drive import Driver
 
 
@@ -267,3 +269,97 @@ def test_a_planner_that_leaves_the_owner_short_of_its_home_breaks_6(monkeypatch:
     monkeypatch.setattr(rollout._Donors, "_home_back", lambda self, pipeline, planner: None)
     with pytest.raises(InvariantViolation, match="invariant 6"):
         owner_back_short(PolicyConfig())
+
+
+def spec_tp(pid: str, home: tuple[int, ...], pool: tuple[int, ...], tp: int) -> PipelineSpec:
+    """As `spec`, rolling out at TP `tp` (bundles of `tp` GPUs, in pool order)."""
+    return PipelineSpec(
+        pid, PipelineKind.FULL_FINETUNE,
+        {"actor_infer": ClusterSpec(tp, home + tuple(g for g in pool if g not in home)),
+         "actor_train": ClusterSpec(1, home)},
+        home=home,
+    )
+
+
+def wide_owner_back_short(config: PolicyConfig) -> Driver:
+    """As `owner_back_short` on eight GPUs, with O at home on 0-3 rolling out at TP 2 and the
+    others at TP 1: C alone on all eight, B takes four by a rebalance at 10 (B may not donate
+    until 100), B is lent C's at 20, O starts at 30 with twice B's share (targets O 4, B 3)
+    and its first bundle comes from B."""
+    pool = tuple(range(8))
+    driver = Driver(Topology(1, 8), config)
+    driver.add(spec_tp("O", (0, 1, 2, 3), pool, 2), spec("B", (4, 5), pool), spec("C", (6, 7), pool))
+    driver.send(ClusterRequested(0.0, "C", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 2.0)
+    driver.send(ClusterRequested(10.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 12.0)
+    driver.send(ClusterReleased(20.0, "C", "actor_infer"))
+    at(driver, 22.0)
+    assert driver.held("B") == 8 and driver.sched.pipelines["B"].last_rebalanced_in_s == 10.0
+    driver.send(ClusterRequested(30.0, "O", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 32.0)
+    assert driver.sched.targets == {"O": 4, "B": 3}
+    return driver
+
+
+def test_a_tp2_owner_takes_its_home_back_from_tp1_ranks() -> None:
+    """Rule 3 across TP sizes: O's second bundle is its own home's, held by two TP-1 ranks of
+    B that a rebalance just gave ranks; both are taken within the interval."""
+    driver = wide_owner_back_short(PolicyConfig())
+    assert driver.held("O") == 4 and ranks_on(driver, "O", {0, 1, 2, 3}) >= 1
+    assert ranks_on(driver, "B", {0, 1, 2, 3}) <= 2
+
+
+def test_a_tp2_owner_without_look_ahead_waits_out_the_interval() -> None:
+    driver = wide_owner_back_short(PolicyConfig(look_ahead=False))
+    assert driver.held("O") == 2
+    at(driver, 100.0)
+    assert driver.held("O") == 4
+
+
+def a_donor_comes_home(config: PolicyConfig) -> Driver:
+    """C rolls out alone on six GPUs; at 10 B starts and takes three of C's by a rebalance (C
+    gave ranks away at 10: it may take none from donors until 100, nor B give any); at 20 C
+    ends and B is lent the rest; at 30 C comes back with B's demand: targets three each, and
+    C's first bundle comes from B."""
+    pool = (0, 1, 2, 3, 4, 5)
+    driver = Driver(Topology(1, 6), config)
+    driver.add(spec("O", (0, 1), pool), spec("B", (2, 3), pool), spec("C", (4, 5), pool))
+    driver.send(ClusterRequested(0.0, "C", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 2.0)
+    driver.send(ClusterRequested(10.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 12.0)
+    assert driver.sched.pipelines["C"].last_rebalanced_out_s == 10.0
+    driver.send(ClusterReleased(20.0, "C", "actor_infer"))
+    at(driver, 22.0)
+    driver.send(ClusterRequested(30.0, "C", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 32.0)
+    assert driver.sched.targets == {"B": 3, "C": 3}
+    return driver
+
+
+def test_an_owner_that_gave_ranks_away_still_takes_its_home_back() -> None:
+    """C donated within the interval, yet it takes its own home (4-5) back at once, besides
+    its first bundle (GPU 0, the lowest of B's); without look-ahead it waits until 100."""
+    driver = a_donor_comes_home(PolicyConfig())
+    assert driver.held("C") == 3 and ranks_on(driver, "C", {4, 5}) == 2 and driver.held("B") == 3
+    driver = a_donor_comes_home(PolicyConfig(look_ahead=False))
+    assert driver.held("C") == 1
+    at(driver, 100.0)
+    assert driver.held("C") == 3
+
+
+def test_the_split_check_wants_a_home_back_from_a_recent_donor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant 6 finds C's home takeable whatever C did within the interval: a planner that
+    gates the home on the interval, as rlix once did, fails it."""
+    from rlix.policy import rollout
+    from rlix.policy.errors import InvariantViolation
+
+    home_back = rollout._Donors._home_back
+
+    def gated(self: rollout._Donors, pipeline: PipelineState, planner: RoundPlanner) -> object:
+        return home_back(self, pipeline, planner) if may_receive(self.sched, pipeline) else None
+
+    monkeypatch.setattr(rollout._Donors, "_home_back", gated)
+    with pytest.raises(InvariantViolation, match="invariant 6"):
+        a_donor_comes_home(PolicyConfig())
