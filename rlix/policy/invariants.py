@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from rlix.policy import events as ev
 from rlix.policy.decisions import AllowRollout, Decision, Expand, Grant, Revoke, Shrink
 from rlix.policy.errors import InvariantViolation
-from rlix.policy.invariants_loans import away_homes, check_away_set, check_reclaims
+from rlix.policy.invariants_loans import check_away_set, check_reclaims, kept_homes
 from rlix.policy.state import ClusterHold, HoldStatus, Rank, RankStatus, Request
 
 if TYPE_CHECKING:
@@ -317,7 +317,7 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
         else:
             donors = {}
         look_ahead = held and config.look_ahead and sched.policy.name == "rlix"
-        kept = away_homes(sched) if look_ahead else {}
+        kept = kept_homes(sched) if look_ahead else {}
         # Look-ahead rule 3: on its own home (GPUs no other home covers), an owner past the
         # margin takes from any pipeline above target, a recent rebalance or none.
         own = _own_home(sched, p) if look_ahead and past_margin else set()
@@ -325,7 +325,7 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
             if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > sched.now:
                 continue
             if kept and any(kept.get(g, p.pipeline_id) != p.pipeline_id for g in rank.gpus):
-                continue  # look-ahead may keep an away pipeline's own home from loans
+                continue  # look-ahead may keep an own home from loans (rules 1 and 4)
             takers = above if own and own.issuperset(rank.gpus) else donors
             if _takeable(sched, view, rank, p.pipeline_id, takers):
                 _fail(6, f"{p.pipeline_id} is short of its target {target} "

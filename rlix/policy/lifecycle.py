@@ -13,7 +13,7 @@ from rlix.policy import events as ev
 from rlix.policy.drain import measure_hold
 from rlix.policy.errors import EventError
 from rlix.policy.homes import resolve
-from rlix.policy.look_ahead import note_back, note_left
+from rlix.policy.look_ahead import note_back, note_left, note_training
 from rlix.policy.specs import (
     MAX_WORK,
     ROLLOUT_CLUSTER,
@@ -149,6 +149,7 @@ def _apply_request(
     if priority == Priority.ROLLOUT:
         pipeline.start_rollout(1.0 if estimate is None else float(estimate))
         return
+    note_training(sched, pipeline)
     sched.enqueue(Request(pipeline.pipeline_id, cluster, priority, sched.new_seq()))
 
 

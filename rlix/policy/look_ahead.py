@@ -42,6 +42,16 @@ rules; one that returns later leaves its home idle for at most its last absence 
    seeds): 41.6 -> 42.0 steps/h; math-rlvr, whose 7B on-policy job comes back from its
    publish to a home the 1.5B jobs borrowed, 198.6 -> 199.0 (8 seeds 199.1 -> 199.6, static
    199.5).
+
+4. No loan the owner's training cuts before it pays. A rolling owner trains at a steady
+   rhythm: the core notes when each of its steps' training began (its first request after a
+   rollout, `gang_at_s`) and how long after the one before (`gang_period_s`), and expects the
+   next at `t = gang_at_s + gang_period_s` (one more than half a period late is no longer
+   expected). A free bundle of that owner's own home is not lent to, nor moved by a
+   rebalance to, a pipeline B with `t - now < (1 + loan_payback) * (load_s(B) + offload_s(B))`:
+   the training gang would preempt the loan, its in-flight trajectories computed again,
+   before it paid for its moves. Only homes no other home covers: a stacked home's GPUs are
+   several jobs' and no one job's rhythm says when they are needed.
 """
 
 from __future__ import annotations
@@ -94,6 +104,28 @@ def note_back(sched: Scheduler, pipeline: PipelineState) -> None:
         del sched.away[pipeline.pipeline_id]
 
 
+def note_training(sched: Scheduler, pipeline: PipelineState) -> None:
+    """A request of a training stage: the first after a rollout starts a step's training,
+    and the time since the last one is the period expected next (rule 4)."""
+    if not pipeline.gang_armed:
+        return
+    pipeline.gang_armed = False
+    last = pipeline.gang_at_s
+    if last == last:
+        pipeline.gang_period_s = sched.now - last
+    pipeline.gang_at_s = sched.now
+
+
+def expected_training_s(sched: Scheduler, pipeline: PipelineState) -> float | None:
+    """When a rolling pipeline's next training is expected to begin, or None (no period
+    measured yet, or late by more than half a period)."""
+    period = pipeline.gang_period_s
+    if period != period:
+        return None
+    due = pipeline.gang_at_s + period
+    return due if sched.now <= due + 0.5 * period else None
+
+
 def expected_return_s(sched: Scheduler, pipeline: PipelineState) -> float | None:
     """When an away pipeline is expected back, or None (not away, no absence measured yet, or
     late by more than its last absence)."""
@@ -138,7 +170,8 @@ def _registered(pipeline: PipelineState) -> int:
 
 
 class Loans:
-    """The homes of away pipelines expected back, for one round."""
+    """The homes of away pipelines expected back, and of rolling ones whose training is due,
+    for one round."""
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
@@ -146,8 +179,12 @@ class Loans:
         #: (expected return, slot bits and GPUs of its own home, owner) of each away pipeline
         #: that is expected back and has a home of its own.
         self.owners: list[tuple[float, int, tuple[int, ...], PipelineState]] = []
+        #: (expected start of its training, slot bits of its own home, owner) of each rolling
+        #: pipeline with a home of its own and a measured training period (rule 4).
+        self.trainers: list[tuple[float, int, PipelineState]] = []
         if not sched.config.look_ahead:
             return
+        self._find_trainers()
         runnable = sched.runnable
         away = sched.away.values()
         # Registration order, as the pipelines are visited everywhere else: reclaims keep one
@@ -161,13 +198,27 @@ class Loans:
                 if gpus:
                     self.owners.append((back, bits, gpus, pipeline))
 
+    def _find_trainers(self) -> None:
+        sched = self.sched
+        for pipeline in sched.rolling_pipelines():
+            if pipeline.gang_period_s != pipeline.gang_period_s or not pipeline.spec.home:
+                continue
+            due = expected_training_s(sched, pipeline)
+            if due is not None:
+                _gpus, bits = own_home(sched, pipeline)
+                if bits:
+                    self.trainers.append((due, bits, pipeline))
+
     def blocked_bits(self, borrower: PipelineState) -> int:
-        """Slots `borrower` may not be lent this round: on homes whose owners are back before a
-        loan would pay (rule 1)."""
+        """Slots `borrower` may not be lent this round: on homes whose owners are back, or
+        begin training, before a loan would pay (rules 1 and 4)."""
         horizon = self.sched.now + (1.0 + self.payback) * (move_s(borrower.load_s) + move_s(borrower.offload_s))
         bits = 0
         for back, home, _gpus, owner in self.owners:
             if back < horizon and owner is not borrower:
+                bits |= home
+        for due, home, owner in self.trainers:
+            if due < horizon and owner is not borrower:
                 bits |= home
         return bits
 

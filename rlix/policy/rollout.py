@@ -174,7 +174,7 @@ def plan_rlix(sched: Scheduler) -> None:
     sched.wake_at_s = loans.reclaim() if loans.owners else math.inf
     compute_split(sched, rollers)
     planner = RoundPlanner(sched)
-    if loans.owners:
+    if loans.owners or loans.trainers:
         for pipeline in rollers:
             planner.forbid(pipeline.pipeline_id, loans.blocked_bits(pipeline))
     # Lending free GPUs can put a pipeline above its target, which makes it a donor for a

@@ -141,6 +141,12 @@ class PipelineState:
     #: away), and how long its last absence lasted (nan: none yet).
     away_since_s: float = float("nan")
     last_away_s: float = float("nan")
+    #: When its last step's training began (its first request after a rollout; nan: none
+    #: yet) and how long after the one before (nan: one at most), and whether the next
+    #: request after a rollout is yet to come (rlix.policy.look_ahead, rule 4).
+    gang_at_s: float = float("nan")
+    gang_period_s: float = float("nan")
+    gang_armed: bool = False
     #: The GPUs of its home no other home covers, with the bits of the slots on them, and the
     #: (slot count, homes version) they were found for (rlix.policy.look_ahead.own_home).
     own_home: tuple[tuple[int, ...], int] = ((), 0)
@@ -173,6 +179,7 @@ class PipelineState:
         self.reported_total = None
         self.in_flight = None
         self.in_tail = False
+        self.gang_armed = True
         # A rank released while its Expand was in flight is wanted again: keep it.
         for rank in self.active.values():
             rank.release_when_applied = False

@@ -363,3 +363,44 @@ def test_the_split_check_wants_a_home_back_from_a_recent_donor(monkeypatch: pyte
     monkeypatch.setattr(rollout._Donors, "_home_back", gated)
     with pytest.raises(InvariantViolation, match="invariant 6"):
         a_donor_comes_home(PolicyConfig())
+
+
+def trains_every_10_s(config: PolicyConfig, back_at: float) -> Driver:
+    """B rolls out on all four GPUs from 0 (loads take 2 s, offloads 1 s). O, at home on 0-1,
+    rolls out on GPU 0 only: its first bundle comes from B at 5, it trains at 10 and at 20
+    (gangs on 0-1, preempting B's rank on GPU 1 each time), back to roll out after each
+    (at 12, then at `back_at`). Its training period is then 10 s: next due at 30."""
+    driver = Driver(Topology(1, 4), config)
+    o = PipelineSpec("O", PipelineKind.FULL_FINETUNE,
+                     {"actor_infer": ClusterSpec(1, (0,)), "actor_train": ClusterSpec(1, (0, 1))}, home=(0, 1))
+    driver.add(o, spec("B", (2, 3), (0, 1, 2, 3)))
+    driver.send(ClusterRequested(0.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 2.0)
+    driver.send(ClusterRequested(5.0, "O", "actor_infer", Priority.ROLLOUT, 1.0))
+    at(driver, 6.0)
+    for train_at, back in ((10.0, 12.0), (20.0, back_at)):
+        driver.send(ClusterReleasedAndRequested(train_at, "O", "actor_infer", "actor_train", Priority.ACTOR_TRAIN))
+        at(driver, train_at + 1.0)
+        driver.send(ClusterReleasedAndRequested(back, "O", "actor_train", "actor_infer", Priority.ROLLOUT, 1.0))
+        at(driver, back + 2.0)
+    o = driver.sched.pipelines["O"]
+    assert (o.gang_at_s, o.gang_period_s) == (20.0, 10.0)
+    return driver
+
+
+def test_a_loan_the_owners_training_would_cut_is_not_made() -> None:
+    """Rule 4: back at 25 with one rank on its home, O leaves GPU 1 free; B (load 2 s, offload
+    1 s) would be lent it, but O's training is due at 30, before 25 + (1 + 1) x 3 = 31."""
+    driver = trains_every_10_s(PolicyConfig(loan_payback=1.0), back_at=25.0)
+    assert driver.held("O") == 1 and ranks_on(driver, "B", {0, 1}) == 0 and driver.held("B") == 2
+
+
+def test_a_loan_that_pays_before_the_owners_training_is_made() -> None:
+    """Back at 22, the loan would pay by 28, before O's training is due at 30."""
+    driver = trains_every_10_s(PolicyConfig(loan_payback=1.0), back_at=22.0)
+    assert ranks_on(driver, "B", {0, 1}) == 1 and driver.held("B") == 3
+
+
+def test_without_look_ahead_the_owners_training_cuts_the_loan() -> None:
+    driver = trains_every_10_s(PolicyConfig(look_ahead=False), back_at=25.0)
+    assert ranks_on(driver, "B", {0, 1}) == 1 and driver.held("B") == 3
