@@ -404,3 +404,15 @@ def test_a_loan_that_pays_before_the_owners_training_is_made() -> None:
 def test_without_look_ahead_the_owners_training_cuts_the_loan() -> None:
     driver = trains_every_10_s(PolicyConfig(look_ahead=False), back_at=25.0)
     assert ranks_on(driver, "B", {0, 1}) == 1 and driver.held("B") == 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(back_at=st.floats(21.5, 29.9), payback=st.floats(0.0, 3.0))
+def test_a_loan_before_the_owners_training_is_made_exactly_when_it_pays(back_at: float, payback: float) -> None:
+    """Rule 4 as a property: B (load 2 s, offload 1 s) is lent O's free GPU 1 at `back_at`
+    exactly when O's training, due at 30, leaves it (1 + payback) x 3 s."""
+    margin = 30.0 - (back_at + (1.0 + payback) * 3.0)
+    if abs(margin) < 1e-6:
+        return
+    driver = trains_every_10_s(PolicyConfig(loan_payback=payback), back_at=back_at)
+    assert (ranks_on(driver, "B", {1}) == 1) == (margin > 0)
