@@ -217,8 +217,8 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
         if rank is not None:
             ledger.expand(rank)
         elif not (
-            # The margin and the no-reversal interval keep ranks from moving back and forth
-            # for marginal gains; a first bundle is not one, and it comes first.
+            # The margin (and in move_one_to the no-reversal interval) keeps ranks from moving
+            # back and forth for marginal gains; a first bundle is not one, and it comes first.
             (pipeline.num_active_gpus == 0 or pipeline.num_active_gpus + pipeline.tp * stickiness <= target)
             and donors.move_one_to(pipeline, planner)
         ):
