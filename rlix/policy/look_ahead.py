@@ -173,7 +173,7 @@ class Loans:
     """The homes of away pipelines expected back, and of rolling ones whose training is due,
     for one round."""
 
-    def __init__(self, sched: Scheduler) -> None:
+    def __init__(self, sched: Scheduler, rollers: list[PipelineState]) -> None:
         self.sched = sched
         self.payback = sched.config.loan_payback
         #: (expected return, slot bits and GPUs of its own home, owner) of each away pipeline
@@ -184,7 +184,7 @@ class Loans:
         self.trainers: list[tuple[float, int, PipelineState]] = []
         if not sched.config.look_ahead:
             return
-        self._find_trainers()
+        self._find_trainers(rollers)
         runnable = sched.runnable
         away = sched.away.values()
         # Registration order, as the pipelines are visited everywhere else: reclaims keep one
@@ -198,12 +198,10 @@ class Loans:
                 if gpus:
                     self.owners.append((back, bits, gpus, pipeline))
 
-    def _find_trainers(self) -> None:
+    def _find_trainers(self, rollers: list[PipelineState]) -> None:
         sched = self.sched
-        for pipeline in sched.rolling_pipelines():
-            if pipeline.gang_period_s != pipeline.gang_period_s or not pipeline.spec.home:
-                continue
-            due = expected_training_s(sched, pipeline)
+        for pipeline in rollers:
+            due = expected_training_s(sched, pipeline) if pipeline.spec.home else None
             if due is not None:
                 _gpus, bits = own_home(sched, pipeline)
                 if bits:

@@ -37,11 +37,12 @@ if TYPE_CHECKING:
 Move = tuple[Rank, list[Rank], list[tuple[Rank, list[Rank]]]]
 
 
-def is_donor(sched: Scheduler, pipeline: PipelineState, first_bundle: bool = False) -> bool:
-    """Above its target, and not itself given ranks by a rebalance too recently (unless it
-    is asked for another pipeline's first bundle: the one-bundle minimum is not noise)."""
+def is_donor(sched: Scheduler, pipeline: PipelineState, any_donor: bool = False) -> bool:
+    """Above its target, and not itself given ranks by a rebalance too recently (unless
+    `any_donor`: it is asked for another pipeline's first bundle, the one-bundle minimum not
+    being noise, or for its owner's home back)."""
     return pipeline.num_active_gpus > sched.targets.get(pipeline.pipeline_id, 0) and (
-        first_bundle or sched.now >= pipeline.last_rebalanced_in_s + sched.config.min_rebalance_interval_s
+        any_donor or sched.now >= pipeline.last_rebalanced_in_s + sched.config.min_rebalance_interval_s
     )
 
 

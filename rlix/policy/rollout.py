@@ -170,7 +170,7 @@ def plan_rlix(sched: Scheduler) -> None:
         sched.targets, sched.ideal = {}, {}
         sched.wake_at_s = math.inf
         return
-    loans = Loans(sched)
+    loans = Loans(sched, rollers)
     sched.wake_at_s = loans.reclaim() if loans.owners else math.inf
     compute_split(sched, rollers)
     planner = RoundPlanner(sched)
@@ -263,7 +263,7 @@ class _Donors:
             return True
         planner.any_donor = True
         try:
-            above = [d for d in self.rollers if is_donor(sched, d, first_bundle=True)]
+            above = [d for d in self.rollers if is_donor(sched, d, any_donor=True)]
             above.sort(key=_most_work_first)
             found = planner.donor_fit(pipeline, above)
             move = None if found is not None else planner.relocation_fit(pipeline, {p.pipeline_id for p in self.rollers})

@@ -224,6 +224,18 @@ def test_a_first_bundle_found_nowhere_else_takes_a_home_kept_back() -> None:
     assert ranks_on(driver, "B", {0, 1}) == ranks_on(driver, "C", {0, 1}) == 1
 
 
+def b_takes_then_borrows_c(driver: Driver) -> None:
+    """C rolls out alone from 0; B starts at 10 and takes its share of C's GPUs by a rebalance
+    (B may not donate, nor C take from donors, until 100); C's rollout ends at 20 and B is lent
+    the rest. Loads take 2 s."""
+    driver.send(ClusterRequested(0.0, "C", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 2.0)
+    driver.send(ClusterRequested(10.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
+    at(driver, 12.0)
+    driver.send(ClusterReleased(20.0, "C", "actor_infer"))
+    at(driver, 22.0)
+
+
 def owner_back_short(config: PolicyConfig) -> Driver:
     """C rolls out alone on six GPUs; at 10 B starts and takes three of them by a rebalance
     (so B may not donate until 100); at 20 C ends and B is lent the rest. At 30 O starts: the
@@ -232,12 +244,7 @@ def owner_back_short(config: PolicyConfig) -> Driver:
     pool = (0, 1, 2, 3, 4, 5)
     driver = Driver(Topology(1, 6), config)
     driver.add(spec("O", (0, 1), pool), spec("B", (2, 3), pool), spec("C", (4, 5), pool))
-    driver.send(ClusterRequested(0.0, "C", "actor_infer", Priority.ROLLOUT, 100.0))
-    at(driver, 2.0)
-    driver.send(ClusterRequested(10.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
-    at(driver, 12.0)
-    driver.send(ClusterReleased(20.0, "C", "actor_infer"))
-    at(driver, 22.0)
+    b_takes_then_borrows_c(driver)
     assert driver.held("B") == 6 and driver.sched.pipelines["B"].last_rebalanced_in_s == 10.0
     driver.send(ClusterRequested(30.0, "O", "actor_infer", Priority.ROLLOUT, 100.0))
     at(driver, 32.0)
@@ -289,12 +296,7 @@ def wide_owner_back_short(config: PolicyConfig) -> Driver:
     pool = tuple(range(8))
     driver = Driver(Topology(1, 8), config)
     driver.add(spec_tp("O", (0, 1, 2, 3), pool, 2), spec("B", (4, 5), pool), spec("C", (6, 7), pool))
-    driver.send(ClusterRequested(0.0, "C", "actor_infer", Priority.ROLLOUT, 100.0))
-    at(driver, 2.0)
-    driver.send(ClusterRequested(10.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
-    at(driver, 12.0)
-    driver.send(ClusterReleased(20.0, "C", "actor_infer"))
-    at(driver, 22.0)
+    b_takes_then_borrows_c(driver)
     assert driver.held("B") == 8 and driver.sched.pipelines["B"].last_rebalanced_in_s == 10.0
     driver.send(ClusterRequested(30.0, "O", "actor_infer", Priority.ROLLOUT, 100.0))
     at(driver, 32.0)
@@ -325,13 +327,8 @@ def a_donor_comes_home(config: PolicyConfig) -> Driver:
     pool = (0, 1, 2, 3, 4, 5)
     driver = Driver(Topology(1, 6), config)
     driver.add(spec("O", (0, 1), pool), spec("B", (2, 3), pool), spec("C", (4, 5), pool))
-    driver.send(ClusterRequested(0.0, "C", "actor_infer", Priority.ROLLOUT, 100.0))
-    at(driver, 2.0)
-    driver.send(ClusterRequested(10.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
-    at(driver, 12.0)
+    b_takes_then_borrows_c(driver)
     assert driver.sched.pipelines["C"].last_rebalanced_out_s == 10.0
-    driver.send(ClusterReleased(20.0, "C", "actor_infer"))
-    at(driver, 22.0)
     driver.send(ClusterRequested(30.0, "C", "actor_infer", Priority.ROLLOUT, 100.0))
     at(driver, 32.0)
     assert driver.sched.targets == {"B": 3, "C": 3}
