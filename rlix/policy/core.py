@@ -18,7 +18,8 @@ Handling an event has three phases:
    new weight version advances staleness pacing (`AllowRollout` up to version + k).
 3. Round. The active policy runs one decision round over the whole state:
    a. the policy says which admitted pipelines may run now (all, or one at a time, ...);
-   b. rollout ranks of pipelines that stopped rolling out are shrunk ("release");
+   b. rollout ranks of pipelines that stopped rolling out are shrunk ("release"), or under rlix
+      kept loaded while no one needs their GPUs (`rlix.policy.warm`);
    c. non-rollout requests are served by priority, then arrival (`rlix.policy.admission`):
       gang grants, preempting rollout ranks only when that makes the grant happen now, and
       reserving the GPUs of blocked requests so later, lower work cannot overtake them;
@@ -48,6 +49,7 @@ from rlix.policy.ledger import Ledger
 from rlix.policy.policies import Policy, get_policy
 from rlix.policy.specs import PolicyConfig, Topology, is_number
 from rlix.policy.state import ClusterState, PipelineState, RankStatus, Request
+from rlix.policy.warm import may_stay_warm, requested_gpus
 
 if TYPE_CHECKING:
     from rlix.policy.invariants import InvariantChecker
@@ -158,11 +160,19 @@ class Scheduler:
         self.policy.plan_rollout(self)
 
     def _release_idle_ranks(self) -> None:
+        warm = self.policy.keeps_warm and self.config.keep_warm
+        needed: frozenset[int] | None = None  # GPUs waiting requests map to, found once
         for pipeline in self.pipelines.values():
-            if pipeline.rolling and pipeline.pipeline_id in self.runnable:
+            if not pipeline.active or (pipeline.rolling and pipeline.pipeline_id in self.runnable):
                 continue
+            keep_warm = warm and pipeline.pipeline_id in self.runnable  # rlix.policy.warm
+            if keep_warm and needed is None:
+                needed = requested_gpus(self)
             for rank in list(pipeline.active.values()):
                 if rank.status is not RankStatus.ACTIVE:
                     rank.release_when_applied = True
+                elif keep_warm and needed is not None and may_stay_warm(self, pipeline, rank, needed):
+                    continue
                 elif rank.shrink_retry_after_s <= self.now:  # else: its last shrink failed
                     self.ledger.shrink(rank, "release")
+

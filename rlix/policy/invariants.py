@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from rlix.policy import events as ev
 from rlix.policy.decisions import AllowRollout, Decision, Expand, Grant, Revoke, Shrink
 from rlix.policy.errors import InvariantViolation
-from rlix.policy.invariants_loans import check_away_set, check_reclaims, kept_homes
+from rlix.policy.invariants_loans import check_away_set, check_reclaims, check_warm, kept_homes
 from rlix.policy.state import ClusterHold, HoldStatus, Rank, RankStatus, Request
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ class InvariantChecker:
         check_shrink_reasons(decisions, strict=4 in guarantees)
         check_reclaims(sched, decisions)
         check_away_set(sched)
+        check_warm(sched)
         check_shrink_backoff(sched, decisions)
         check_drains(sched, decisions)
         if 5 in guarantees or 6 in guarantees:

@@ -63,3 +63,29 @@ def check_away_set(sched: Scheduler) -> None:
     for pipeline_id, p in sched.away.items():
         if sched.pipelines.get(pipeline_id) is not p or p.rolling or p.holdings or p.pending:
             _fail(f"{pipeline_id} is in the away set but is not away (or not registered)")
+
+
+def check_warm(sched: Scheduler) -> None:
+    """Invariant 3 (warm side, rlix.policy.warm): under a policy that keeps ranks warm, after
+    a round a rank loaded for a pipeline that is not rolling out (and not backing off after a
+    failed shrink) belongs to a pipeline that may run, and holds no GPU another pipeline's
+    home covers and none a waiting request maps to. Found here GPU by GPU from the specs and
+    the queue, not from the home counts the core keeps."""
+    if not (sched.policy.keeps_warm and sched.config.keep_warm):
+        return
+    wanted: set[int] = set()
+    for request in sched.queue:
+        wanted.update(sched.pipelines[request.pipeline_id].spec.clusters[request.cluster].mapping)
+    for p in sched.pipelines.values():
+        if p.rolling and p.pipeline_id in sched.runnable:
+            continue
+        for rank in p.ranks:
+            if rank.status.name != "ACTIVE" or rank.shrink_retry_after_s > sched.now:
+                continue
+            if p.pipeline_id not in sched.runnable:
+                _fail(f"{p.pipeline_id} rank {rank.dp_rank} stays loaded, its pipeline may not run")
+            for gpu in rank.gpus:
+                others = [q.pipeline_id for q in sched.pipelines.values() if q is not p and gpu in q.spec.home]
+                if others or gpu in wanted:
+                    _fail(f"{p.pipeline_id} rank {rank.dp_rank} stays warm on GPU {gpu}, "
+                          f"{'home of ' + ', '.join(others) if others else 'wanted by a waiting request'}")

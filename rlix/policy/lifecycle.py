@@ -13,7 +13,7 @@ from rlix.policy import events as ev
 from rlix.policy.drain import measure_hold
 from rlix.policy.errors import EventError
 from rlix.policy.homes import resolve
-from rlix.policy.look_ahead import note_back, note_left, note_training
+from rlix.policy.look_ahead import note_back, note_left, note_rollout_end, note_tail, note_training
 from rlix.policy.specs import (
     MAX_WORK,
     ROLLOUT_CLUSTER,
@@ -180,6 +180,7 @@ def _apply_release(sched: Scheduler, pipeline: PipelineState, cluster: str) -> N
         sched.cluster.free(hold.gpus, hold)
         measure_hold(sched, pipeline, hold)
         return
+    note_rollout_end(sched, pipeline)
     pipeline.end_rollout()  # the round shrinks the active ranks ("release")
 
 
@@ -209,6 +210,7 @@ def on_withdrawn(sched: Scheduler, event: ev.RequestWithdrawn) -> None:
         note_left(sched, pipeline)
         return
     if cluster == ROLLOUT_CLUSTER and pipeline.rolling:
+        note_rollout_end(sched, pipeline)
         pipeline.end_rollout()  # as a release: the round shrinks whatever was started
         note_left(sched, pipeline)
         return
@@ -265,6 +267,7 @@ def on_ranks_progressed(sched: Scheduler, event: ev.RanksProgressed) -> None:
             raise EventError("in_flight", pair, f"names rank {rank} twice or a rank pipeline {pipeline.pipeline_id} does not have")
         in_flight[rank] = count
     pipeline.report_ranks(in_flight, event.queued)
+    note_tail(sched, pipeline)
 
 
 def on_step_finished(sched: Scheduler, event: ev.TrainStepFinished) -> None:

@@ -116,6 +116,23 @@ def note_training(sched: Scheduler, pipeline: PipelineState) -> None:
     pipeline.gang_at_s = sched.now
 
 
+def note_tail(sched: Scheduler, pipeline: PipelineState) -> None:
+    """A progress report: the rollout's tail begins at the first one with nothing queued."""
+    if pipeline.in_tail and pipeline.tail_since_s != pipeline.tail_since_s:
+        pipeline.tail_since_s = sched.now
+
+
+def note_rollout_end(sched: Scheduler, pipeline: PipelineState) -> None:
+    """A rollout ended: how long its tail lasted joins the running mean (each new one weighs
+    half, as the move times)."""
+    since = pipeline.tail_since_s
+    if since == since:
+        took = sched.now - since
+        last = pipeline.tail_s
+        pipeline.tail_s = took if last != last else (last + took) / 2
+    pipeline.tail_since_s = math.nan
+
+
 def expected_training_s(sched: Scheduler, pipeline: PipelineState) -> float | None:
     """When a rolling pipeline's next training is expected to begin, or None (no period
     measured yet, or late by more than half a period)."""

@@ -46,6 +46,9 @@ class Policy:
     futile_preemption: ClassVar[bool] = False
     #: Ranks cut for a grant drain for up to `PolicyConfig.max_drain_s` (see `Shrink.drain_s`).
     drains_preempted: ClassVar[bool] = False
+    #: Keeps the ranks of a pipeline between its rollouts loaded while no one needs their GPUs,
+    #: with `PolicyConfig.keep_warm` (rlix.policy.warm).
+    keeps_warm: ClassVar[bool] = False
     #: Stacks a sized home with homes of jobs of like expected runtime, with
     #: `PolicyConfig.stack_by_runtime` (rlix.policy.homes, "like with like").
     stacks_by_runtime: ClassVar[bool] = False
@@ -80,6 +83,7 @@ class Policy:
 class RlixPolicy(Policy):
     name = "rlix"
     drains_preempted = True
+    keeps_warm = True
     stacks_by_runtime = True
 
     @classmethod

@@ -340,6 +340,10 @@ class PolicyConfig:
     #: runs none or when its drain is up, so trajectories about to finish are not recomputed;
     #: the grant waits as long at most. 0: cut at once. rlix only.
     max_drain_s: float = 4.0
+    #: A pipeline's rollout ranks stay loaded between its rollouts while no request and no
+    #: rolling pipeline needs their GPUs (rlix.policy.warm): the Publish in between syncs them,
+    #: and the next rollout starts on them without a weight load. rlix only.
+    keep_warm: bool = True
     #: A home given as a size stacks (rlix.policy.homes, rule 2) first on homes whose jobs'
     #: expected runtimes (`PipelineSpec.runtime_estimate_s`) are most like its job's: long jobs'
     #: rollout then sees few gangs, short jobs preempt short ones. Needs runtime estimates (the
@@ -359,7 +363,7 @@ class PolicyConfig:
         for name in ("tail_spread_batch", "alike_stack_depth"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 0:
                 raise SpecError(f"config.{name}", getattr(self, name), "must be an integer >= 0")
-        for name in ("keep_busy_tail", "home_floor", "look_ahead", "stack_by_runtime"):
+        for name in ("keep_busy_tail", "home_floor", "look_ahead", "stack_by_runtime", "keep_warm"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")
         if self.job_order not in JOB_ORDERS:

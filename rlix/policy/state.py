@@ -147,6 +147,10 @@ class PipelineState:
     gang_at_s: float = float("nan")
     gang_period_s: float = float("nan")
     gang_armed: bool = False
+    #: When this rollout's tail began (its first report with nothing queued; nan: not yet),
+    #: and how long its tails last, a running mean measured by the core (nan: none yet).
+    tail_since_s: float = float("nan")
+    tail_s: float = float("nan")
     #: The GPUs of its home no other home covers, with the bits of the slots on them, and the
     #: (slot count, homes version) they were found for (rlix.policy.look_ahead.own_home).
     own_home: tuple[tuple[int, ...], int] = ((), 0)

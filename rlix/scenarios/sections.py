@@ -89,6 +89,9 @@ class PolicyTunables(Section):
     alike_stack_depth: int = Field(_POLICY_DEFAULTS.alike_stack_depth, ge=0)
     """Once homes must overlap, a home joins a stack of alike jobs holding fewer than this many
     homes before taking GPUs no home covers; 0: off (rlix only)."""
+    keep_warm: bool = _POLICY_DEFAULTS.keep_warm
+    """A pipeline's rollout ranks stay loaded between its rollouts while no one needs their
+    GPUs, so its next rollout starts without a weight load (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

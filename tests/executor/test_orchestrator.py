@@ -79,10 +79,13 @@ def test_request_to_grant_round_trip(client: Client) -> None:
     assert sorted(client.active_ranks(pid)) == [0, 1, 2, 3]  # no handler: applied at once
     client.progress(pid, 3.0)
     client.release(pid, "actor_infer")
-    assert client.active_ranks(pid) == {}
+    # No one needs the GPUs: the ranks stay loaded between rollouts (rlix.policy.warm) ...
+    assert client.active_ranks(pid) == {0: (0,), 1: (1,), 2: (2,), 3: (3,)}
     client.train_step_finished(pid, 1)
-    # A second pipeline's gang request waits behind the first one's hold, then is withdrawn.
+    # ... until a request maps to them: those on the gang's GPUs are released for it.
     assert client.request(pid, "actor_train", 1) == (2, 3)
+    assert client.active_ranks(pid) == {0: (0,), 1: (1,)}
+    # A second pipeline's gang request waits behind the first one's hold, then is withdrawn.
     waiter = PipelineSpec("api-waiter", PipelineKind.FULL_FINETUNE,
                           {"actor_infer": ClusterSpec(1, (2, 3)), "actor_train": ClusterSpec(1, (2, 3))})
     client.register_pipeline(waiter)

@@ -88,12 +88,13 @@ def test_training_preempts_rollout_and_is_granted_in_the_same_round() -> None:
     d.send(ClusterRequested(1, "A", "actor_infer", 6, estimate=100))
     d.send(ClusterRequested(2, "B", "actor_infer", 6, estimate=300))  # A: 6,7  B: 0-5
     # A finishes rollout and asks for actor_train (GPUs 0-3) at priority 1 in one step.
-    # Its own ranks 6, 7 are released; B's ranks 0-3 are preempted for the grant; B, now
-    # alone with GPUs 4-7 (its ranks 4, 5) and the released 6, 7, expands onto 6 and 7.
+    # B's ranks 0-3 are preempted for the grant. A's ranks 6, 7 would stay warm, but B, now
+    # alone with GPUs 4-7 (its ranks 4, 5), can use them: they are released and B expands
+    # onto 6 and 7 (rlix.policy.warm).
     assert d.send(ClusterReleasedAndRequested(3, "A", "actor_infer", "actor_train", 1)) == [
-        "shrink A6 release", "shrink A7 release",
         "shrink B0 preempt", "shrink B1 preempt", "shrink B2 preempt", "shrink B3 preempt",
         "grant A/actor_train [0, 1, 2, 3]",
+        "shrink A6 release", "shrink A7 release",
         "expand B6", "expand B7",
     ]
     assert d.sched.targets == {"B": 4}

@@ -177,7 +177,8 @@ def test_a_tp4_newcomer_gets_its_bundle_without_overdrawing_a_donor(interval_s: 
 
 
 def test_a_failed_release_shrink_is_not_retried_before_the_backoff() -> None:
-    d = Driver(Topology(1, 2), PolicyConfig(retry_backoff_s=60.0))
+    # Without warm ranks: nothing else wants GPU 1, so the rank there would stay loaded.
+    d = Driver(Topology(1, 2), PolicyConfig(retry_backoff_s=60.0, keep_warm=False))
     d.add(full_finetune("A", (0, 1), (0,)))
     d.send(ClusterRequested(0, "A", "actor_infer", 6, 10))
     d.apply_all()

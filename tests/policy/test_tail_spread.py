@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlix.policy import (
+    ClusterReleased,
     ClusterRequested,
     ClusterSpec,
     PipelineKind,
@@ -24,6 +25,7 @@ from rlix.policy import (
     RolloutProgressed,
     Scheduler,
     SpecError,
+    Tick,
     Topology,
 )
 from tests.policy.drive import Driver
@@ -107,3 +109,28 @@ def test_spreading_tails_finish_under_the_invariant_checker(workload: tuple, per
     loop = WatchedLoop(sched, jobs, report_ranks=True, per_rank=per_rank)
     finished = loop.run(max_time_s=sequential_bound_s(jobs))
     assert set(finished) == {j.pipeline_id for j in jobs}
+
+
+@pytest.mark.parametrize(("tail_s", "spread"), [(10.0, False), (30.0, True)])
+def test_a_tail_spreads_only_while_its_tails_last_long_enough_to_pay_for_a_load(tail_s: float, spread: bool) -> None:
+    """A's ranks load in 2 s (emitted at 0, applied at 2) and its first tail lasts `tail_s`.
+    Its offload is not measured (its ranks stay warm), so a new rank pays when a tail lasts
+    more than (1 + loan_payback 8) x 2 s = 18 s: the next tail holds at its busy ranks after
+    a 10-s tail and spreads after a 30-s one, as in the golden above."""
+    driver = Driver(Topology(1, 8), PolicyConfig(min_rebalance_interval_s=0.0))
+    driver.add(rollout_spec("A"), rollout_spec("B"))
+    driver.send(ClusterRequested(0.0, "A", "actor_infer", Priority.ROLLOUT, 100.0))
+    driver.send(Tick(2.0))
+    driver.apply_all()
+    a = driver.sched.pipelines["A"]
+    assert a.load_s == 2.0
+    driver.send(RanksProgressed(3.0, "A", tuple((rank, 1) for rank in range(8)), 0))  # its tail
+    driver.send(ClusterReleased(3.0 + tail_s, "A", "actor_infer"))
+    assert a.tail_s == tail_s and a.offload_s != a.offload_s
+    start = 4.0 + tail_s
+    driver.send(ClusterRequested(start, "A", "actor_infer", Priority.ROLLOUT, 100.0))
+    assert driver.held("A") == 8  # warm: no load
+    driver.send(RolloutProgressed(start + 1.0, "A", 60.0))
+    driver.send(RanksProgressed(start + 1.0, "A", tuple((rank, 40 if rank < 2 else 0) for rank in range(8)), 0))
+    driver.send(ClusterRequested(start + 2.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
+    assert driver.sched.targets == ({"A": 3, "B": 5} if spread else {"A": 2, "B": 6})

@@ -11,6 +11,7 @@ from rlix.policy import (
     GpuLost,
     GpuRestored,
     Grant,
+    PolicyConfig,
     RequestWithdrawn,
     Topology,
 )
@@ -48,7 +49,8 @@ def test_a_request_requeued_by_a_revoke_can_be_withdrawn() -> None:
 
 
 def test_a_withdrawn_rollout_ends_the_demand_started_or_not() -> None:
-    d = Driver(Topology(1, 4))
+    # Without warm ranks (no one else wants GPUs 1-3: B's ranks would stay loaded).
+    d = Driver(Topology(1, 4), PolicyConfig(keep_warm=False))
     d.add(full_finetune("A", ALL, (0,)), full_finetune("B", ALL, (1,)))
     d.send(ClusterRequested(0, "A", "actor_train", 1))
     d.apply_all()
