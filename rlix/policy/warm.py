@@ -16,7 +16,8 @@ load. Every round, before requests are served, a warm rank is shrunk ("release")
 than its offload) and no other pipeline's home covers them. Another job's gangs come to its
 home when that job's rollout ends, which the warm rank's pipeline cannot foresee, and each
 would wait for the offload: on lab-day, where every GPU lies in 2.5 homes, keeping those too
-made each training request wait 1.1 s more on average and cost 40 s of mean JCT (seed 0).
+made each training request wait 1.1 s more on average and cost 69 s of mean JCT on seed 0
+(21 s over seeds 0-5).
 It is also shrunk when
 
 - a rolling pipeline that free GPUs would be lent to (demand left, not in its tail) has a
