@@ -3,6 +3,7 @@ while no one needs their GPUs. Golden runs worked out by hand, and a hypothesis 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,6 +12,7 @@ from rlix.policy import (
     ClusterReleasedAndRequested,
     ClusterRequested,
     ClusterSpec,
+    InvariantViolation,
     PipelineKind,
     PipelineRegistered,
     PipelineSpec,
@@ -19,6 +21,7 @@ from rlix.policy import (
     Tick,
     Topology,
 )
+from rlix.policy.invariants_loans import check_warm
 from rlix.policy.state import RankStatus
 from tests.policy.drive import Driver
 
@@ -138,3 +141,17 @@ def test_warm_ranks_hold_only_gpus_no_one_else_covers_or_wants(
     warm = {r.gpus[0] for r in driver.sched.pipelines["A"].active.values()}
     expected = {g for g in loaded if g not in home and g not in other_home and not (wanted and g == 5)}
     assert warm == expected
+
+
+def test_the_warm_check_sees_a_rank_left_on_another_home() -> None:
+    """The invariant check (invariants_loans.check_warm) passes on the state the core reached
+    and fails once A's rank on B's home GPU 2 is marked loaded, as a core keeping it would."""
+    driver, _ = a_trains()
+    at(driver, 11.0)
+    sched = driver.sched
+    check_warm(sched)
+    rank = next(r for r in sched.pipelines["A"].ranks if r.gpus == (2,))
+    assert rank.status is RankStatus.INACTIVE
+    rank.status = RankStatus.ACTIVE
+    with pytest.raises(InvariantViolation, match="stays warm on GPU 2, home of B"):
+        check_warm(sched)
