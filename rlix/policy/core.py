@@ -175,4 +175,3 @@ class Scheduler:
                     continue
                 elif rank.shrink_retry_after_s <= self.now:  # else: its last shrink failed
                     self.ledger.shrink(rank, "release")
-

@@ -55,8 +55,6 @@ def drain_for(sched: Scheduler, request: Request, rank: Rank) -> float:
     bound = sched.config.max_drain_s
     if not bound or rank.pipeline_id == request.pipeline_id:
         return 0.0
-    if not sched.pipelines[rank.pipeline_id].rolling:
-        return 0.0  # a warm rank (rlix.policy.warm) runs nothing to drain
     took = sched.pipelines[request.pipeline_id].hold_s.get(request.cluster)
     home = sched.pipelines[rank.pipeline_id].spec.home
     if not took or not home or not set(rank.gpus).issubset(home):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from rlix.policy.decisions import Decision, Shrink
 from rlix.policy.errors import InvariantViolation
+from rlix.policy.state import RankStatus
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
@@ -80,7 +81,7 @@ def check_warm(sched: Scheduler) -> None:
         if p.rolling and p.pipeline_id in sched.runnable:
             continue
         for rank in p.ranks:
-            if rank.status.name != "ACTIVE" or rank.shrink_retry_after_s > sched.now:
+            if rank.status is not RankStatus.ACTIVE or rank.shrink_retry_after_s > sched.now:
                 continue
             if p.pipeline_id not in sched.runnable:
                 _fail(f"{p.pipeline_id} rank {rank.dp_rank} stays loaded, its pipeline may not run")

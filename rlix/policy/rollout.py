@@ -394,4 +394,3 @@ def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlan
 def _share(pipeline: PipelineState) -> float:
     """demand x tp x weight, kept within [1e-300, 1e300] so that ratios to it stay finite."""
     return min(max(pipeline.demand * (pipeline.tp * pipeline.spec.weight), 1e-300), 1e300)
-

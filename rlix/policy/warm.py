@@ -47,9 +47,9 @@ def requested_gpus(sched: Scheduler) -> frozenset[int]:
 
 
 def may_stay_warm(sched: Scheduler, pipeline: PipelineState, rank: Rank, needed: frozenset[int]) -> bool:
-    """Whether `rank` of `pipeline` (which stopped rolling out) may stay loaded: active, on no
+    """Whether active `rank` of `pipeline` (which stopped rolling out) may stay loaded: on no
     GPU a waiting request maps to (`needed`), and on no GPU another pipeline's home covers."""
-    if rank.status is not RankStatus.ACTIVE or not needed.isdisjoint(rank.gpus):
+    if not needed.isdisjoint(rank.gpus):
         return False
     count = sched.cluster.home_count
     home = pipeline.spec.home
@@ -77,9 +77,6 @@ def release_wanted(sched: Scheduler, rollers: list[PipelineState], blocked: dict
     for rank in ranks:
         if rank.shrink_retry_after_s > now:
             continue
-        bits = 0
-        for gpu in rank.gpus:
-            for slot in cluster.slots_by_gpu[gpu]:
-                bits |= cluster.slot_mask[slot]
+        bits = cluster.bits_of(slot for gpu in rank.gpus for slot in cluster.slots_by_gpu[gpu])
         if any(p.slot_bits & bits & ~blocked.get(p.pipeline_id, 0) for p in takers):
             sched.ledger.shrink(rank, "release")

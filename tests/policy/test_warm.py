@@ -18,22 +18,12 @@ from rlix.policy import (
     PipelineSpec,
     PolicyConfig,
     Priority,
-    Tick,
     Topology,
 )
 from rlix.policy.invariants_loans import check_warm
 from rlix.policy.state import RankStatus
 from tests.policy.drive import Driver
-
-
-def spec(pid: str, home: tuple[int, ...], pool: tuple[int, ...]) -> PipelineSpec:
-    """Trained on its home (TP 1), rolling out TP 1 over its home first, then `pool`."""
-    return PipelineSpec(
-        pid, PipelineKind.FULL_FINETUNE,
-        {"actor_infer": ClusterSpec(1, home + tuple(g for g in pool if g not in home)),
-         "actor_train": ClusterSpec(1, home)},
-        home=home,
-    )
+from tests.policy.test_look_ahead import at, spec
 
 
 def homeless(pid: str, rollout: tuple[int, ...], train: tuple[int, ...] = ()) -> PipelineSpec:
@@ -42,11 +32,6 @@ def homeless(pid: str, rollout: tuple[int, ...], train: tuple[int, ...] = ()) ->
     if train:
         clusters["actor_train"] = ClusterSpec(1, train)
     return PipelineSpec(pid, PipelineKind.FULL_FINETUNE, clusters)
-
-
-def at(driver: Driver, now: float) -> None:
-    driver.send(Tick(now))
-    driver.apply_all()
 
 
 def a_trains(config: PolicyConfig | None = None, policy: str = "rlix") -> tuple[Driver, list[str]]:
