@@ -32,9 +32,9 @@ from typing import Any
 
 from tqdm import tqdm
 
+from rlix.runs.text import format_table
 from rlix.scenarios import load_scenario
 from rlix.sim import simulate
-from rlix.sim.report import format_table
 
 DEFAULT_SCENARIOS = ("agentic-4x32", "math-rlvr", "mixed-lora", "blog-4on12")
 #: Each rule switched from its default: (label, override).

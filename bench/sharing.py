@@ -25,9 +25,9 @@ from typing import Any
 from tqdm import tqdm
 
 from rlix.policy import POLICIES
+from rlix.runs.text import format_table
 from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.sim.compare import OVERALL_COLUMNS, compare, overall_figure
-from rlix.sim.report import format_table
 
 SKIPPED = ("cluster-1024", "cpu-demo")
 #: The figures of compare's table that this bench reports (same labels and formats).

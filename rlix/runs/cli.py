@@ -1,6 +1,7 @@
-"""`rlix-sim replay RUN_DIR` and `rlix-sim check RUN_DIR`: verify a written run folder.
+"""`rlix-sim replay RUN_DIR` and `rlix-sim check RUN_DIR` verify a written run folder;
+`rlix-sim jobs RUN_DIR` shows where its jobs' time went (rlix.runs.breakdown).
 
-`register` adds both commands to a sub-command table (as rlix.traces.cli does). Exit status:
+`register` adds the commands to a sub-command table (as rlix.traces.cli does). Exit status:
 0 identical / all invariants hold; 1 a divergence or a broken invariant (printed); 2 bad input
 (one line, ``rlix-sim: error: ...``; ``--traceback`` or ``RLIX_DEBUG=1`` shows the traceback).
 """
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from rlix.policy.errors import InvariantViolation
+from rlix.runs.breakdown import GROUPINGS
 from rlix.runs.errors import RunError
 from rlix.traces.errors import TraceError
 
@@ -45,6 +49,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
     _traceback_option(check)
     check.set_defaults(run=_guarded(main_check))
+    jobs = subparsers.add_parser(
+        "jobs",
+        help="where a run's jobs spent their time: queueing, time above alone, training waits",
+        description="Group RUN_DIR's jobs (a simulator or executor run folder) and show, per "
+        "group, the mean wait to start, run time, JCT, time above the job's time alone on its "
+        "home (what sharing cost it, waiting included) and that group's share of the run's "
+        "total, and the waits for training GPUs inside it, by stage. Stream jobs "
+        "(<template>-<n>) group by template; --by arrival shows bursts of arrivals.",
+        epilog="example: rlix-sim run lab-day --out runs/lab && rlix-sim jobs runs/lab --by arrival",
+    )
+    jobs.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
+    jobs.add_argument("--by", choices=GROUPINGS, default="name",
+                      help="group by id less a trailing -<n> (name, default), per job (pipeline), "
+                      "or by arrival time (arrival)")
+    jobs.add_argument("--bin-s", type=_positive, default=3600.0, metavar="S",
+                      help="width of an arrival group in seconds (default 3600)")
+    jobs.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    _traceback_option(jobs)
+    jobs.set_defaults(run=_guarded(main_jobs))
 
 
 def main_replay(args: argparse.Namespace) -> int:
@@ -70,6 +93,40 @@ def main_check(args: argparse.Namespace) -> int:
     unchecked = f"not checked: {', '.join(missing)} (the folder was written without them)" if missing else ""
     print(f"{args.run_dir}: invariants {'; '.join(held + [unchecked] if unchecked else held)}")
     return 0
+
+
+def main_jobs(args: argparse.Namespace) -> int:
+    from rlix.runs.breakdown import breakdown
+    from rlix.runs.reader import load
+    from rlix.runs.text import format_table
+
+    run = load(args.run_dir)
+    groups, stages = breakdown(run.jobs, run.waits, args.by, args.bin_s)
+    if args.json:
+        print(json.dumps({"groups": _records(groups), "stage_waits_s": _records(stages)}))
+        return 0
+    seconds = {c: "{:,.0f}" for c in ("alone_s", "queueing_s", "run_s", "jct_s", "excess_s", "train_wait_s")}
+    print(f"{args.run_dir}: {len(run.jobs)} jobs, policy {run.policy}; means per job, seconds; excess = JCT - "
+          "alone on its home (waiting included); train_wait = waits for training GPUs once started")
+    print(format_table(groups, {**seconds, "excess_share": "{:.0%}", "slowdown": "{:.2f}"}))
+    print("\nwaits for GPUs per job, by stage (s; init's is the wait to start):")
+    print(format_table(stages, {c: "{:,.1f}" for c in stages.columns if c != "group"}))
+    return 0
+
+
+def _records(frame: Any) -> list[dict[str, Any]]:
+    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+            for row in json.loads(frame.to_json(orient="records"))]
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def _traceback_option(parser: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from rlix.runs.text import format_table
 from rlix.sim.compare import OVERALL_COLUMNS, Comparison, overall_figure
 
 
@@ -99,27 +100,3 @@ def print_comparison(scenario: Any, comparison: Comparison) -> None:
             },
         )
     )
-
-
-def format_table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
-    """A plain aligned text table."""
-    cells = [[str(c) for c in frame.columns]]
-    for _, row in frame.iterrows():
-        cells.append([_fmt(row[c], formats.get(c)) for c in frame.columns])
-    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-    lines = [
-        "  ".join(
-            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in cells
-    ]
-    return "\n".join(lines)
-
-
-def _fmt(value: Any, fmt: str | None) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "-"
-    try:
-        return fmt.format(value) if fmt else str(value)
-    except (ValueError, TypeError):
-        return str(value)

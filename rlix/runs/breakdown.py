@@ -1,0 +1,104 @@
+"""Where jobs' time goes: a run's jobs grouped, each group's wait to start, its time above alone
+and the training waits inside it (`rlix-sim jobs RUN_DIR`).
+
+A pipeline is a job (rlix.runs.jobs). Jobs are grouped by
+
+- `name` (default): the id less a trailing `-<n>`, so the jobs a stream draws from one template
+  (`grpo7b-math-0`, `grpo7b-math-1`, ...) form one group; other ids are their own group;
+- `pipeline`: one group per job;
+- `arrival`: the hour (or `bin_s`) in which the job arrived: bursts of arrivals show up here.
+
+Per group (means over its jobs unless said): `jobs`, `finished`, `alone_s`, `queueing_s`,
+`run_s` (finish - start), `jct_s`, `excess_s` (jct - alone: what sharing costs the job, waiting
+included), `excess_share` (the group's summed excess over every group's: where the mean JCT
+above alone goes), `slowdown`, and `train_wait_s`: the summed waits of the job's training requests
+(t_grant - t_request in `waits` of every stage but init and rollout), what the job spent
+waiting for training GPUs once started (a job alone waits too, for its own rollout ranks to
+offload). The stage table splits the waits by stage; its `init` column is the wait to start
+(a job's first request is its init), the queueing column again. Figures a run does not have (alone times of an executor run, the finish
+of a job still running) are null and left out of the means.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from rlix.policy.specs import Priority
+
+GROUPINGS = ("name", "pipeline", "arrival")
+BREAKDOWN_COLUMNS = ("group", "jobs", "finished", "alone_s", "queueing_s", "run_s", "jct_s", "excess_s",
+                     "excess_share", "slowdown", "train_wait_s")
+_NUMBERED = re.compile(r"^(.*)-\d+$")
+
+
+def group_of(pipeline_id: str) -> str:
+    """The `name` group of a job: its id less a trailing `-<n>` (the whole id if none)."""
+    match = _NUMBERED.match(pipeline_id)
+    return match.group(1) if match and match.group(1) else pipeline_id
+
+
+def _groups(jobs: pd.DataFrame, by: str, bin_s: float) -> pd.Series:
+    if by == "name":
+        return jobs["pipeline_id"].map(group_of)
+    if by == "pipeline":
+        return jobs["pipeline_id"].astype(str)
+    if by == "arrival":
+        start = np.floor(jobs["arrival_s"].to_numpy(float) / bin_s) * bin_s
+        return pd.Series([_span(s, bin_s) for s in start], index=jobs.index)
+    raise ValueError(f"unknown grouping {by!r} (one of {', '.join(GROUPINGS)})")
+
+
+def _span(start_s: float, bin_s: float) -> str:
+    unit, size = ("h", 3600.0) if bin_s % 3600 == 0 else ("min", 60.0) if bin_s % 60 == 0 else ("s", 1.0)
+    return f"{start_s / size:g}-{(start_s + bin_s) / size:g} {unit}"
+
+
+def train_waits(waits: pd.DataFrame) -> pd.DataFrame:
+    """Each job's summed wait per stage (columns: Priority names in lower case, seconds), from
+    the granted non-rollout requests of `waits`."""
+    granted = waits[waits["t_grant"].notna() & (waits["priority"] != int(Priority.ROLLOUT))]
+    waited = granted.assign(wait_s=granted["t_grant"] - granted["t_request"],
+                            stage=granted["priority"].map(lambda p: Priority(int(p)).name.lower()))
+    table = waited.pivot_table(index="pipeline_id", columns="stage", values="wait_s", aggfunc="sum", fill_value=0.0)
+    order = [p.name.lower() for p in Priority if p.name.lower() in table.columns]
+    return table[order]
+
+
+def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame, by: str = "name",
+              bin_s: float = 3600.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(groups, stage_waits): one row per group (BREAKDOWN_COLUMNS) in order of first arrival,
+    then a row "all" over every job; and each group's mean per-job wait by stage."""
+    if not bin_s > 0:
+        raise ValueError(f"bin_s must be positive, got {bin_s}")
+    jobs = jobs.reset_index(drop=True)
+    stages = train_waits(waits).reindex(jobs["pipeline_id"]).fillna(0.0).set_index(jobs.index)
+    frame = jobs.assign(
+        group=_groups(jobs, by, bin_s),
+        run_s=jobs["finish_s"] - jobs["start_s"],
+        excess_s=jobs["jct_s"] - jobs["alone_s"],
+        train_wait_s=stages.drop(columns=["init"], errors="ignore").sum(axis=1),
+        finished=jobs["finish_s"].notna(),
+    )
+    keys = frame.sort_values("arrival_s", kind="stable")["group"].drop_duplicates().tolist()
+    total_excess = frame["excess_s"].sum(min_count=1)
+    table = pd.concat([_summary(frame, keys, total_excess), _summary(frame.assign(group="all"), ["all"], total_excess)])
+    stage_table = pd.concat([stages.assign(group=frame["group"]), stages.assign(group="all")])
+    stage_means = stage_table.groupby("group", sort=False).mean().reindex([*keys, "all"])
+    return table.reset_index(drop=True), stage_means.rename_axis("group").reset_index()
+
+
+def _summary(frame: pd.DataFrame, keys: list[str], total_excess: float) -> pd.DataFrame:
+    grouped = frame.groupby("group", sort=False)
+    share = grouped["excess_s"].sum(min_count=1) / total_excess if total_excess else np.nan
+    table = pd.DataFrame({
+        "jobs": grouped.size(),
+        "finished": grouped["finished"].sum(),
+        **{name: grouped[name].mean() for name in ("alone_s", "queueing_s", "run_s", "jct_s", "excess_s")},
+        "excess_share": share,
+        "slowdown": grouped["slowdown"].mean(),
+        "train_wait_s": grouped["train_wait_s"].mean(),
+    }).reindex(keys)
+    return table.rename_axis("group").reset_index()[list(BREAKDOWN_COLUMNS)]

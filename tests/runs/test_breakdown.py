@@ -1,0 +1,116 @@
+"""Where jobs' time goes (rlix.runs.breakdown, `rlix-sim jobs`), on jobs worked out by hand.
+
+Three jobs: `m-0` (arrives 0, starts 0, finishes 100, alone 80), `m-1` (arrives 50, starts 70,
+finishes 250, alone 80) and `big` (arrives 120, starts 120, still running, alone 300). Their
+waits: `m-0` init 0, old log-probs 4 and 6, a rollout wait of 50 (not a training wait); `m-1`
+init 20, actor training 10; `big` init 0, value 30, and a value request not granted yet.
+
+By hand, grouped by name: `m` has 2 jobs, both finished, alone 80, queueing (0 + 20) / 2 = 10,
+run (100 + 180) / 2 = 140, JCT (100 + 200) / 2 = 150, excess (20 + 120) / 2 = 70, slowdown
+(1.25 + 2.5) / 2 = 1.875, training waits (10 + 10) / 2 = 10. `big` has no finish, so no run,
+JCT, excess or slowdown: m holds 100% of the excess (140 of 140). Over all three: queueing
+20 / 3, JCT and excess the means of the finished (150, 70), training waits (10 + 10 + 30) / 3.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlix.runs.breakdown import breakdown, group_of, train_waits
+from rlix.runs.folder import write_run
+from rlix.sim.cli import main
+from tests.runs.test_jobs import ALONE, two_jobs
+
+NAN = math.nan
+
+
+def jobs() -> pd.DataFrame:
+    rows = [("m-0", 0.0, 0.0, 100.0, 80.0), ("m-1", 50.0, 70.0, 250.0, 80.0), ("big", 120.0, 120.0, NAN, 300.0)]
+    frame = pd.DataFrame(rows, columns=["pipeline_id", "arrival_s", "start_s", "finish_s", "alone_s"])
+    frame["queueing_s"] = frame.start_s - frame.arrival_s
+    frame["jct_s"] = frame.finish_s - frame.arrival_s
+    frame["slowdown"] = frame.jct_s / frame.alone_s
+    return frame
+
+
+def waits() -> pd.DataFrame:
+    rows = [
+        ("m-0", "actor_train", 0, 0.0, 0.0),
+        ("m-0", "actor_train", 3, 10.0, 14.0),
+        ("m-0", "actor_train", 3, 40.0, 46.0),
+        ("m-0", "actor_infer", 6, 0.0, 50.0),
+        ("m-1", "actor_train", 0, 50.0, 70.0),
+        ("m-1", "actor_train", 1, 100.0, 110.0),
+        ("big", "actor_train", 0, 120.0, 120.0),
+        ("big", "critic", 5, 150.0, 180.0),
+        ("big", "critic", 5, 200.0, NAN),
+    ]
+    return pd.DataFrame(rows, columns=["pipeline_id", "cluster", "priority", "t_request", "t_grant"])
+
+
+def test_groups_by_name_worked_out_by_hand() -> None:
+    groups, stages = breakdown(jobs(), waits())
+    assert groups.group.tolist() == ["m", "big", "all"]
+    m, big, total = (groups.iloc[i] for i in range(3))
+    assert (m.jobs, m.finished, m.alone_s, m.queueing_s, m.run_s, m.jct_s, m.excess_s) == (2, 2, 80, 10, 140, 150, 70)
+    assert m.slowdown == pytest.approx(1.875) and m.train_wait_s == pytest.approx(10.0)
+    assert m.excess_share == pytest.approx(1.0)
+    assert big.jobs == 1 and big.finished == 0 and math.isnan(big.jct_s) and math.isnan(big.excess_s)
+    assert big.train_wait_s == pytest.approx(30.0) and math.isnan(big.excess_share)
+    assert (total.jobs, total.finished, total.jct_s, total.excess_s) == (3, 2, 150, 70)
+    assert total.queueing_s == pytest.approx(20 / 3) and total.train_wait_s == pytest.approx(50 / 3)
+    assert total.excess_share == pytest.approx(1.0)
+    assert stages.columns.tolist() == ["group", "init", "actor_train", "old_log_probs", "value"]
+    assert stages.set_index("group").loc["m"].tolist() == [10.0, 5.0, 5.0, 0.0]
+    assert stages.set_index("group").loc["all", "value"] == pytest.approx(10.0)
+
+
+def test_rollout_and_ungranted_requests_are_no_training_wait() -> None:
+    table = train_waits(waits())
+    assert "rollout" not in table.columns
+    assert table.loc["big", "value"] == 30.0 and table.loc["m-0", "old_log_probs"] == 10.0
+
+
+def test_groups_by_arrival_and_by_pipeline() -> None:
+    groups, _ = breakdown(jobs(), waits(), by="arrival", bin_s=100.0)
+    assert groups.group.tolist() == ["0-100 s", "100-200 s", "all"]
+    assert groups.jobs.tolist() == [2, 1, 3]
+    hours, _ = breakdown(jobs(), waits(), by="arrival")
+    assert hours.group.tolist() == ["0-1 h", "all"]
+    each, _ = breakdown(jobs(), waits(), by="pipeline")
+    assert each.group.tolist() == ["m-0", "m-1", "big", "all"]
+    assert each.set_index("group").loc["m-1", "excess_share"] == pytest.approx(120 / 140)
+    with pytest.raises(ValueError, match="bin_s"):
+        breakdown(jobs(), waits(), by="arrival", bin_s=0)
+
+
+@pytest.mark.parametrize(("pipeline_id", "group"), [
+    ("grpo7b-math-12", "grpo7b-math"), ("ft-a", "ft-a"), ("x-1-2", "x-1"), ("-3", "-3"), ("job", "job"),
+])
+def test_a_stream_job_groups_under_its_template(pipeline_id: str, group: str) -> None:
+    assert group_of(pipeline_id) == group
+
+
+def test_the_command_reads_a_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = write_run(two_jobs(), tmp_path / "run", scenario_yaml="name: x\n", plots=False, alone_s=ALONE)
+    assert main(["jobs", str(folder), "--by", "pipeline"]) == 0
+    out = capsys.readouterr().out
+    assert "2 jobs, policy static" in out
+    row_b = next(line for line in out.splitlines() if line.startswith("B "))
+    # B: alone 50, queueing 90, run 50, JCT 140, excess 90 (all of the excess), slowdown 2.8
+    assert row_b.split()[1:10] == ["1", "1", "50", "90", "50", "140", "90", "100%", "2.80"]
+    assert main(["jobs", str(folder), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert [g["group"] for g in figures["groups"]] == ["A", "B", "all"]
+    assert figures["groups"][2]["jct_s"] == pytest.approx(120.0)
+
+
+def test_a_folder_that_is_not_a_run_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["jobs", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlix-sim: error:") and len(err.strip().splitlines()) == 1
