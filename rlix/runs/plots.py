@@ -1,5 +1,9 @@
 """The PNG plots of a run folder: per-GPU Gantt chart, GPU use over time, step-time spread.
 
+A run of more than `MAX_LEGEND` pipelines (a day of a lab's jobs) is drawn by job group, the
+id less a trailing `-<n>` (rlix.runs.breakdown.group_of: a stream's jobs of one template share
+a colour, a stack band and a box), so its legend and its boxes stay readable.
+
 Drawn with matplotlib's object API on the Agg canvas (no pyplot, no global backend switch), so
 it is safe in notebooks and headless runs. Large runs stay fast: the Gantt chart is one image
 sampled at about one instant per pixel column and GPU (not one bar per holding: tens of
@@ -14,11 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from rlix.runs.breakdown import group_of
 from rlix.runs.frames import RunTables
 from rlix.runs.intervals import merge, per_bin
 from rlix.runs.metrics import gpu_cover
 
 NUM_BINS = 300
+MAX_LEGEND = 20
 PLOT_FILES = ("gantt.png", "utilization.png", "step_times.png")
 
 
@@ -38,11 +44,30 @@ def write_plots(tables: RunTables, out_dir: str | Path) -> list[Path]:
     return paths
 
 
+def legend_keys(pipeline_ids: list[str]) -> dict[str, str]:
+    """What each pipeline is drawn as: itself, or its job group once there are more than
+    MAX_LEGEND pipelines."""
+    if len(pipeline_ids) <= MAX_LEGEND:
+        return {pid: pid for pid in pipeline_ids}
+    return {pid: group_of(pid) for pid in pipeline_ids}
+
+
+def first_of_each(keys: dict[str, str]) -> dict[str, str]:
+    """Each legend key's first pipeline, keys in order of first use."""
+    firsts: dict[str, str] = {}
+    for pid, key in keys.items():
+        firsts.setdefault(key, pid)
+    return firsts
+
+
 def pipeline_colours(pipeline_ids: list[str]) -> dict[str, Any]:
+    """A colour per pipeline: one per legend key (`legend_keys`), in order of first use."""
     from matplotlib import colormaps
 
-    palette = colormaps["tab10" if len(pipeline_ids) <= 10 else "tab20"]
-    return {pid: palette(i % palette.N) for i, pid in enumerate(pipeline_ids)}
+    keys = list(dict.fromkeys(legend_keys(pipeline_ids).values()))
+    palette = colormaps["tab10" if len(keys) <= 10 else "tab20"]
+    by_key = {key: palette(i % palette.N) for i, key in enumerate(keys)}
+    return {pid: by_key[key] for pid, key in legend_keys(pipeline_ids).items()}
 
 
 def gantt(figure: Any, tables: RunTables, colours: dict[str, Any]) -> None:
@@ -88,7 +113,8 @@ def gantt(figure: Any, tables: RunTables, colours: dict[str, Any]) -> None:
     ax.set_xlabel("time (s)")
     ax.set_ylabel("GPU")
     ax.set_title(f"GPU holdings and work ({tables.policy}, {num_gpus} GPUs)")
-    handles = [Patch(color=colours[p], label=p) for p in pids[:20]]
+    firsts = first_of_each(legend_keys(pids))
+    handles = [Patch(color=colours[pid], label=key) for key, pid in firsts.items()][:MAX_LEGEND]
     handles += [Patch(color=(0.4, 0.4, 0.4), label="other stage (darker)"),
                 Patch(color=(0.15, 0.15, 0.15), label="weight load"),
                 Patch(color=(0.85, 0.85, 0.85), label="held, idle (light)")]
@@ -150,10 +176,14 @@ def utilization(figure: Any, tables: RunTables, colours: dict[str, Any]) -> None
     width = edges[1] - edges[0]
     cover = gpu_cover(tables, pids)
     seg = cover.segments
+    keys = legend_keys(pids)
+    firsts = first_of_each(keys)
+    bands = list(firsts)
+    band_of = np.array([bands.index(keys[p]) for p in pids] or [0])
     held = [_steps(per_bin(seg.t0[m], seg.t1[m], edges) / width)
-            for m in (cover.held & (cover.owner == i) for i in range(len(pids)))]
+            for m in (cover.held & (band_of[cover.owner] == i) for i in range(len(bands)))]
     if pids:
-        held_ax.stackplot(edges, held, labels=pids, colors=[colours[p] for p in pids], linewidth=0,
+        held_ax.stackplot(edges, held, labels=bands, colors=[colours[firsts[b]] for b in bands], linewidth=0,
                           step="post")
         held_ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     held_ax.set_ylim(0, max(tables.num_gpus, 1))
@@ -183,8 +213,11 @@ def step_times(figure: Any, tables: RunTables, colours: dict[str, Any]) -> None:
     ax = figure.add_subplot()
     steps = tables.steps
     durations = (steps["t_end"] - steps["t_start"]).to_numpy(float)
-    owners = steps["pipeline_id"].to_numpy(object)
-    pids = [p for p in tables.pipeline_ids if (owners == p).any()]
+    keys = legend_keys(tables.pipeline_ids)
+    owners = steps["pipeline_id"].map(keys).to_numpy(object)
+    firsts = first_of_each(keys)
+    pids = [key for key in firsts if (owners == key).any()]  # a box per legend key
+    colours = {key: colours[firsts[key]] for key in pids}
     data = [durations[owners == p] for p in pids]
     if pids:
         ax.boxplot(data, tick_labels=pids, showfliers=False)
