@@ -109,8 +109,14 @@ def main_jobs(args: argparse.Namespace) -> int:
     print(f"{args.run_dir}: {len(run.jobs)} jobs, policy {run.policy}; means per job, seconds; excess = JCT - "
           "alone on its home (waiting included); train_wait = waits for training GPUs once started")
     print(format_table(groups, {**seconds, "excess_share": "{:.0%}", "slowdown": "{:.2f}"}))
-    print("\nwaits for GPUs per job, by stage (s; init's is the wait to start):")
-    print(format_table(stages, {c: "{:,.1f}" for c in stages.columns if c != "group"}))
+    if groups["alone_s"].isna().all():
+        print("(no times alone in this run, so no excess or slowdown: rlix-sim run simulates them "
+              "unless --no-alone; a live run has none)")
+    if len(stages.columns) > 1:
+        print("\nwaits for GPUs per job, by stage (s; init's is the wait to start):")
+        print(format_table(stages, {c: "{:,.1f}" for c in stages.columns if c != "group"}))
+    else:
+        print("\nno waits for training GPUs recorded")
     return 0
 
 

@@ -114,3 +114,13 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path: Path, capsys: pytest.C
     assert main(["jobs", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rlix-sim: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_without_alone_times_says_why_excess_is_missing(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    folder = write_run(two_jobs(), tmp_path / "run", scenario_yaml="name: x\n", plots=False)
+    assert main(["jobs", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "no times alone in this run" in out
+    row_b = next(line for line in out.splitlines() if line.startswith("B "))
+    assert row_b.split()[3:8] == ["-", "90", "50", "140", "-"]  # alone, queueing, run, JCT, excess
