@@ -43,6 +43,16 @@ def start_orchestrator(topology: Topology, policy: str = "rlix", config: PolicyC
                        tick_s: float = 1.0, record: Any = None) -> Any:
     """Start the named orchestrator on this driver's node and reserve the topology's GPUs.
     `record`: the Recorder of a cut run that this one continues (see Orchestrator)."""
+    handle, ready = launch_orchestrator(topology, policy, config, name, check_invariants, tick_s, record)
+    ray.get(ready)
+    return handle
+
+
+def launch_orchestrator(topology: Topology, policy: str = "rlix", config: PolicyConfig | None = None,
+                        name: str = ORCHESTRATOR_NAME, check_invariants: bool = False,
+                        tick_s: float = 1.0, record: Any = None) -> tuple[Any, Any]:
+    """`start_orchestrator` without the wait: the actor's handle and the reference that is
+    ready once it is set up (a driver that takes stop signals waits for it under them)."""
     try:
         ray.get_actor(name, namespace=session.NAMESPACE)
     except ValueError:
@@ -52,8 +62,7 @@ def start_orchestrator(topology: Topology, policy: str = "rlix", config: PolicyC
     handle = RemoteOrchestrator.options(
         name=name, namespace=session.NAMESPACE, max_concurrency=10_000, **control_options()
     ).remote(topology, policy, config, check_invariants, record)
-    ray.get(handle.setup.remote(tick_s))
-    return handle
+    return handle, handle.setup.remote(tick_s)
 
 
 class Client:

@@ -121,16 +121,21 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
 
     started = not ray.is_initialized()
     session.start(num_gpus=topology.num_gpus, num_cpus=ex.num_cpus if ex is not None else None, address=address)
-    t0 = time.monotonic()
-    copy = _Copy(cut.recorder if cut is not None else Recorder(topology, scenario.policy.name, scenario.policy_config()))
-    if live is not None:
-        owner = {"driver_pid": os.getpid(), "raylet_pids": session.raylet_pids() if address is None else []}
-        copy.journal = JournalWriter(live / JOURNAL_FILE, scenario.to_yaml(), rlix.__version__, owner)
-    try:
-        result = _run(the_plan, copy, cut, quiet, check_invariants, timeout_s, started)
-    finally:
-        if copy.journal is not None:
-            copy.journal.close()
+    # The stop signals are the run's from the moment Ray is up (ray.init installs Ray's own
+    # SIGTERM handler, which aborts the driver with a stack dump and no record); one that comes
+    # before the run begins is held until it does, and then stops it at once.
+    with _stop_on_signals() as begin:
+        t0 = time.monotonic()
+        copy = _Copy(cut.recorder if cut is not None else Recorder(topology, scenario.policy.name,
+                                                                   scenario.policy_config()))
+        if live is not None:
+            owner = {"driver_pid": os.getpid(), "raylet_pids": session.raylet_pids() if address is None else []}
+            copy.journal = JournalWriter(live / JOURNAL_FILE, scenario.to_yaml(), rlix.__version__, owner)
+        try:
+            result = _run(the_plan, copy, cut, quiet, check_invariants, timeout_s, started, begin)
+        finally:
+            if copy.journal is not None:
+                copy.journal.close()
     result.wall_s = time.monotonic() - t0
     if out_dir is not None:
         _write(result, Path(out_dir), the_plan, overwrite or cut is not None, live)
@@ -138,25 +143,30 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
 
 
 def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invariants: bool,
-         timeout_s: float | None, started: bool) -> RunResult:
-    """The run itself, from the orchestrator's start to a record (finished or cut short)."""
+         timeout_s: float | None, started: bool, stops: _Stops) -> RunResult:
+    """The run itself, from the orchestrator's start to a record (finished or cut short);
+    `stops` raises the stop signals as RunStopped while it is on."""
     import ray
 
     from rlix.executor.actors import ACTOR_GONE
-    from rlix.executor.api import start_orchestrator
+    from rlix.executor.api import launch_orchestrator
 
     scenario = the_plan.scenario
     from rlix.executor.machine import MachineMeter
 
     stop_reason, status, recorder, by_signal = "", {}, None, False
     meter = MachineMeter()
-    handle = start_orchestrator(the_plan.topology, scenario.policy.name, scenario.policy_config(),
-                                check_invariants=check_invariants, record=cut.recorder if cut is not None else None)
+    handle = None
     try:
-        with _stop_on_signals():
-            _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0, meter)
-            status = ray.get(handle.wait_done.remote(None))
-            recorder = ray.get(handle.finish_run.remote())
+        stops.on()
+        handle, ready = launch_orchestrator(the_plan.topology, scenario.policy.name, scenario.policy_config(),
+                                            check_invariants=check_invariants,
+                                            record=cut.recorder if cut is not None else None)
+        _get(ready)  # the orchestrator's set-up: seconds on a busy machine
+        _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0, meter)
+        status = ray.get(handle.wait_done.remote(None))
+        recorder = ray.get(handle.finish_run.remote())
+        stops.off()
     except KeyboardInterrupt:
         stop_reason, by_signal = "interrupted (SIGINT)", True
     except RunStopped as exc:
@@ -164,7 +174,8 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     except ACTOR_GONE as exc:
         stop_reason = f"the orchestrator actor died ({type(exc).__name__})"
     finally:
-        if stop_reason or recorder is None:
+        stops.off()  # a second signal does not cut the shut-down and the record short
+        if handle is not None and (stop_reason or recorder is None):
             _last_word(handle, copy)
         _shut_down(handle, started)
     if recorder is None:
@@ -250,21 +261,45 @@ def _get(ref: Any) -> Any:
         raise
 
 
-@contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM stop the run the same way. Taken explicitly: a process started in the
-    background of a script inherits SIGINT ignored, and Ray's own SIGTERM handler prints a stack
-    dump instead of stopping cleanly."""
-    def stop(signum: int, frame: Any) -> None:
-        raise RunStopped(f"{'interrupted' if signum == signal.SIGINT else 'stopped'} ({signal.Signals(signum).name})")
+class _Stops:
+    """The run's SIGINT and SIGTERM handler: while `on`, a signal raises RunStopped; before
+    that it is held, and `on` raises it; after `off` it is ignored."""
 
+    def __init__(self) -> None:
+        self.raising = False
+        self.held: int | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.raising:
+            raise RunStopped(f"{'interrupted' if signum == signal.SIGINT else 'stopped'} "
+                             f"({signal.Signals(signum).name})")
+        if self.held is None:
+            self.held = signum
+
+    def on(self) -> None:
+        self.raising = True
+        if self.held is not None:
+            held, self.held = self.held, None
+            self(held, None)
+
+    def off(self) -> None:
+        self.raising = False
+        self.held = -1  # nothing to hold any more: the run is over
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[_Stops]:
+    """SIGINT and SIGTERM stop the run the same way (`_Stops`). Taken explicitly: a process
+    started in the background of a script inherits SIGINT ignored, and Ray's own SIGTERM
+    handler prints a stack dump instead of stopping cleanly."""
+    stops = _Stops()
     try:
-        previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+        previous = {signum: signal.signal(signum, stops) for signum in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: signals are not ours to take
-        yield
+        yield stops
         return
     try:
-        yield
+        yield stops
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -285,11 +320,12 @@ def _shut_down(handle: Any, started: bool) -> None:
 
     from rlix.executor import session
 
-    try:
-        ray.get(handle.shutdown.remote(), timeout=30)
-        ray.kill(handle)
-    except Exception:  # noqa: BLE001 - a dead orchestrator has nothing left to shut down
-        pass
+    if handle is not None:  # None: stopped before the orchestrator was launched
+        try:
+            ray.get(handle.shutdown.remote(), timeout=30)
+            ray.kill(handle)
+        except Exception:  # noqa: BLE001 - a dead orchestrator has nothing left to shut down
+            pass
     if started:
         session.stop()
 

@@ -158,14 +158,24 @@ def _wait_for_file(path: Path, process: subprocess.Popen[str], timeout_s: float)
         time.sleep(0.2)
 
 
+def _wait_for_record(journal: Path, process: subprocess.Popen[str], timeout_s: float) -> None:
+    """Until the run's journal holds a piece of its record: the run is driving pipelines (a
+    fixed sleep after Ray is up lands in the orchestrator's set-up on a loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    while not (journal.exists() and '"record"' in journal.read_text(encoding="utf-8")):
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, f"no record in {journal}"
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_the_run_and_leaves_the_record(tmp_path: Path, signum: int) -> None:
     from rlix.runs.verify import replay
 
     out = tmp_path / "run"
     process = _start_run(tmp_path, out)
-    _wait_for_file(tmp_path / ".rlix" / "ray_address", process, 120)  # Ray is up
-    time.sleep(8)
+    _wait_for_record(tmp_path / ".run.live" / "journal.jsonl", process, 180)  # the run is under way
+    time.sleep(2)
     sent = time.monotonic()
     process.send_signal(signum)
     output, _ = process.communicate(timeout=90)
@@ -187,6 +197,20 @@ def test_a_signal_stops_the_run_and_leaves_the_record(tmp_path: Path, signum: in
         assert summary["finished"] is True
         assert {p["steps"] for p in summary["pipelines"].values()} == {12, 24}
         assert replay(out).identical
+
+
+def test_a_signal_as_soon_as_ray_is_up_stops_the_run_cleanly(tmp_path: Path) -> None:
+    """A SIGTERM as soon as Ray is up (before or while the orchestrator starts, seconds on a
+    busy machine) stops the run with its (empty) record instead of leaving the driver to
+    Ray's handler, which aborts it with a stack dump."""
+    out = tmp_path / "run"
+    process = _start_run(tmp_path, out)
+    _wait_for_file(tmp_path / ".rlix" / "ray_address", process, 120)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=90)
+    assert process.returncode == 130, output
+    assert f"SIGTERM); the record so far is in {out}" in output, output
+    assert json.loads((out / "summary.json").read_text())["finished"] is False
 
 
 def test_kill_reaches_a_live_run_with_token_auth_on(tmp_path: Path) -> None:
