@@ -11,7 +11,7 @@ A pipeline is a job (rlix.runs.jobs). Jobs are grouped by
 Per group (means over its jobs unless said): `jobs`, `finished`, `alone_s`, `queueing_s`,
 `run_s` (finish - start), `jct_s`, `excess_s` (jct - alone: what sharing costs the job, waiting
 included), `excess_share` (the group's summed excess over every group's: where the mean JCT
-above alone goes), `slowdown`, and `train_wait_s`: the summed waits of the job's training requests
+above alone goes; null unless that total is positive), `slowdown`, and `train_wait_s`: the summed waits of the job's training requests
 (t_grant - t_request in `waits` of every stage but init and rollout), what the job spent
 waiting for training GPUs once started (a job alone waits too, for its own rollout ranks to
 offload). The stage table splits the waits by stage; its `init` column is the wait to start
@@ -67,19 +67,23 @@ def train_waits(waits: pd.DataFrame) -> pd.DataFrame:
     return table[order]
 
 
-def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame, by: str = "name",
+def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
               bin_s: float = 3600.0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(groups, stage_waits): one row per group (BREAKDOWN_COLUMNS) in order of first arrival,
-    then a row "all" over every job; and each group's mean per-job wait by stage."""
+    then a row "all" over every job; and each group's mean per-job wait by stage. `waits`
+    None (a run that did not keep the table): training waits unknown."""
     if not bin_s > 0:
         raise ValueError(f"bin_s must be positive, got {bin_s}")
     jobs = jobs.reset_index(drop=True)
-    stages = train_waits(waits).reindex(jobs["pipeline_id"]).fillna(0.0).set_index(jobs.index)
+    if waits is None:
+        stages = pd.DataFrame(index=jobs.index)
+    else:
+        stages = train_waits(waits).reindex(jobs["pipeline_id"]).fillna(0.0).set_index(jobs.index)
     frame = jobs.assign(
         group=_groups(jobs, by, bin_s),
         run_s=jobs["finish_s"] - jobs["start_s"],
         excess_s=jobs["jct_s"] - jobs["alone_s"],
-        train_wait_s=stages.drop(columns=["init"], errors="ignore").sum(axis=1),
+        train_wait_s=stages.drop(columns=["init"], errors="ignore").sum(axis=1) if waits is not None else np.nan,
         finished=jobs["finish_s"].notna(),
     )
     keys = frame.sort_values("arrival_s", kind="stable")["group"].drop_duplicates().tolist()
@@ -92,7 +96,8 @@ def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame, by: str = "name",
 
 def _summary(frame: pd.DataFrame, keys: list[str], total_excess: float) -> pd.DataFrame:
     grouped = frame.groupby("group", sort=False)
-    share = grouped["excess_s"].sum(min_count=1) / total_excess if total_excess else np.nan
+    # a share of a total that is not positive (jobs faster than alone on the whole) says nothing
+    share = grouped["excess_s"].sum(min_count=1) / total_excess if total_excess > 0 else np.nan
     table = pd.DataFrame({
         "jobs": grouped.size(),
         "finished": grouped["finished"].sum(),

@@ -101,7 +101,9 @@ def main_jobs(args: argparse.Namespace) -> int:
     from rlix.runs.text import format_table
 
     run = load(args.run_dir)
-    groups, stages = breakdown(run.jobs, run.waits, args.by, args.bin_s)
+    jobs = run.jobs  # the one table this needs: a RunError naming the tables kept
+    waits = run.waits if "waits" in run.kept_tables else None
+    groups, stages = breakdown(jobs, waits, args.by, args.bin_s)
     if args.json:
         print(json.dumps({"groups": _records(groups), "stage_waits_s": _records(stages)}))
         return 0
@@ -112,7 +114,9 @@ def main_jobs(args: argparse.Namespace) -> int:
     if groups["alone_s"].isna().all():
         print("(no times alone in this run, so no excess or slowdown: rlix-sim run simulates them "
               "unless --no-alone; a live run has none)")
-    if len(stages.columns) > 1:
+    if "waits" not in run.kept_tables:
+        print("\nno waits table in this run (it was run with --tables): training waits unknown")
+    elif len(stages.columns) > 1:
         print("\nwaits for GPUs per job, by stage (s; init's is the wait to start):")
         print(format_table(stages, {c: "{:,.1f}" for c in stages.columns if c != "group"}))
     else:

@@ -124,3 +124,24 @@ def test_a_run_without_alone_times_says_why_excess_is_missing(tmp_path: Path,
     assert "no times alone in this run" in out
     row_b = next(line for line in out.splitlines() if line.startswith("B "))
     assert row_b.split()[3:8] == ["-", "90", "50", "140", "-"]  # alone, queueing, run, JCT, excess
+
+
+def test_without_a_waits_table_training_waits_are_unknown() -> None:
+    groups, stages = breakdown(jobs(), None)
+    assert groups.train_wait_s.isna().all() and stages.columns.tolist() == ["group"]
+    assert groups.set_index("group").loc["m", "excess_s"] == 70  # the rest stands
+
+
+def test_no_share_of_a_total_excess_that_is_not_positive() -> None:
+    faster = jobs().assign(alone_s=[150.0, 300.0, 300.0])  # m-0 +-50, m-1 -100: total -150
+    groups, _ = breakdown(faster, waits())
+    assert groups.set_index("group").loc["all", "excess_s"] == -75
+    assert groups.excess_share.isna().all()
+
+
+def test_a_run_that_kept_no_waits_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = write_run(two_jobs(), tmp_path / "run", scenario_yaml="name: x\n", plots=False, alone_s=ALONE)
+    (folder / "waits.parquet").unlink()  # as a run with --tables jobs,... leaves it
+    assert main(["jobs", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "no waits table in this run" in out and "140" in out
