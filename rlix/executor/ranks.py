@@ -127,16 +127,22 @@ class Ranks:
 
     async def _account_cpu(self) -> None:
         """Each live worker's CPU account, for the run's summary (a worker that does not answer
-        in time, or died, is left out)."""
+        in time, or died, is left out). A worker found dead here died asleep after its last
+        call and was never woken again (a rank woken finds it dead and says so): a fault the
+        run survived, noted like the others."""
         async def account(worker: Any) -> Any:
             # Each on its own clock: a worker still starting (its pipeline ended first) or gone
             # does not cost the others theirs.
             return await asyncio.wait_for(worker.cpu_account.remote(), ACCOUNT_TIMEOUT_S)
 
-        accounts = await asyncio.gather(*(account(w) for w in self.workers.values()), return_exceptions=True)
-        for found in accounts:
+        ranks = list(self.workers)
+        accounts = await asyncio.gather(*(account(self.workers[r]) for r in ranks), return_exceptions=True)
+        for dp_rank, found in zip(ranks, accounts, strict=True):
             if isinstance(found, dict):
                 self.p.worker_cpu(found)
+            elif isinstance(found, ACTOR_GONE):  # died asleep and never woken: no work was lost
+                self.p.fault("rollout_worker_died", f"rank {dp_rank}: its sleeping worker had died "
+                             "(found when the pipeline ended; it held no trajectories)")
 
     # --- workers and weights --------------------------------------------------------------
 
