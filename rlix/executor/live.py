@@ -166,7 +166,6 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
         _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0, meter)
         status = ray.get(handle.wait_done.remote(None))
         recorder = ray.get(handle.finish_run.remote())
-        stops.off()
     except KeyboardInterrupt:
         stop_reason, by_signal = "interrupted (SIGINT)", True
     except RunStopped as exc:
@@ -267,13 +266,14 @@ class _Stops:
 
     def __init__(self) -> None:
         self.raising = False
+        self.over = False
         self.held: int | None = None
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.raising:
             raise RunStopped(f"{'interrupted' if signum == signal.SIGINT else 'stopped'} "
                              f"({signal.Signals(signum).name})")
-        if self.held is None:
+        if not self.over and self.held is None:
             self.held = signum
 
     def on(self) -> None:
@@ -283,8 +283,7 @@ class _Stops:
             self(held, None)
 
     def off(self) -> None:
-        self.raising = False
-        self.held = -1  # nothing to hold any more: the run is over
+        self.raising, self.over = False, True
 
 
 @contextmanager

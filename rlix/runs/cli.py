@@ -20,6 +20,7 @@ from rlix.policy.errors import InvariantViolation
 from rlix.runs.breakdown import GROUPINGS
 from rlix.runs.errors import RunError
 from rlix.traces.errors import TraceError
+from rlix.traces.options import positive_number
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -63,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     jobs.add_argument("--by", choices=GROUPINGS, default="name",
                       help="group by id less a trailing -<n> (name, default), per job (pipeline), "
                       "or by arrival time (arrival)")
-    jobs.add_argument("--bin-s", type=_positive, default=3600.0, metavar="S",
+    jobs.add_argument("--bin-s", type=positive_number, default=3600.0, metavar="S",
                       help="width of an arrival group in seconds (default 3600)")
     jobs.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     _traceback_option(jobs)
@@ -125,18 +126,9 @@ def main_jobs(args: argparse.Namespace) -> int:
 
 
 def _records(frame: Any) -> list[dict[str, Any]]:
-    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
-            for row in json.loads(frame.to_json(orient="records"))]
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+    """The frame's rows as JSON objects (pandas writes NaN as null)."""
+    records: list[dict[str, Any]] = json.loads(frame.to_json(orient="records"))
+    return records
 
 
 def _traceback_option(parser: argparse.ArgumentParser) -> None:

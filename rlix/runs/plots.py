@@ -64,10 +64,11 @@ def pipeline_colours(pipeline_ids: list[str]) -> dict[str, Any]:
     """A colour per pipeline: one per legend key (`legend_keys`), in order of first use."""
     from matplotlib import colormaps
 
-    keys = list(dict.fromkeys(legend_keys(pipeline_ids).values()))
-    palette = colormaps["tab10" if len(keys) <= 10 else "tab20"]
-    by_key = {key: palette(i % palette.N) for i, key in enumerate(keys)}
-    return {pid: by_key[key] for pid, key in legend_keys(pipeline_ids).items()}
+    keys = legend_keys(pipeline_ids)
+    firsts = first_of_each(keys)
+    palette = colormaps["tab10" if len(firsts) <= 10 else "tab20"]
+    by_key = {key: palette(i % palette.N) for i, key in enumerate(firsts)}
+    return {pid: by_key[key] for pid, key in keys.items()}
 
 
 def gantt(figure: Any, tables: RunTables, colours: dict[str, Any]) -> None:
@@ -217,14 +218,14 @@ def step_times(figure: Any, tables: RunTables, colours: dict[str, Any]) -> None:
     owners = steps["pipeline_id"].map(keys).to_numpy(object)
     firsts = first_of_each(keys)
     pids = [key for key in firsts if (owners == key).any()]  # a box per legend key
-    colours = {key: colours[firsts[key]] for key in pids}
+    box_colours = {key: colours[firsts[key]] for key in pids}
     data = [durations[owners == p] for p in pids]
     if pids:
         ax.boxplot(data, tick_labels=pids, showfliers=False)
         jitter = np.random.default_rng(0)  # fixed seed: the same run draws the same picture
         for i, (pid, values) in enumerate(zip(pids, data, strict=True), start=1):
             shown = values if len(values) <= 2000 else values[:: len(values) // 2000 + 1]
-            ax.scatter(i + jitter.uniform(-0.15, 0.15, len(shown)), shown, s=8, color=colours[pid], alpha=0.7)
+            ax.scatter(i + jitter.uniform(-0.15, 0.15, len(shown)), shown, s=8, color=box_colours[pid], alpha=0.7)
         if len(pids) > 8:
             ax.tick_params(axis="x", labelrotation=60)
     else:

@@ -10,7 +10,7 @@ from typing import Any
 
 from rlix.policy import POLICIES
 from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
-from rlix.traces.options import UsageError
+from rlix.traces.options import UsageError, positive_number
 
 RUN_HELP = """\
 Replay a scenario on the simulated cluster under one policy and write the run folder:
@@ -50,16 +50,6 @@ option of `compare`. For the main study:
 
   rlix-sim compare agentic-4x32
 """
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
 
 
 def _column(text: str) -> tuple[str, str]:
@@ -291,9 +281,9 @@ def register(commands: Any) -> None:
         "others are never kept in memory (summary.json, scenario.yaml and events.jsonl always)",
     )
     length = run.add_mutually_exclusive_group()
-    length.add_argument("--duration-s", type=_positive, metavar="S",
+    length.add_argument("--duration-s", type=positive_number, metavar="S",
                         help="simulate this many seconds at most (overrides the scenario's max_time_s)")
-    length.add_argument("--days", type=_positive, metavar="D",
+    length.add_argument("--days", type=positive_number, metavar="D",
                         help="simulate this many days at most (--duration-s in days)")
     run.set_defaults(run=run_main)
     cmp = commands.add_parser(

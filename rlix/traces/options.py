@@ -33,6 +33,17 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def positive_number(text: str) -> float:
+    """A finite number above 0 (a duration in seconds or days, a bin width)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def _integer(text: str) -> int:
     try:
         return int(text)

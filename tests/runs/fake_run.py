@@ -40,6 +40,16 @@ class ApplyAtOnce:
         pass
 
 
+def driven(topology: Topology, policy: str) -> tuple[Recorder, Loop, Clock]:
+    """A recorder, and a loop over a fresh core of `policy` that applies each decision at once,
+    on a clock the test moves."""
+    recorder = Recorder(topology, policy, PolicyConfig())
+    clock, actuator = Clock(), ApplyAtOnce()
+    loop = Loop(Scheduler(topology, policy, PolicyConfig()), recorder, actuator, clock)
+    actuator.loop = loop
+    return recorder, loop, clock
+
+
 def specs() -> dict[str, PipelineSpec]:
     rollout = ClusterSpec(1, (0, 1, 2, 3))
     return {
@@ -54,11 +64,7 @@ def specs() -> dict[str, PipelineSpec]:
 def two_pipeline_run() -> Recorder:
     """A 4-GPU run of two pipelines (p0 two steps, p1 one), with a rollout rank shrunk for each
     reason: release, rebalance (p0's second rollout), preempt (p1's training)."""
-    topology = Topology(1, 4)
-    recorder = Recorder(topology, "rlix", PolicyConfig())
-    clock, actuator = Clock(), ApplyAtOnce()
-    loop = Loop(Scheduler(topology, "rlix", PolicyConfig()), recorder, actuator, clock)
-    actuator.loop = loop
+    recorder, loop, clock = driven(Topology(1, 4), "rlix")
 
     def at(t: float, *events: ev.Event) -> None:
         clock.now = t

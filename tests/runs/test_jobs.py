@@ -14,23 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, PolicyConfig, Scheduler, Topology
+from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
 from rlix.policy import events as ev
-from rlix.runs import Loop, Recorder, load
+from rlix.runs import Recorder, load
 from rlix.runs.folder import write_run
 from rlix.runs.frames import tables_from_recorder
 from rlix.runs.metrics import summary
-from tests.runs.fake_run import ApplyAtOnce, Clock
+from tests.runs.fake_run import driven
 
 ALONE = {"A": 100.0, "B": 50.0}
 
 
 def two_jobs() -> Recorder:
-    topology = Topology(1, 2)
-    recorder = Recorder(topology, "static", PolicyConfig())
-    clock, actuator = Clock(), ApplyAtOnce()
-    loop = Loop(Scheduler(topology, "static"), recorder, actuator, clock)
-    actuator.loop = loop
+    recorder, loop, clock = driven(Topology(1, 2), "static")
     home = (0, 1)
 
     def spec(pid: str) -> PipelineSpec:

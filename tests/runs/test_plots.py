@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, PolicyConfig, Scheduler, Topology
+from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
 from rlix.policy import events as ev
-from rlix.runs import Loop, Recorder
 from rlix.runs.frames import RunTables, tables_from_recorder
 from rlix.runs.plots import (
     MAX_LEGEND,
@@ -21,16 +20,12 @@ from rlix.runs.plots import (
     utilization,
     write_plots,
 )
-from tests.runs.fake_run import ApplyAtOnce, Clock
+from tests.runs.fake_run import driven
 
 
 def queue_of(names: list[str]) -> RunTables:
     """Jobs that each hold the 2-GPU pool for 10 s in turn, under static."""
-    topology = Topology(1, 2)
-    recorder = Recorder(topology, "static", PolicyConfig())
-    clock, actuator = Clock(), ApplyAtOnce()
-    loop = Loop(Scheduler(topology, "static"), recorder, actuator, clock)
-    actuator.loop = loop
+    recorder, loop, clock = driven(Topology(1, 2), "static")
     home = (0, 1)
     for i, name in enumerate(names):
         clock.now = 10.0 * i
