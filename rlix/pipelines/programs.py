@@ -16,7 +16,12 @@ loaded from the checkpoint at init, and the core already knows the versions that
 
 Multi-LoRA: one base, several adapters, each with its own producer, steps and staleness bound.
 The trainer takes whichever adapter batch is ready first (ties in adapter order) and runs old
-log-probs and actor training of that adapter only, then publishes that adapter's version.
+log-probs and actor training of that adapter only, then publishes that adapter's version while
+it still holds actor_train, and releases it after. An adapter's publish is a fraction of a
+second: had actor_train been released before it, another adapter's batch waiting meanwhile would
+ask for it again at once, and the GPUs would be lent to other jobs' rollout in between only to
+be taken back before their weights had loaded. Released after the publish, a release followed
+by a batch that is already done and the next request is one atomic event (`rlix.runs.host`).
 """
 
 from __future__ import annotations
@@ -98,8 +103,12 @@ def multi_lora(config: ProgramConfig) -> Program:
             return
         name, step = yield AwaitAnyBatch(keys)
         yield from stage("actor_train", Priority.OLD_LOG_PROBS, "old_log_probs", name, step)
-        yield from stage("actor_train", Priority.ACTOR_TRAIN, "actor_train", name, step)
+        yield Request("actor_train", Priority.ACTOR_TRAIN)
+        yield Stage("actor_train", "actor_train", name, step)
         next_step[name] = step + 1
         if config.checkpoints_after(step):
             yield Checkpoint(name, step + 1)
         yield Publish(name, step + 1)
+        # Released only now, and just before the next adapter's batch is awaited: when that
+        # batch is already done, the host makes the release and the next request one event.
+        yield Release("actor_train")

@@ -15,7 +15,9 @@ own (SimPy `yield` in the simulator, `await` in the executor):
         else: value = x
 
 Everything else is here, once: which core event each op becomes, the atomic
-release-then-request, asking for the rollout cluster when a batch is submitted and giving it
+release-then-request (a Release is held back until the thread's next op: a Request makes the
+two one `ClusterReleasedAndRequested`, and so does an await of a batch already done followed by
+a Request; any other op, or an await that must wait, sends the release alone), asking for the rollout cluster when a batch is submitted and giving it
 back when no batch is left, staleness pacing, and the `steps` and `waits` rows of the record.
 """
 
@@ -126,6 +128,11 @@ class Host(Generic[F]):
         deferred = self._deferred.pop(thread, None)
         if isinstance(op, ops.Request):
             return WAIT, self._request(op, deferred)
+        if deferred and isinstance(op, ops.AwaitBatch | ops.AwaitAnyBatch):
+            ready = self._ready_batch(op)
+            if ready is not None:  # nothing to wait for: the release still joins a request next
+                self._deferred[thread] = deferred
+                return VALUE, ready[0]
         self._flush(deferred)
         if isinstance(op, ops.Release):
             self._deferred[thread] = [op.cluster]
@@ -141,11 +148,10 @@ class Host(Generic[F]):
             self._allow_wait.setdefault((op.adapter, op.step), []).append(future)
             return WAIT, future
         if isinstance(op, ops.AwaitBatch | ops.AwaitAnyBatch):
+            ready = self._ready_batch(op)
+            if ready is not None:
+                return VALUE, ready[0]
             keys = ((op.adapter, op.step),) if isinstance(op, ops.AwaitBatch) else op.keys
-            for key in keys:
-                batch = self._batches.get(key)
-                if batch is not None and batch.done:
-                    return VALUE, batch.result if isinstance(op, ops.AwaitBatch) else key
             future = self.futures.new()
             wants_key = isinstance(op, ops.AwaitAnyBatch)
             for key in keys:
@@ -154,6 +160,16 @@ class Host(Generic[F]):
         if isinstance(op, ops.Fork):
             return FORK, op.program
         raise TypeError(f"not a pipeline op: {op!r}")
+
+    def _ready_batch(self, op: ops.AwaitBatch | ops.AwaitAnyBatch) -> tuple[Any] | None:
+        """What the await returns, in a 1-tuple, if a batch it waits for is done already (else
+        None): the batch's result, or for AwaitAnyBatch the key of the first done one in order."""
+        keys = ((op.adapter, op.step),) if isinstance(op, ops.AwaitBatch) else op.keys
+        for key in keys:
+            batch = self._batches.get(key)
+            if batch is not None and batch.done:
+                return (batch.result if isinstance(op, ops.AwaitBatch) else key,)
+        return None
 
     def finish(self, op: ops.Work, result: Any, t_start: float) -> tuple[str, Any]:
         """The driver finished the work of `op`, started at `t_start`."""
