@@ -115,7 +115,12 @@ def test_a_live_run_with_drains_finishes_checks_and_replays(ray_session: object,
     assert result.finished and result.out_dir is not None
     shrinks = [d for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
                for d in json.loads(line).get("decisions", []) if d["type"] == "Shrink"]
+    # Whether a cut rank has a call in flight to drain is Ray's timing (a multi-LoRA pipeline
+    # now keeps GPU 0 from one adapter to the next, so cuts are fewer); the drain itself is
+    # held to its bound by the fake-worker tests above. Here: cuts for the other's grant come,
+    # and every drain the executor carried out was one and kept its bound.
+    assert any(s["reason"] == "preempt" for s in shrinks)
     drained = [s for s in shrinks if s.get("drain_s")]
-    assert drained and all(s["reason"] == "preempt" and 0 < s["drain_s"] <= 2.0 for s in drained)
+    assert all(s["reason"] == "preempt" and 0 < s["drain_s"] <= 2.0 for s in drained)
     assert replay(tmp_path / "run").identical
     check(tmp_path / "run")
