@@ -109,6 +109,4 @@ def multi_lora(config: ProgramConfig) -> Program:
         if config.checkpoints_after(step):
             yield Checkpoint(name, step + 1)
         yield Publish(name, step + 1)
-        # Released only now, and just before the next adapter's batch is awaited: when that
-        # batch is already done, the host makes the release and the next request one event.
-        yield Release("actor_train")
+        yield Release("actor_train")  # after the publish (see the module docstring)

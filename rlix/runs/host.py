@@ -17,8 +17,9 @@ own (SimPy `yield` in the simulator, `await` in the executor):
 Everything else is here, once: which core event each op becomes, the atomic
 release-then-request (a Release is held back until the thread's next op: a Request makes the
 two one `ClusterReleasedAndRequested`, and so does an await of a batch already done followed by
-a Request; any other op, or an await that must wait, sends the release alone), asking for the rollout cluster when a batch is submitted and giving it
-back when no batch is left, staleness pacing, and the `steps` and `waits` rows of the record.
+a Request; any other op, or an await that must wait, sends the release alone), asking for the
+rollout cluster when a batch is submitted and giving it back when no batch is left, staleness
+pacing, and the `steps` and `waits` rows of the record.
 """
 
 from __future__ import annotations
@@ -128,10 +129,11 @@ class Host(Generic[F]):
         deferred = self._deferred.pop(thread, None)
         if isinstance(op, ops.Request):
             return WAIT, self._request(op, deferred)
-        if deferred and isinstance(op, ops.AwaitBatch | ops.AwaitAnyBatch):
+        if isinstance(op, ops.AwaitBatch | ops.AwaitAnyBatch):
             ready = self._ready_batch(op)
-            if ready is not None:  # nothing to wait for: the release still joins a request next
-                self._deferred[thread] = deferred
+            if ready is not None:
+                if deferred:  # nothing to wait for: the release may still join a request next
+                    self._deferred[thread] = deferred
                 return VALUE, ready[0]
         self._flush(deferred)
         if isinstance(op, ops.Release):
@@ -147,10 +149,7 @@ class Host(Generic[F]):
             future = self.futures.new()
             self._allow_wait.setdefault((op.adapter, op.step), []).append(future)
             return WAIT, future
-        if isinstance(op, ops.AwaitBatch | ops.AwaitAnyBatch):
-            ready = self._ready_batch(op)
-            if ready is not None:
-                return VALUE, ready[0]
+        if isinstance(op, ops.AwaitBatch | ops.AwaitAnyBatch):  # none done (seen above): wait
             keys = ((op.adapter, op.step),) if isinstance(op, ops.AwaitBatch) else op.keys
             future = self.futures.new()
             wants_key = isinstance(op, ops.AwaitAnyBatch)

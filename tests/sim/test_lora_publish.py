@@ -6,14 +6,18 @@ then, they would be taken back before their weights had loaded)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
+
+import pytest
 
 from rlix.scenarios import load_scenario
 from rlix.sim import simulate
 
 
-def _lora_events(out: Path) -> list[dict[str, Any]]:
+@pytest.fixture(scope="module")
+def events(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """The multi-LoRA pipeline's events in the tiny scenario's record (one run for the module)."""
+    out = tmp_path_factory.mktemp("lora") / "run"
     simulate(load_scenario("tiny"), plots=False, out=out)
     events = []
     for line in (out / "events.jsonl").read_text().splitlines()[1:]:
@@ -30,8 +34,7 @@ def _releases_actor_train(event: dict[str, Any]) -> bool:
     )
 
 
-def test_each_adapter_version_is_published_before_actor_train_is_released(tmp_path: Path) -> None:
-    events = _lora_events(tmp_path / "run")
+def test_each_adapter_version_is_published_before_actor_train_is_released(events: list[dict[str, Any]]) -> None:
     trainings = 0
     for i, event in enumerate(events):
         # The actor-training stage: the request at priority 1 (atomic after old log-probs).
@@ -42,8 +45,7 @@ def test_each_adapter_version_is_published_before_actor_train_is_released(tmp_pa
     assert trainings == 6  # two adapters, three steps each
 
 
-def test_a_batch_already_done_is_trained_without_giving_the_gpus_back(tmp_path: Path) -> None:
-    events = _lora_events(tmp_path / "run")
+def test_a_batch_already_done_is_trained_without_giving_the_gpus_back(events: list[dict[str, Any]]) -> None:
     back_to_back = [
         e for e in events
         if e["type"] == "ClusterReleasedAndRequested" and e["released"] == "actor_train"
