@@ -1,0 +1,155 @@
+"""Move-cost bench: how rlix's lead over the RLix model depends on what a rollout rank's move costs.
+
+Every Expand wakes an inference engine and loads its weights; every Shrink puts one to sleep.
+The cost model charges a fixed time for each (`expand_fixed_s` 2 s, `shrink_fixed_s` 1 s, both
+ASSUMPTIONS of rlix.sim.costs: no published figure pins them for a 7B engine in an RL loop)
+besides copying the weight shard over the host link. This bench scales both fixed times together
+and runs the scenario under rlix and under gap-ratio (the RLix model) at each scale, same seed
+and same jobs, so a lab can read off its own hardware's point: mean JCT of each, the ratio, and
+each policy's loading share. Deterministic simulator figures; lab-day takes about 1 min a run.
+
+    python bench/move_costs.py                          # lab-day, scales 0.5,1,1.5,2, the table and the plot
+    python bench/move_costs.py --seeds 2 --json         # mean over seeds 0 and 1, one JSON line
+    python bench/move_costs.py --scenario blog-4on12 --scales 0.25,1,4 --plot out.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from tqdm import tqdm
+
+from rlix.scenarios import bundled_scenarios, load_scenario
+from rlix.scenarios.schema import Scenario
+from rlix.sim.report import format_table
+
+POLICIES = ("rlix", "gap-ratio")
+FIXED = ("expand_fixed_s", "shrink_fixed_s")
+DEFAULT_SCALES = (0.5, 1.0, 1.5, 2.0)
+
+
+def scaled_costs(scenario: Scenario, scale: float) -> dict[str, float]:
+    """The scenario's cost overrides with both fixed move times `scale` times what they are in
+    it (its own override, else the cost model's default)."""
+    from rlix.sim.costs import CostModel
+
+    defaults = {f.name: f.default for f in dataclasses.fields(CostModel) if f.name in FIXED}
+    return {**scenario.costs, **{name: scale * float(scenario.costs.get(name, defaults[name])) for name in FIXED}}
+
+
+def run_one(name: str, policy: str, scale: float, seed: int | None) -> dict[str, Any]:
+    from rlix.sim import simulate
+
+    base = load_scenario(name)
+    update: dict[str, Any] = {"costs": scaled_costs(base, scale)}
+    if seed is not None:
+        update["seed"] = seed
+    scenario = base.with_policy(policy, base.policy.config.model_dump()).model_copy(update=update)
+    overall = simulate(scenario, plots=False).summary["overall"]
+    return {"scale": scale, "policy": policy, "seed": seed, "mean_jct_s": overall["jobs"]["mean_jct_s"],
+            "loading_share": overall["loading_share"], "steps_per_hour": overall["steps_per_hour"],
+            **{key: update["costs"][key] for key in FIXED}}
+
+
+def bench(name: str, scales: list[float], seeds: int, workers: int, quiet: bool) -> list[dict[str, Any]]:
+    """One row per scale: both policies' mean JCT and loading share (means over the seeds) and
+    rlix's mean JCT over the RLix model's."""
+    seed_list: list[int | None] = list(range(seeds)) if seeds else [None]
+    jobs = [(name, policy, scale, seed) for scale in scales for policy in POLICIES for seed in seed_list]
+    bar = tqdm(total=len(jobs), unit="run", disable=quiet, file=sys.stderr)
+    runs: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for run in pool.map(run_one, *zip(*jobs, strict=True)):
+            runs.append(run)
+            bar.update()
+    bar.close()
+    rows = []
+    for scale in scales:
+        row: dict[str, Any] = {"scenario": name, "scale": scale}
+        for policy, key in (("rlix", "rlix"), ("gap-ratio", "rlix_model")):
+            mine = [r for r in runs if r["scale"] == scale and r["policy"] == policy]
+            row[f"{key}_mean_jct_s"] = sum(r["mean_jct_s"] for r in mine) / len(mine)
+            row[f"{key}_loading_share"] = sum(r["loading_share"] for r in mine) / len(mine)
+            row.update({k: mine[0][k] for k in FIXED})
+        row["ratio"] = row["rlix_mean_jct_s"] / row["rlix_model_mean_jct_s"]
+        rows.append(row)
+    return rows
+
+
+def plot(rows: list[dict[str, Any]], path: str, target: float) -> None:
+    """rlix's mean JCT over the RLix model's against the fixed wake time, the target drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    wake = [row["expand_fixed_s"] for row in rows]
+    ax.plot(wake, [row["ratio"] for row in rows], marker="o", label="rlix / the RLix model")
+    ax.axhline(target, color="grey", linestyle="--", label=f"target {target:g}x")
+    for row in rows:
+        ax.annotate(f"{row['ratio']:.2f}x", (row["expand_fixed_s"], row["ratio"]), textcoords="offset points",
+                    xytext=(4, 6), fontsize=8)
+    first = rows[0]
+    at_one = first["expand_fixed_s"] / first["scale"], first["shrink_fixed_s"] / first["scale"]
+    ax.set_xlabel(f"fixed wake time of a rank, s (sleep scaled alike; scale 1: {at_one[0]:g} s and {at_one[1]:g} s)")
+    ax.set_ylabel("mean JCT ratio")
+    ax.margins(x=0.1, y=0.15)
+    ax.set_title(f"{rows[0]['scenario']}: rlix's mean JCT over the RLix model's, by move cost")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _scales(text: str) -> list[float]:
+    try:
+        scales = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas (e.g. 0.5,1,2), got {text!r}") from None
+    if not scales or any(not scale > 0 for scale in scales):
+        raise argparse.ArgumentTypeError(f"every scale must be a number above 0, got {text!r}")
+    return sorted(set(scales))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default="lab-day", help="a bundled scenario (default: lab-day)")
+    parser.add_argument("--scales", type=_scales, default=list(DEFAULT_SCALES),
+                        help="factors on both fixed move times, comma-separated (default: 0.5,1,1.5,2)")
+    parser.add_argument("--seeds", type=int, default=0, metavar="N",
+                        help="mean over seeds 0..N-1 (default: the scenario's own seed)")
+    parser.add_argument("--workers", type=int, default=2, help="runs at once (default 2)")
+    parser.add_argument("--target", type=float, default=0.8, help="the ratio drawn as the target (default 0.8)")
+    parser.add_argument("--plot", default="docs/move-costs.png", help="where the plot goes")
+    parser.add_argument("--json", action="store_true", help="one JSON line")
+    args = parser.parse_args()
+    if args.scenario not in bundled_scenarios():
+        parser.error(f"unknown scenario {args.scenario!r}; bundled: {', '.join(bundled_scenarios())}")
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, not {args.workers}")
+    if args.seeds < 0:
+        parser.error("--seeds must be >= 0")
+    rows = bench(args.scenario, args.scales, args.seeds, args.workers, quiet=args.json)
+    plot(rows, args.plot, args.target)
+    if args.json:
+        print(json.dumps({"rows": rows, "plot": args.plot}))
+        return 0
+    import pandas as pd
+
+    formats = {"scale": "{:g}", "expand_fixed_s": "{:g}", "shrink_fixed_s": "{:g}", "rlix_mean_jct_s": "{:,.0f}",
+               "rlix_model_mean_jct_s": "{:,.0f}", "ratio": "{:.2f}", "rlix_loading_share": "{:.1%}",
+               "rlix_model_loading_share": "{:.1%}"}
+    columns = ["scale", "expand_fixed_s", "shrink_fixed_s", "rlix_mean_jct_s", "rlix_model_mean_jct_s", "ratio",
+               "rlix_loading_share", "rlix_model_loading_share"]
+    print(format_table(pd.DataFrame(rows)[columns], formats))
+    print(f"\nplot: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
