@@ -20,6 +20,7 @@ import dataclasses
 import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from statistics import fmean
 from typing import Any
 
 from tqdm import tqdm
@@ -51,9 +52,8 @@ def run_one(name: str, policy: str, scale: float, seed: int | None) -> dict[str,
         update["seed"] = seed
     scenario = base.with_policy(policy, base.policy.config.model_dump()).model_copy(update=update)
     overall = simulate(scenario, plots=False).summary["overall"]
-    return {"scale": scale, "policy": policy, "seed": seed, "mean_jct_s": overall["jobs"]["mean_jct_s"],
-            "loading_share": overall["loading_share"], "steps_per_hour": overall["steps_per_hour"],
-            **{key: update["costs"][key] for key in FIXED}}
+    return {"scale": scale, "policy": policy, "mean_jct_s": overall["jobs"]["mean_jct_s"],
+            "loading_share": overall["loading_share"], **{key: update["costs"][key] for key in FIXED}}
 
 
 def bench(name: str, scales: list[float], seeds: int, workers: int, quiet: bool) -> list[dict[str, Any]]:
@@ -70,12 +70,12 @@ def bench(name: str, scales: list[float], seeds: int, workers: int, quiet: bool)
     bar.close()
     rows = []
     for scale in scales:
-        row: dict[str, Any] = {"scenario": name, "scale": scale}
+        at_scale = [r for r in runs if r["scale"] == scale]
+        row: dict[str, Any] = {"scenario": name, "scale": scale, **{k: at_scale[0][k] for k in FIXED}}
         for policy, key in (("rlix", "rlix"), ("gap-ratio", "rlix_model")):
-            mine = [r for r in runs if r["scale"] == scale and r["policy"] == policy]
-            row[f"{key}_mean_jct_s"] = sum(r["mean_jct_s"] for r in mine) / len(mine)
-            row[f"{key}_loading_share"] = sum(r["loading_share"] for r in mine) / len(mine)
-            row.update({k: mine[0][k] for k in FIXED})
+            mine = [r for r in at_scale if r["policy"] == policy]
+            row[f"{key}_mean_jct_s"] = fmean(r["mean_jct_s"] for r in mine)
+            row[f"{key}_loading_share"] = fmean(r["loading_share"] for r in mine)
         row["ratio"] = row["rlix_mean_jct_s"] / row["rlix_model_mean_jct_s"]
         rows.append(row)
     return rows
@@ -100,7 +100,7 @@ def plot(rows: list[dict[str, Any]], path: str, target: float) -> None:
     ax.set_xlabel(f"fixed wake time of a rank, s (sleep scaled alike; scale 1: {at_one[0]:g} s and {at_one[1]:g} s)")
     ax.set_ylabel("mean JCT ratio")
     ax.margins(x=0.1, y=0.15)
-    ax.set_title(f"{rows[0]['scenario']}: rlix's mean JCT over the RLix model's, by move cost")
+    ax.set_title(f"{first['scenario']}: rlix's mean JCT over the RLix model's, by move cost")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -130,11 +130,18 @@ class Host(Generic[F]):
         if isinstance(op, ops.Request):
             return WAIT, self._request(op, deferred)
         if isinstance(op, ops.AwaitBatch | ops.AwaitAnyBatch):
-            ready = self._ready_batch(op)
+            keys = ((op.adapter, op.step),) if isinstance(op, ops.AwaitBatch) else op.keys
+            ready = self._ready_batch(op, keys)
             if ready is not None:
                 if deferred:  # nothing to wait for: the release may still join a request next
                     self._deferred[thread] = deferred
                 return VALUE, ready[0]
+            self._flush(deferred)
+            future = self.futures.new()
+            wants_key = isinstance(op, ops.AwaitAnyBatch)
+            for key in keys:
+                self._batch_wait.setdefault(key, []).append((thread, future, wants_key))
+            return WAIT, future
         self._flush(deferred)
         if isinstance(op, ops.Release):
             self._deferred[thread] = [op.cluster]
@@ -149,21 +156,14 @@ class Host(Generic[F]):
             future = self.futures.new()
             self._allow_wait.setdefault((op.adapter, op.step), []).append(future)
             return WAIT, future
-        if isinstance(op, ops.AwaitBatch | ops.AwaitAnyBatch):  # none done (seen above): wait
-            keys = ((op.adapter, op.step),) if isinstance(op, ops.AwaitBatch) else op.keys
-            future = self.futures.new()
-            wants_key = isinstance(op, ops.AwaitAnyBatch)
-            for key in keys:
-                self._batch_wait.setdefault(key, []).append((thread, future, wants_key))
-            return WAIT, future
         if isinstance(op, ops.Fork):
             return FORK, op.program
         raise TypeError(f"not a pipeline op: {op!r}")
 
-    def _ready_batch(self, op: ops.AwaitBatch | ops.AwaitAnyBatch) -> tuple[Any] | None:
-        """What the await returns, in a 1-tuple, if a batch it waits for is done already (else
-        None): the batch's result, or for AwaitAnyBatch the key of the first done one in order."""
-        keys = ((op.adapter, op.step),) if isinstance(op, ops.AwaitBatch) else op.keys
+    def _ready_batch(self, op: ops.AwaitBatch | ops.AwaitAnyBatch, keys: tuple[Any, ...]) -> tuple[Any] | None:
+        """What the await returns, in a 1-tuple, if a batch of `keys` it waits for is done
+        already (else None): the batch's result, or for AwaitAnyBatch the key of the first done
+        one in order."""
         for key in keys:
             batch = self._batches.get(key)
             if batch is not None and batch.done:
