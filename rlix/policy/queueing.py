@@ -59,22 +59,27 @@ def place_admitted(sched: Scheduler) -> None:
 
 class HomeCover:
     """The homes of some pipelines, how many of them cover each GPU, and the expected runtimes
-    of the jobs on each home (a home holding a job of unknown runtime is alike to none)."""
+    and ends of the jobs on each home (a home holding a job of unknown runtime is alike to none)."""
 
     def __init__(self, sched: Scheduler, pipelines: Iterable[PipelineState]) -> None:
+        self.now_s = sched.now
         self.load = [0] * sched.topology.num_gpus
         self.homes: set[tuple[int, ...]] = set()  # sorted GPU ids
         self.runtimes_s: dict[tuple[int, ...], list[float]] = {}
+        self.ends_s: dict[tuple[int, ...], list[float]] = {}  # expected: admission + runtime
         self.unknown: set[tuple[int, ...]] = set()  # homes holding a job of unknown runtime
         for pipeline in pipelines:
             if pipeline.spec.home:
-                self.add(pipeline.spec.home, pipeline.spec.runtime_estimate_s)
+                start_s = pipeline.admitted_s if pipeline.admitted else sched.now
+                self.add(pipeline.spec.home, pipeline.spec.runtime_estimate_s, start_s)
 
-    def add(self, home: tuple[int, ...], runtime_s: float | None = None) -> None:
+    def add(self, home: tuple[int, ...], runtime_s: float | None = None, start_s: float | None = None) -> None:
+        """Count a job of `runtime_s` on `home`, started at `start_s` (default: now)."""
         key = tuple(sorted(home))
         self.homes.add(key)
         if runtime_s:
             self.runtimes_s.setdefault(key, []).append(runtime_s)
+            self.ends_s.setdefault(key, []).append((self.now_s if start_s is None else start_s) + runtime_s)
         else:
             self.unknown.add(key)
         for gpu in home:
@@ -93,6 +98,20 @@ class HomeCover:
 
         return distance
 
+    def apart(self, runtime_s: float) -> Callable[[tuple[int, ...]], float]:
+        """How far the expected departures of the jobs on a home are from a new job's of
+        `runtime_s`: |log| of the ratio of the mean time they have left (at least 1 s: a job past
+        its estimate is expected to leave now) to it; a home with a job of unknown runtime is
+        infinitely far."""
+        def distance(home: tuple[int, ...]) -> float:
+            ends_s = self.ends_s.get(home)
+            if home in self.unknown or not ends_s:
+                return math.inf
+            left_s = [max(1.0, end_s - self.now_s) for end_s in ends_s]
+            return abs(math.log(sum(left_s) / len(left_s) / runtime_s))
+
+        return distance
+
 
 def place_shared(sched: Scheduler, pipeline: PipelineState, cover: HomeCover, usable: set[int]) -> bool:
     """Place the pipeline's sized home on `usable` GPUs by the shared rule, among the homes of
@@ -101,9 +120,11 @@ def place_shared(sched: Scheduler, pipeline: PipelineState, cover: HomeCover, us
     spec = pipeline.spec
     runtime_s = spec.runtime_estimate_s
     like = sched.policy.stacks_by_runtime and sched.config.stack_by_runtime
+    together = like and sched.config.stack_by_departure and runtime_s
     home = choose_shared_home(spec.home_size, placement_unit(spec), usable, sched.topology, cover.load, cover.homes,
                               cover.unlike(runtime_s) if like and runtime_s else None,
-                              sched.config.alike_stack_depth if like else 0)
+                              sched.config.alike_stack_depth if like else 0,
+                              cover.apart(runtime_s) if together and runtime_s else None)
     if home is None:
         return False
     place(sched, pipeline, home, confine=False)

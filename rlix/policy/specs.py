@@ -355,6 +355,10 @@ class PolicyConfig:
     #: alike jobs holding fewer than this many homes before taking GPUs no home covers
     #: (rlix.policy.homes, rule 0); 0: off. rlix only.
     alike_stack_depth: int = 4
+    #: With `stack_by_runtime`, a home joins first the stack of alike jobs expected to leave
+    #: when its job would (rlix.policy.homes, "leave together"), before the fewest covered:
+    #: stacks then empty together and later jobs find GPUs of their own. rlix only.
+    stack_by_departure: bool = True
 
     def validate(self) -> None:
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load",
@@ -365,7 +369,8 @@ class PolicyConfig:
         for name in ("tail_spread_batch", "alike_stack_depth"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 0:
                 raise SpecError(f"config.{name}", getattr(self, name), "must be an integer >= 0")
-        for name in ("keep_busy_tail", "home_floor", "look_ahead", "stack_by_runtime", "keep_warm"):
+        for name in ("keep_busy_tail", "home_floor", "look_ahead", "stack_by_runtime", "stack_by_departure",
+                     "keep_warm"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")
         if self.job_order not in JOB_ORDERS:

@@ -89,6 +89,9 @@ class PolicyTunables(Section):
     alike_stack_depth: int = Field(_POLICY_DEFAULTS.alike_stack_depth, ge=0)
     """Once homes must overlap, a home joins a stack of alike jobs holding fewer than this many
     homes before taking GPUs no home covers; 0: off (rlix only)."""
+    stack_by_departure: bool = _POLICY_DEFAULTS.stack_by_departure
+    """Among stacks of alike jobs, a home joins first the one whose jobs are expected to leave
+    when its job would, so stacks empty together (rlix only)."""
     keep_warm: bool = _POLICY_DEFAULTS.keep_warm
     """A pipeline's rollout ranks stay loaded between its rollouts while no one needs their
     GPUs, so its next rollout starts without a weight load (rlix only)."""

@@ -231,6 +231,23 @@ def test_rlix_joins_its_kind_before_free_gpus_once_homes_must_overlap(config: Po
     assert run.gpus["L4"] == tuple(range(4 * node, 4 * node + 4))
 
 
+@pytest.mark.parametrize(("policy", "config", "node"), [
+    ("rlix", None, 2), ("rlix", PolicyConfig(stack_by_departure=False), 0),
+    ("rlix", PolicyConfig(alike_stack_depth=0), 2), ("rlix", PolicyConfig(alike_stack_depth=0, stack_by_departure=False), 0),
+    ("gap-ratio", None, 0)])
+def test_rlix_stacks_with_jobs_that_leave_together(policy: str, config: PolicyConfig | None, node: int) -> None:
+    """Short jobs A (node 0, from 0 s) and B (node 2, from 80 s), a long one on node 1. At 90 s a
+    third short job must stack, A's and B's homes equally covered: A has 10 s left, B 90 s, the
+    new job 100 s. rlix joins B, with whom it is expected to leave (rule 0, or rule 2 when rule 0
+    is off), and A's node empties at 100 s; without the rule, and under the RLix model, the
+    lowest GPU ids: A's."""
+    jobs = [GangJob("A", 0, 100, size=4), GangJob("X", 0, 1000, size=4), GangJob("B", 80, 100, size=4),
+            GangJob("C", 90, 100, size=4)]
+    run = run_queue(policy, Topology(3, 4), jobs, config)
+    assert (run.gpus["A"], run.gpus["X"], run.gpus["B"]) == ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11))
+    assert run.gpus["C"] == tuple(range(4 * node, 4 * node + 4))
+
+
 def test_a_home_of_unknown_runtime_is_alike_to_none() -> None:
     """A live scenario may give only some jobs an estimate. The long jobs here have none: their
     stacks are not "alike" to the next long job (rule 0 would send it there), so it takes the
