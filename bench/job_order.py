@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.sim.report import format_table
+from rlix.traces.options import positive_int
 
 #: (label, policy, PolicyConfig overrides)
 VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
@@ -101,15 +102,12 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", default="lab-day", help="a bundled scenario (default: lab-day)")
-    parser.add_argument("--workers", type=int, default=2, help="variants run at once (default 2)")
+    parser.add_argument("--scenario", default="lab-day", choices=bundled_scenarios(), metavar="SCENARIO",
+                        help="a bundled scenario (default: lab-day)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="variants run at once (default 2)")
     parser.add_argument("--plot", default="docs/job-order.png", help="where the plot goes")
     parser.add_argument("--json", action="store_true", help="one JSON line")
     args = parser.parse_args()
-    if args.scenario not in bundled_scenarios():
-        parser.error(f"unknown scenario {args.scenario!r}; bundled: {', '.join(bundled_scenarios())}")
-    if args.workers < 1:
-        parser.error(f"--workers must be at least 1, not {args.workers}")
     rows = bench(args.scenario, args.workers, quiet=args.json)
     plot(rows, args.plot)
     if args.json:

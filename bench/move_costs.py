@@ -28,6 +28,7 @@ from tqdm import tqdm
 from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.scenarios.schema import Scenario
 from rlix.sim.report import format_table
+from rlix.traces.options import non_negative_int, positive_int, positive_number
 
 POLICIES = ("rlix", "gap-ratio")
 FIXED = ("expand_fixed_s", "shrink_fixed_s")
@@ -107,33 +108,25 @@ def plot(rows: list[dict[str, Any]], path: str, target: float) -> None:
 
 
 def _scales(text: str) -> list[float]:
-    try:
-        scales = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas (e.g. 0.5,1,2), got {text!r}") from None
-    if not scales or any(not scale > 0 for scale in scales):
-        raise argparse.ArgumentTypeError(f"every scale must be a number above 0, got {text!r}")
-    return sorted(set(scales))
+    scales = sorted({positive_number(part) for part in text.split(",") if part.strip()})
+    if not scales:
+        raise argparse.ArgumentTypeError(f"expected numbers above 0 separated by commas (e.g. 0.5,1,2), got {text!r}")
+    return scales
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", default="lab-day", help="a bundled scenario (default: lab-day)")
+    parser.add_argument("--scenario", default="lab-day", choices=bundled_scenarios(), metavar="SCENARIO",
+                        help="a bundled scenario (default: lab-day)")
     parser.add_argument("--scales", type=_scales, default=list(DEFAULT_SCALES),
                         help="factors on both fixed move times, comma-separated (default: 0.5,1,1.5,2)")
-    parser.add_argument("--seeds", type=int, default=0, metavar="N",
+    parser.add_argument("--seeds", type=non_negative_int, default=0, metavar="N",
                         help="mean over seeds 0..N-1 (default: the scenario's own seed)")
-    parser.add_argument("--workers", type=int, default=2, help="runs at once (default 2)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="runs at once (default 2)")
     parser.add_argument("--target", type=float, default=0.8, help="the ratio drawn as the target (default 0.8)")
     parser.add_argument("--plot", default="docs/move-costs.png", help="where the plot goes")
     parser.add_argument("--json", action="store_true", help="one JSON line")
     args = parser.parse_args()
-    if args.scenario not in bundled_scenarios():
-        parser.error(f"unknown scenario {args.scenario!r}; bundled: {', '.join(bundled_scenarios())}")
-    if args.workers < 1:
-        parser.error(f"--workers must be at least 1, not {args.workers}")
-    if args.seeds < 0:
-        parser.error("--seeds must be >= 0")
     rows = bench(args.scenario, args.scales, args.seeds, args.workers, quiet=args.json)
     plot(rows, args.plot, args.target)
     if args.json:

@@ -90,25 +90,25 @@ class HomeCover:
         mean expected runtime to it. A home with a job whose runtime is not known is infinitely
         unlike: nothing says that job is short or long, so stacking on it is the last resort of
         rule 2 and never rule 0's "alike"."""
-        def distance(home: tuple[int, ...]) -> float:
-            runtimes = self.runtimes_s.get(home)
-            if home in self.unknown or not runtimes:
-                return math.inf
-            return abs(math.log(sum(runtimes) / len(runtimes) / runtime_s))
-
-        return distance
+        return self._log_distance(self.runtimes_s, runtime_s)
 
     def apart(self, runtime_s: float) -> Callable[[tuple[int, ...]], float]:
         """How far the expected departures of the jobs on a home are from a new job's of
         `runtime_s`: |log| of the ratio of the mean time they have left (at least 1 s: a job past
         its estimate is expected to leave now) to it; a home with a job of unknown runtime is
         infinitely far."""
+        left_s = {home: [max(1.0, end_s - self.now_s) for end_s in ends_s] for home, ends_s in self.ends_s.items()}
+        return self._log_distance(left_s, runtime_s)
+
+    def _log_distance(self, values_s: dict[tuple[int, ...], list[float]],
+                      runtime_s: float) -> Callable[[tuple[int, ...]], float]:
+        """|log| of the ratio of the mean of a home's `values_s` to `runtime_s`; infinite for a
+        home holding a job of unknown runtime."""
         def distance(home: tuple[int, ...]) -> float:
-            ends_s = self.ends_s.get(home)
-            if home in self.unknown or not ends_s:
+            values = values_s.get(home)
+            if home in self.unknown or not values:
                 return math.inf
-            left_s = [max(1.0, end_s - self.now_s) for end_s in ends_s]
-            return abs(math.log(sum(left_s) / len(left_s) / runtime_s))
+            return abs(math.log(sum(values) / len(values) / runtime_s))
 
         return distance
 
@@ -120,7 +120,7 @@ def place_shared(sched: Scheduler, pipeline: PipelineState, cover: HomeCover, us
     spec = pipeline.spec
     runtime_s = spec.runtime_estimate_s
     like = sched.policy.stacks_by_runtime and sched.config.stack_by_runtime
-    together = like and sched.config.stack_by_departure and runtime_s
+    together = like and sched.config.stack_by_departure
     home = choose_shared_home(spec.home_size, placement_unit(spec), usable, sched.topology, cover.load, cover.homes,
                               cover.unlike(runtime_s) if like and runtime_s else None,
                               sched.config.alike_stack_depth if like else 0,
