@@ -239,6 +239,58 @@ def test_alike_stacks_come_first_once_homes_must_overlap(case: tuple, distances:
         assert home == without
 
 
+@st.composite
+def stacked_pools(draw: st.DrawFn) -> tuple[Topology, int, set[int], list[tuple[int, ...]], int]:
+    """A pool cut into aligned blocks of the size asked for, several of them homes stacked 1-4
+    deep (each block's homes listed once per job on it), so that stacks compete."""
+    topology = Topology(draw(st.integers(2, 4)), draw(st.sampled_from([4, 8])))
+    unit = draw(st.sampled_from([1, 2]))
+    size = draw(st.sampled_from([topology.gpus_per_node // 2, topology.gpus_per_node]))
+    blocks = [tuple(range(start, start + size)) for start in range(0, topology.num_gpus, size)]
+    depths = draw(st.lists(st.integers(0, 4), min_size=len(blocks), max_size=len(blocks)))
+    homes = [block for block, depth in zip(blocks, depths, strict=True) for _ in range(depth)]
+    usable = set(range(topology.num_gpus)) - set(draw(st.sets(st.integers(0, topology.num_gpus - 1), max_size=2)))
+    return topology, unit, usable, homes, size
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(shared_pools(), stacked_pools(), stacked_pools()),
+       st.lists(st.sampled_from([0.0, 0.04, 0.5, 2.0]), min_size=8, max_size=8),
+       st.lists(st.sampled_from([0.0, 0.03, 0.3, 0.34, 1.0, math.inf]), min_size=8, max_size=8),
+       st.integers(0, 4))
+def test_stacks_whose_jobs_leave_together_come_first(
+    case: tuple, distances: list[float], departures: list[float], depth: int
+) -> None:
+    """Leave together (`apart`): of the stacks rule 0 or rule 2 would choose among (alike to
+    the same 0.1, and under rule 0 below the depth), those whose jobs' departures are closest
+    to the new job's (to 0.1) come first, then the least covered; where neither rule applies
+    the placement is as without it."""
+    topology, unit, usable, homes, size = case
+    load = [sum(g in h for h in homes) for g in range(topology.num_gpus)]  # a stacked home once per job
+    distance = {h: distances[i] for i, h in enumerate(dict.fromkeys(homes))}
+    departure = {h: departures[i] for i, h in enumerate(dict.fromkeys(homes))}
+    home = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__, depth,
+                              departure.__getitem__)
+    without = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__, depth)
+    stacks = [h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)
+              and not any(set(h) & set(o) and set(h) - set(o) and set(o) - set(h) for o in homes)]
+    covered = {h: max(load[g] for g in h) for h in stacks}
+    alike = [h for h in stacks if distance[h] < 0.05 and covered[h] < depth]
+    uncovered = {g for g in usable if not load[g]}
+    if depth and sum(load) + size > len(usable) and alike:
+        candidates = alike  # rule 0
+    elif len(_aligned_chunks(topology, unit, uncovered)) * unit < size and stacks:
+        nearest = min(round(distance[h], 1) for h in stacks)
+        candidates = [h for h in stacks if round(distance[h], 1) == nearest]  # rule 2
+    else:
+        assert home == without  # rules 1 and 3 are not about stacks
+        return
+    soonest = min(round(departure[h], 1) for h in candidates)
+    together = [h for h in candidates if round(departure[h], 1) == soonest]
+    assert home in together
+    assert covered[home] == min(covered[h] for h in together)
+
+
 def test_alike_first_only_once_homes_cannot_all_be_disjoint() -> None:
     topology = Topology(4, 4)
     homes = {(0, 1, 2, 3)}
