@@ -159,6 +159,20 @@ def shared_pools(draw: st.DrawFn) -> tuple[Topology, int, set[int], list[tuple[i
     return topology, unit, usable, homes, size
 
 
+@st.composite
+def stacked_pools(draw: st.DrawFn) -> tuple[Topology, int, set[int], list[tuple[int, ...]], int]:
+    """A pool cut into aligned blocks of the size asked for, several of them homes stacked 1-4
+    deep (each block's homes listed once per job on it), so that stacks compete."""
+    topology = Topology(draw(st.integers(2, 4)), draw(st.sampled_from([4, 8])))
+    unit = draw(st.sampled_from([1, 2]))
+    size = draw(st.sampled_from([topology.gpus_per_node // 2, topology.gpus_per_node]))
+    blocks = [tuple(range(start, start + size)) for start in range(0, topology.num_gpus, size)]
+    depths = draw(st.lists(st.integers(0, 4), min_size=len(blocks), max_size=len(blocks)))
+    homes = [block for block, depth in zip(blocks, depths, strict=True) for _ in range(depth)]
+    usable = set(range(topology.num_gpus)) - set(draw(st.sets(st.integers(0, topology.num_gpus - 1), max_size=2)))
+    return topology, unit, usable, homes, size
+
+
 def _is_aligned(home: tuple[int, ...], unit: int, topology: Topology) -> bool:
     chunks = {g - g % unit for g in home}
     return all(
@@ -194,7 +208,7 @@ def test_shared_home_own_gpus_first_then_stacked_where_no_home_crosses(case: tup
 
 
 @settings(max_examples=300, deadline=None)
-@given(shared_pools(), st.lists(st.floats(0, 3, allow_nan=False), min_size=6, max_size=6))
+@given(st.one_of(shared_pools(), stacked_pools()), st.lists(st.floats(0, 3, allow_nan=False), min_size=8, max_size=8))
 def test_stacks_go_least_unlike_first(case: tuple, distances: list[float]) -> None:
     """With `unlike`, rule 2 takes, of the stacks it allows, those least unlike the new job (to
     0.1) and of those the least covered; rules 1 and 3 do not change."""
@@ -219,7 +233,8 @@ def test_stacks_go_least_unlike_first(case: tuple, distances: list[float]) -> No
 
 
 @settings(max_examples=300, deadline=None)
-@given(shared_pools(), st.lists(st.sampled_from([0.0, 0.04, 0.5, 2.0]), min_size=6, max_size=6), st.integers(0, 4))
+@given(st.one_of(shared_pools(), stacked_pools()), st.lists(st.sampled_from([0.0, 0.04, 0.5, 2.0]), min_size=8, max_size=8),
+       st.integers(0, 4))
 def test_alike_stacks_come_first_once_homes_must_overlap(case: tuple, distances: list[float], depth: int) -> None:
     """Rule 0: when the homes and the new one cover more GPUs than the pool has, a stack of
     alike jobs (distance rounding to 0) holding fewer than `depth` homes is taken, the least
@@ -237,20 +252,6 @@ def test_alike_stacks_come_first_once_homes_must_overlap(case: tuple, distances:
         assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in alike)
     else:
         assert home == without
-
-
-@st.composite
-def stacked_pools(draw: st.DrawFn) -> tuple[Topology, int, set[int], list[tuple[int, ...]], int]:
-    """A pool cut into aligned blocks of the size asked for, several of them homes stacked 1-4
-    deep (each block's homes listed once per job on it), so that stacks compete."""
-    topology = Topology(draw(st.integers(2, 4)), draw(st.sampled_from([4, 8])))
-    unit = draw(st.sampled_from([1, 2]))
-    size = draw(st.sampled_from([topology.gpus_per_node // 2, topology.gpus_per_node]))
-    blocks = [tuple(range(start, start + size)) for start in range(0, topology.num_gpus, size)]
-    depths = draw(st.lists(st.integers(0, 4), min_size=len(blocks), max_size=len(blocks)))
-    homes = [block for block, depth in zip(blocks, depths, strict=True) for _ in range(depth)]
-    usable = set(range(topology.num_gpus)) - set(draw(st.sets(st.integers(0, topology.num_gpus - 1), max_size=2)))
-    return topology, unit, usable, homes, size
 
 
 @settings(max_examples=300, deadline=None)
