@@ -40,7 +40,8 @@ def group_of(pipeline_id: str) -> str:
     return match.group(1) if match and match.group(1) else pipeline_id
 
 
-def _groups(jobs: pd.DataFrame, by: str, bin_s: float) -> pd.Series:
+def job_groups(jobs: pd.DataFrame, by: str, bin_s: float) -> pd.Series:
+    """Each job's group under `by` (GROUPINGS), indexed like `jobs`."""
     if by == "name":
         return jobs["pipeline_id"].map(group_of)
     if by == "pipeline":
@@ -80,7 +81,7 @@ def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
     else:
         stages = train_waits(waits).reindex(jobs["pipeline_id"]).fillna(0.0).set_index(jobs.index)
     frame = jobs.assign(
-        group=_groups(jobs, by, bin_s),
+        group=job_groups(jobs, by, bin_s),
         run_s=jobs["finish_s"] - jobs["start_s"],
         excess_s=jobs["jct_s"] - jobs["alone_s"],
         train_wait_s=stages.drop(columns=["init"], errors="ignore").sum(axis=1) if waits is not None else np.nan,

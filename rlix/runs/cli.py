@@ -56,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Group RUN_DIR's jobs (a simulator or executor run folder) and show, per "
         "group, the mean wait to start, run time, JCT, time above the job's time alone on its "
         "home (what sharing cost it, waiting included) and that group's share of the run's "
-        "total, and the waits for training GPUs inside it, by stage. Stream jobs "
+        "total, and the waits for training GPUs inside it, by stage and by what held the job's "
+        "home meanwhile (another job's training or init, rollout ranks moving). Stream jobs "
         "(<template>-<n>) group by template; --by arrival shows bursts of arrivals.",
         epilog="example: rlix-sim run lab-day --out runs/lab && rlix-sim jobs runs/lab --by arrival",
     )
@@ -105,8 +106,14 @@ def main_jobs(args: argparse.Namespace) -> int:
     jobs = run.jobs  # the one table this needs: a RunError naming the tables kept
     waits = run.waits if "waits" in run.kept_tables else None
     groups, stages = breakdown(jobs, waits, args.by, args.bin_s)
+    causes = None
+    if waits is not None and "activity" in run.kept_tables:
+        from rlix.runs.wait_causes import wait_causes
+
+        causes = wait_causes(jobs, waits, run.activity, args.by, args.bin_s)
     if args.json:
-        print(json.dumps({"groups": _records(groups), "stage_waits_s": _records(stages)}))
+        print(json.dumps({"groups": _records(groups), "stage_waits_s": _records(stages),
+                          "wait_causes_s": None if causes is None else _records(causes)}))
         return 0
     seconds = {c: "{:,.0f}" for c in ("alone_s", "queueing_s", "run_s", "jct_s", "excess_s", "train_wait_s")}
     print(f"{args.run_dir}: {len(run.jobs)} jobs, policy {run.policy}; means per job, seconds; excess = JCT - "
@@ -120,6 +127,10 @@ def main_jobs(args: argparse.Namespace) -> int:
     elif len(stages.columns) > 1:
         print("\nwaits for GPUs per job, by stage (s; init's is the wait to start):")
         print(format_table(stages, {c: "{:,.1f}" for c in stages.columns if c != "group"}))
+        if causes is not None:
+            print("\ntraining waits per job, by what held the job's home meanwhile (s; another job's "
+                  "training or init first, then rollout ranks offloading, loading, running, then nothing):")
+            print(format_table(causes, {c: "{:,.1f}" for c in causes.columns if c != "group"}))
     else:
         print("\nno waits for training GPUs recorded")
     return 0
