@@ -131,6 +131,8 @@ def main_jobs(args: argparse.Namespace) -> int:
             print("\ntraining waits per job, by what held the job's home meanwhile (s; another job's "
                   "training or init first, then rollout ranks offloading, loading, running, then nothing):")
             print(format_table(causes, {c: "{:,.1f}" for c in causes.columns if c != "group"}))
+        else:
+            print("\nno activity table in this run (it was run with --tables): what held the homes is unknown")
     else:
         print("\nno waits for training GPUs recorded")
     return 0

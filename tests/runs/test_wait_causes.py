@@ -91,6 +91,9 @@ def test_the_causes_add_up_to_the_training_waits_of_a_simulated_run(tmp_path: Pa
     assert main(["jobs", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "by what held the job's home" in out and "offload" in out
+    (folder / "activity.parquet").unlink()  # as a run with --tables jobs,waits leaves it
+    assert main(["jobs", str(folder)]) == 0
+    assert "what held the homes is unknown" in capsys.readouterr().out
 
 
 def test_without_a_home_a_wait_has_no_cause() -> None:
