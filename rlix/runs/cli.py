@@ -110,7 +110,8 @@ def main_jobs(args: argparse.Namespace) -> int:
     if waits is not None and "activity" in run.kept_tables:
         from rlix.runs.wait_causes import wait_causes
 
-        causes = wait_causes(jobs, waits, run.activity, args.by, args.bin_s)
+        holds = run.allocations if "allocations" in run.kept_tables else None
+        causes = wait_causes(jobs, waits, run.activity, args.by, args.bin_s, holds)
     if args.json:
         print(json.dumps({"groups": _records(groups), "stage_waits_s": _records(stages),
                           "wait_causes_s": None if causes is None else _records(causes)}))
@@ -129,7 +130,8 @@ def main_jobs(args: argparse.Namespace) -> int:
         print(format_table(stages, {c: "{:,.1f}" for c in stages.columns if c != "group"}))
         if causes is not None:
             print("\ntraining waits per job, by what held the job's home meanwhile (s; another job's "
-                  "training or init first, then rollout ranks offloading, loading, running, then nothing):")
+                  "training, init or idle hold first, then rollout ranks offloading, loading, running, "
+                  "then nothing):")
             print(format_table(causes, {c: "{:,.1f}" for c in causes.columns if c != "group"}))
         else:
             print("\nno activity table in this run (it was run with --tables): what held the homes is unknown")

@@ -8,10 +8,13 @@ occupant of those GPUs (from the run's `activity` table), the first of:
    jobs take turns there, highest priority first);
 2. `init`: another job's init: a job placed on the same home loads its model, at the highest
    priority;
-3. `offload`: a rollout rank's offload (the grant waits for its weights to leave);
-4. `load`: a rollout rank's load (a rank lent just before, cut once loaded);
-5. `rollout`: a rollout rank running (a drain, or a grant in the same instant);
-6. `idle`: nothing on the home (the driver's latency, a GPU lost).
+3. `held`: another job holds the GPU for a training cluster and runs nothing on it (between
+   two of its stages, or publishing; from the `allocations` table when the run kept it);
+4. `offload`: a rollout rank's offload (the grant waits for its weights to leave);
+5. `load`: a rollout rank's load (a rank lent just before, cut once loaded);
+6. `rollout`: a rollout rank running (a drain, or a grant in the same instant);
+7. `idle`: nothing on the home: the policy has not granted yet (the RLix model plans its next
+   cycle only once its last cycle's moves are carried out), the driver's latency, a GPU lost.
 
 Each job's home is the GPUs its own training stages ran on. The figures of a group are means
 per job, and the causes of a job add up to its training waits (`train_wait_s` of
@@ -26,9 +29,9 @@ import pandas as pd
 from rlix.policy.specs import Priority
 from rlix.runs.breakdown import job_groups
 
-CAUSES = ("training", "init", "offload", "load", "rollout", "idle")
+CAUSES = ("training", "init", "held", "offload", "load", "rollout", "idle")
 #: activity stages that are not training stages, by their cause (a smaller code explains more)
-_CODES = {"init": 1, "offload": 2, "load": 3, "rollout": 4}
+_CODES = {"init": 1, "held": 2, "offload": 3, "load": 4, "rollout": 5}
 _TRAINING = 0
 _IDLE = len(CAUSES) - 1
 
@@ -55,8 +58,8 @@ def _one_wait(gpus: list[_GpuRows], pipeline_id: str, t0: float, t1: float) -> n
     for rows in gpus:
         part = rows.meeting(t0, t1)
         s, e, c, o = rows.starts[part], rows.ends[part], rows.codes[part], rows.owners[part]
-        # the job's own training and init cannot be what it waits for
-        keep = (e > t0) & (s < t1) & ~((o == pipeline_id) & (c <= _CODES["init"]))
+        # the job's own training, init and holdings cannot be what it waits for
+        keep = (e > t0) & (s < t1) & ~((o == pipeline_id) & (c <= _CODES["held"]))
         starts.append(s[keep])
         ends.append(e[keep])
         codes.append(c[keep])
@@ -73,14 +76,21 @@ def _one_wait(gpus: list[_GpuRows], pipeline_id: str, t0: float, t1: float) -> n
 
 
 def wait_causes(jobs: pd.DataFrame, waits: pd.DataFrame, activity: pd.DataFrame, by: str = "name",
-                bin_s: float = 3600.0) -> pd.DataFrame:
+                bin_s: float = 3600.0, allocations: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per group (the groups and order of `rlix.runs.breakdown.breakdown`, then "all"): each
-    job's mean training-wait seconds by cause (CAUSES)."""
+    job's mean training-wait seconds by cause (CAUSES). Without `allocations`, a GPU held and
+    not used counts as idle."""
     jobs = jobs.reset_index(drop=True)
     stages = activity[~activity["stage"].isin(("load", "offload", "rollout"))]
     homes = {str(pid): sorted(set(rows["gpu"])) for pid, rows in
              stages[stages["stage"] != "init"].groupby("pipeline_id", observed=True)}
-    by_gpu = {int(gpu): _GpuRows(rows) for gpu, rows in activity.groupby("gpu")}
+    rows = activity[["pipeline_id", "gpu", "stage", "t_start", "t_end"]]
+    if allocations is not None:
+        held = allocations[allocations["dp_rank"] < 0]  # a training cluster's hold, not a rank
+        rows = pd.concat([rows.astype({"pipeline_id": str, "stage": str}),
+                          held[["pipeline_id", "gpu", "t_start", "t_end"]].astype({"pipeline_id": str})
+                          .assign(stage="held")], ignore_index=True)
+    by_gpu = {int(gpu): _GpuRows(part) for gpu, part in rows.groupby("gpu")}
     granted = waits[waits["t_grant"].notna() & ~waits["priority"].isin((int(Priority.INIT), int(Priority.ROLLOUT)))]
     granted = granted[granted["t_grant"] > granted["t_request"]]
     per_job = {str(pid): np.zeros(len(CAUSES)) for pid in jobs["pipeline_id"]}

@@ -10,7 +10,9 @@ request waits from 10 to 20:
 10-14 is another job's training (4 s: over D's rollout and offload, and over C's init, which
 explains less), 14-17 another job's init (3 s), 17-18.5 a load (1.5 s), 18.5-19 a rollout (0.5
 s), 19-20 an offload (1 s). A's actor training request waits from 30 to 33 with nothing on its
-home but a stage of its own (which a real run never has, and which is no cause): 3 s idle. From
+home but a stage and a hold of its own (which a real run never has, and which are no cause) and
+B's hold of GPU 1 at 31.5-32.5 with nothing running (between two of B's stages): 1 s held, 2 s
+idle; without the allocations table that second is idle too. From
 40 to 42 its own rollout rank runs there (a rollout, 2 s). A's init wait and rollout wait are
 not training waits, nor is a request never granted. B, C and D wait for nothing.
 """
@@ -49,6 +51,16 @@ def activity() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["pipeline_id", "cluster", "dp_rank", "gpu", "kind", "stage", "t_start", "t_end"])
 
 
+def allocations() -> pd.DataFrame:
+    rows = [
+        ("A", "actor_train", 1, -1, 0, 30.0, 30.5),
+        ("B", "actor_train", 3, -1, 1, 8.0, 14.0),
+        ("B", "actor_train", 1, -1, 1, 31.5, 32.5),
+        ("D", "actor_infer", 6, 1, 1, 17.0, 20.0),  # a rollout rank: its activity says more
+    ]
+    return pd.DataFrame(rows, columns=["pipeline_id", "cluster", "priority", "dp_rank", "gpu", "t_start", "t_end"])
+
+
 def waits() -> pd.DataFrame:
     rows = [
         ("A", "actor_train", 0, 0.0, 0.0),
@@ -66,12 +78,14 @@ def jobs() -> pd.DataFrame:
 
 
 def test_waits_put_down_to_what_held_the_home_worked_out_by_hand() -> None:
-    table = wait_causes(jobs(), waits(), activity(), by="pipeline").set_index("group")
+    table = wait_causes(jobs(), waits(), activity(), by="pipeline", allocations=allocations()).set_index("group")
     assert table.index.tolist() == ["A", "B", "C", "D", "all"]
     assert table.loc["A"].to_dict() == pytest.approx(
-        {"training": 4.0, "init": 3.0, "offload": 1.0, "load": 1.5, "rollout": 2.5, "idle": 3.0})
+        {"training": 4.0, "init": 3.0, "held": 1.0, "offload": 1.0, "load": 1.5, "rollout": 2.5, "idle": 2.0})
     assert (table.loc[["B", "C", "D"]] == 0).all().all()
-    assert table.loc["all", "idle"] == pytest.approx(3.0 / 4)
+    assert table.loc["all", "idle"] == pytest.approx(2.0 / 4)
+    unheld = wait_causes(jobs(), waits(), activity(), by="pipeline").set_index("group")
+    assert (unheld.loc["A", "held"], unheld.loc["A", "idle"]) == (0.0, pytest.approx(3.0))
 
 
 def test_the_causes_add_up_to_the_training_waits_of_a_simulated_run(tmp_path: Path,
