@@ -57,10 +57,24 @@ def _span(start_s: float, bin_s: float) -> str:
     return f"{start_s / size:g}-{(start_s + bin_s) / size:g} {unit}"
 
 
+def granted_requests(waits: pd.DataFrame) -> pd.DataFrame:
+    """The granted non-rollout requests of `waits` (init's included)."""
+    return waits[waits["t_grant"].notna() & (waits["priority"] != int(Priority.ROLLOUT))]
+
+
+def group_means(per_job: pd.DataFrame, jobs: pd.DataFrame, by: str, bin_s: float) -> pd.DataFrame:
+    """Means of `per_job` (a row per job, indexed like `jobs`) per group, groups in order of
+    first arrival, then "all"; a "group" column first."""
+    group = job_groups(jobs, by, bin_s)
+    keys = group.loc[jobs.sort_values("arrival_s", kind="stable").index].drop_duplicates().tolist()
+    means = pd.concat([per_job.assign(group=group), per_job.assign(group="all")]).groupby("group", sort=False).mean()
+    return means.reindex([*keys, "all"]).rename_axis("group").reset_index()
+
+
 def train_waits(waits: pd.DataFrame) -> pd.DataFrame:
     """Each job's summed wait per stage (columns: Priority names in lower case, seconds), from
     the granted non-rollout requests of `waits`."""
-    granted = waits[waits["t_grant"].notna() & (waits["priority"] != int(Priority.ROLLOUT))]
+    granted = granted_requests(waits)
     waited = granted.assign(wait_s=granted["t_grant"] - granted["t_request"],
                             stage=granted["priority"].map(lambda p: Priority(int(p)).name.lower()))
     table = waited.pivot_table(index="pipeline_id", columns="stage", values="wait_s", aggfunc="sum", fill_value=0.0)
@@ -90,9 +104,7 @@ def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
     keys = frame.sort_values("arrival_s", kind="stable")["group"].drop_duplicates().tolist()
     total_excess = frame["excess_s"].sum(min_count=1)
     table = pd.concat([_summary(frame, keys, total_excess), _summary(frame.assign(group="all"), ["all"], total_excess)])
-    stage_table = pd.concat([stages.assign(group=frame["group"]), stages.assign(group="all")])
-    stage_means = stage_table.groupby("group", sort=False).mean().reindex([*keys, "all"])
-    return table.reset_index(drop=True), stage_means.rename_axis("group").reset_index()
+    return table.reset_index(drop=True), group_means(stages, jobs, by, bin_s)
 
 
 def _summary(frame: pd.DataFrame, keys: list[str], total_excess: float) -> pd.DataFrame:

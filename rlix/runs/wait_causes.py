@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from rlix.policy.specs import Priority
-from rlix.runs.breakdown import job_groups
+from rlix.runs.breakdown import granted_requests, group_means
 
 CAUSES = ("training", "init", "held", "offload", "load", "rollout", "idle")
 #: activity stages that are not training stages, by their cause (a smaller code explains more)
@@ -66,8 +66,6 @@ def _one_wait(gpus: list[_GpuRows], pipeline_id: str, t0: float, t1: float) -> n
     s, e, c = np.concatenate(starts), np.concatenate(ends), np.concatenate(codes)
     cuts = np.unique(np.concatenate([[t0, t1], np.clip(s, t0, t1), np.clip(e, t0, t1)]))
     seconds = np.zeros(len(CAUSES))
-    if len(cuts) < 2:
-        return seconds
     mids = (cuts[:-1] + cuts[1:]) / 2
     covers = (s[None, :] <= mids[:, None]) & (mids[:, None] < e[None, :])
     best = np.where(covers, c[None, :], _IDLE).min(axis=1) if len(c) else np.full(len(mids), _IDLE)
@@ -91,15 +89,12 @@ def wait_causes(jobs: pd.DataFrame, waits: pd.DataFrame, activity: pd.DataFrame,
                           held[["pipeline_id", "gpu", "t_start", "t_end"]].astype({"pipeline_id": str})
                           .assign(stage="held")], ignore_index=True)
     by_gpu = {int(gpu): _GpuRows(part) for gpu, part in rows.groupby("gpu")}
-    granted = waits[waits["t_grant"].notna() & ~waits["priority"].isin((int(Priority.INIT), int(Priority.ROLLOUT)))]
-    granted = granted[granted["t_grant"] > granted["t_request"]]
+    granted = granted_requests(waits)
+    granted = granted[(granted["priority"] != int(Priority.INIT)) & (granted["t_grant"] > granted["t_request"])]
     per_job = {str(pid): np.zeros(len(CAUSES)) for pid in jobs["pipeline_id"]}
     for pid, t0, t1 in zip(granted["pipeline_id"].astype(str), granted["t_request"], granted["t_grant"], strict=True):
         home = homes.get(pid)
         if home and pid in per_job:
             per_job[pid] += _one_wait([by_gpu[g] for g in home], pid, float(t0), float(t1))
     table = pd.DataFrame([per_job[str(pid)] for pid in jobs["pipeline_id"]], columns=list(CAUSES), index=jobs.index)
-    group = job_groups(jobs, by, bin_s)
-    keys = group.loc[jobs.sort_values("arrival_s", kind="stable").index].drop_duplicates().tolist()
-    means = pd.concat([table.assign(group=group), table.assign(group="all")]).groupby("group", sort=False).mean()
-    return means.reindex([*keys, "all"]).rename_axis("group").reset_index()
+    return group_means(table, jobs, by, bin_s)

@@ -181,6 +181,14 @@ def _is_aligned(home: tuple[int, ...], unit: int, topology: Topology) -> bool:
     ) and len(home) == len(chunks) * unit
 
 
+def _stacks(homes: list[tuple[int, ...]], size: int, usable: set[int], unit: int,
+            topology: Topology) -> list[tuple[int, ...]]:
+    """Rule 2's stacks, by brute force: homes of the size on usable GPUs, aligned, that no other
+    home crosses (shares GPUs with, neither inside the other)."""
+    return [h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)
+            and not any(set(h) & set(o) and set(h) - set(o) and set(o) - set(h) for o in homes)]
+
+
 @settings(max_examples=400, deadline=None)
 @given(shared_pools())
 def test_shared_home_own_gpus_first_then_stacked_where_no_home_crosses(case: tuple) -> None:
@@ -193,11 +201,7 @@ def test_shared_home_own_gpus_first_then_stacked_where_no_home_crosses(case: tup
         assert home is not None and set(home) <= uncovered and len(home) == size
         return
 
-    def crossed(h: tuple[int, ...]) -> bool:  # some home shares GPUs with h, neither inside the other
-        return any(set(h) & set(o) and set(h) - set(o) and set(o) - set(h) for o in homes)
-
-    stacks = [h for h in homes
-              if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology) and not crossed(h)]
+    stacks = _stacks(homes, size, usable, unit, topology)
     if stacks:
         # rule 2: exactly an existing home that crosses none, none of the others less covered
         assert home in stacks
@@ -221,8 +225,7 @@ def test_stacks_go_least_unlike_first(case: tuple, distances: list[float]) -> No
     if len(_aligned_chunks(topology, unit, uncovered)) * unit >= size:
         assert home == plain  # rule 1 is not about stacks
         return
-    stacks = [h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)
-              and not any(set(h) & set(o) and set(h) - set(o) and set(o) - set(h) for o in homes)]
+    stacks = _stacks(homes, size, usable, unit, topology)
     if not stacks:
         assert home == plain  # rule 3 neither
         return
@@ -244,8 +247,7 @@ def test_alike_stacks_come_first_once_homes_must_overlap(case: tuple, distances:
     distance = {h: distances[i] for i, h in enumerate(dict.fromkeys(homes))}
     home = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__, depth)
     without = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__)
-    stacks = [h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)
-              and not any(set(h) & set(o) and set(h) - set(o) and set(o) - set(h) for o in homes)]
+    stacks = _stacks(homes, size, usable, unit, topology)
     alike = [h for h in stacks if distance[h] < 0.05 and max(load[g] for g in h) < depth]
     if depth and sum(load) + size > len(usable) and alike:
         assert home in alike
@@ -273,8 +275,7 @@ def test_stacks_whose_jobs_leave_together_come_first(
     home = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__, depth,
                               departure.__getitem__)
     without = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__, depth)
-    stacks = [h for h in homes if len(h) == size and set(h) <= usable and _is_aligned(h, unit, topology)
-              and not any(set(h) & set(o) and set(h) - set(o) and set(o) - set(h) for o in homes)]
+    stacks = _stacks(homes, size, usable, unit, topology)
     covered = {h: max(load[g] for g in h) for h in stacks}
     alike = [h for h in stacks if distance[h] < 0.05 and covered[h] < depth]
     uncovered = {g for g in usable if not load[g]}
