@@ -33,10 +33,12 @@ busy/loading/idle shares over the run and while every pipeline is active, step t
 against running alone, preemptions) and write a comparison plot. Each pipeline is also run
 alone on its home GPUs (for slowdowns) and alone with every GPU its mappings allow (its
 unshared rate). The ceiling is the steps per hour sharing could reach at best: total steps
-over the longest of three makespans no policy beats, every pipeline at its unshared rate from
+over the longest of the makespans no policy beats, every pipeline at its unshared rate from
 its arrival, the pool's GPUs doing the work no packing avoids (gang stages and the least decode
-time of the rollouts), and the gang stages on more than half the pool one after another (in
-practice: a pipeline's own weight moves can put it slightly above its unshared rate). Per
+time of the rollouts), the gang stages on more than half the pool one after another, and,
+when every init is on more than half the pool, the inits one after another and then the last
+one's steps at its unshared rate (in practice: a pipeline's own weight moves can put it
+slightly above its unshared rate). Per
 pipeline, steps_per_h is over its own time in the run (arrival to last step).
 Example:
 

@@ -8,7 +8,7 @@ Besides each policy's run, each pipeline is run alone twice:
 - with every GPU its mappings allow and nobody else (the `rlix` policy with no other pipeline):
   its *unshared* rate and its busy GPU-time.
 
-The *ceiling* is total steps over a lower bound on the makespan, the largest of three:
+The *ceiling* is total steps over a lower bound on the makespan, the largest of these:
 
 - each pipeline's critical path: its arrival plus its unshared duration (it cannot go faster
   than alone with every GPU it may use);
@@ -21,7 +21,12 @@ The *ceiling* is total steps over a lower bound on the makespan, the largest of 
   loads) depends on the policy, so it is left out and the bound stays a bound;
 - the wide gangs: the first arrival plus the time of every gang stage on more than half the
   pool. Two such stages share a GPU wherever they are placed, so they run one after the
-  other (on `blog-4on12`, four jobs that each train on 8 of 12 GPUs take turns).
+  other (on `blog-4on12`, four jobs that each train on 8 of 12 GPUs take turns);
+- the inits in turn, when every pipeline's init stages are wide: they too run one after the
+  other, so the last of them ends no earlier than the first arrival plus all their times, and
+  the pipeline it belongs to still has all of its steps to run, at best at its unshared rate
+  (the least time any pipeline's unshared run took after its inits). On `blog-4on12` the
+  fourth job to start cannot begin its first step before four inits of 68 s have run.
 
 Set against it, a policy's steps per hour says how much sharing left on the table. It is a
 ceiling in practice, not a proof: more GPUs also mean more of a pipeline's own rank moves
@@ -80,6 +85,10 @@ class Unshared:
     rollout_gpu_s: float = 0.0  # the least GPU-seconds its rollout can take (rlix.sim.bounds)
     #: (GPUs, seconds) of each of its gang stages, to find those on more than half a pool
     gang_stages: tuple[tuple[int, float], ...] = ()
+    #: (GPUs, seconds) of its init stages (among `gang_stages`), and how long it ran after the
+    #: last of them ended
+    init_stages: tuple[tuple[int, float], ...] = ()
+    after_init_s: float = 0.0
 
     @property
     def steps_per_hour(self) -> float | None:
@@ -109,11 +118,15 @@ class Comparison:
             wide = [s for r in self.unshared.values() for gpus, s in r.gang_stages if 2 * gpus > self.num_gpus]
             if wide:
                 bounds["wide gangs"] = first_s + sum(wide)
+            inits = [stage for r in self.unshared.values() for stage in r.init_stages]
+            if all(r.init_stages for r in self.unshared.values()) and all(2 * gpus > self.num_gpus for gpus, _ in inits):
+                after_s = min(r.after_init_s for r in self.unshared.values())
+                bounds["inits in turn"] = first_s + sum(s for _, s in inits) + after_s
         return bounds
 
     def makespan_bound_s(self) -> float | None:
-        """The largest of the critical path, the work and the wide gangs; None without every
-        pipeline's unshared run."""
+        """The largest of the bounds (the critical path, the work, the wide gangs, the inits in
+        turn); None without every pipeline's unshared run."""
         bounds = self.makespan_bounds_s()
         return None if bounds is None else max(bounds.values())
 
@@ -242,11 +255,15 @@ def _run_alone(
         activity = result.tables["activity"]
         gang = activity[(activity["cluster"] != "actor_infer") & (activity["kind"] == "busy")]
         stages = gang.groupby(["cluster", "stage", "t_start", "t_end"], observed=True)["gpu"].count().reset_index()
+        inits = stages[stages["stage"] == "init"]
         summary: dict[str, Any] = dict(
             result.summary,
             gang_gpu_s=float((gang["t_end"] - gang["t_start"]).sum()),
             rollout_gpu_s=rollout_floor(alone, result.tables["rollouts"]),
-            gang_stages=tuple(zip(stages["gpu"].tolist(), (stages["t_end"] - stages["t_start"]).tolist(), strict=True)),
+            gang_stages=_gpus_and_seconds(stages),
+            init_stages=_gpus_and_seconds(inits),
+            # An alone run arrives at 0, so its makespan is when it ended.
+            after_init_s=float(result.summary["makespan_s"]) - float(inits["t_end"].max()) if len(inits) else 0.0,
         )
         return summary
 
@@ -265,8 +282,13 @@ def _run_alone(
             (unshared,) = pool["pipelines"].values()
             comparison.unshared[pid] = Unshared(
                 int(unshared["steps"]), float(pool["makespan_s"]), pool["gang_gpu_s"], pool["rollout_gpu_s"],
-                pool["gang_stages"],
+                pool["gang_stages"], pool["init_stages"], pool["after_init_s"],
             )
+
+
+def _gpus_and_seconds(stages: pd.DataFrame) -> tuple[tuple[int, float], ...]:
+    """(GPUs, seconds) of each stage of a frame of stages (one row per stage run)."""
+    return tuple(zip(stages["gpu"].tolist(), (stages["t_end"] - stages["t_start"]).tolist(), strict=True))
 
 
 def rollout_floor(alone: Scenario, rollouts: pd.DataFrame) -> float:

@@ -121,6 +121,43 @@ def test_the_ceiling_serialises_gangs_on_more_than_half_the_pool() -> None:
     assert "wide gangs" not in (comparison.makespan_bounds_s() or {})
 
 
+def test_inits_on_more_than_half_the_pool_run_in_turn_before_the_last_ones_steps() -> None:
+    """By hand: three jobs on 12 GPUs arriving at 5, 0 and 40 s, each with an init of 60 s on 8
+    GPUs (a and b) or of 50 s and 20 s on 8 (c, two clusters), and 300, 250 and 400 s of its
+    unshared run left after its inits. The inits take turns from the first arrival: the last
+    one ends at 0 + 60 + 60 + 50 + 20 = 190 s at the earliest, and its job still has at least
+    the least of the times left: 190 + 250 = 440 s. A job whose init fits beside another's (4
+    GPUs of 12), or one without an init, and the bound is not there."""
+    from rlix.sim.compare import Comparison, Unshared
+
+    def job(inits: tuple[tuple[int, float], ...], after_s: float) -> Unshared:
+        return Unshared(10, 100.0, 0.0, 0.0, inits, inits, after_s)
+
+    unshared = {"a": job(((8, 60.0),), 300.0), "b": job(((8, 60.0),), 250.0),
+                "c": job(((8, 50.0), (8, 20.0)), 400.0)}
+    comparison = Comparison({}, num_gpus=12, arrival_s={"a": 5.0, "b": 0.0, "c": 40.0}, unshared=unshared)
+    bounds = comparison.makespan_bounds_s() or {}
+    assert bounds["inits in turn"] == pytest.approx(440.0)
+    assert comparison.makespan_bound_s() == pytest.approx(440.0)
+    comparison.unshared = {**unshared, "c": job(((4, 50.0), (8, 20.0)), 400.0)}
+    assert "inits in turn" not in (comparison.makespan_bounds_s() or {})
+    comparison.unshared = {**unshared, "c": job((), 400.0)}
+    assert "inits in turn" not in (comparison.makespan_bounds_s() or {})
+
+
+def test_no_policy_beats_the_inits_in_turn_on_four_jobs_sharing_twelve_gpus() -> None:
+    """blog-4on12: four 8-GPU jobs on 12 GPUs. Their inits take turns, so the last job cannot
+    start its steps before four inits have run; the bound binds there, and every policy's
+    makespan is above it."""
+    comparison = compare(load_scenario("blog-4on12"), ["rlix", "gap-ratio", "static"])
+    bounds = comparison.makespan_bounds_s() or {}
+    assert max(bounds, key=bounds.__getitem__) == "inits in turn"
+    inits = [s for run in comparison.unshared.values() for _gpus, s in run.init_stages]
+    assert len(inits) == 4 and bounds["inits in turn"] > sum(inits) + 100.0
+    for policy, summary in comparison.summaries.items():
+        assert summary["makespan_s"] >= bounds["inits in turn"], policy
+
+
 def test_compare_json_has_job_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
