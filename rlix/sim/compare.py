@@ -107,7 +107,8 @@ class Comparison:
 
     def makespan_bounds_s(self) -> dict[str, float] | None:
         """The makespans no policy beats, by name (module docstring; "wide gangs" only where some
-        gang stage takes more than half the pool); None without every pipeline's unshared run."""
+        gang stage takes more than half the pool, "inits in turn" only where every pipeline's
+        inits do); None without every pipeline's unshared run."""
         if not self.unshared or set(self.unshared) != set(self.arrival_s):
             return None
         bounds = {"critical path": max(self.arrival_s[pid] + run.duration_s for pid, run in self.unshared.items())}
