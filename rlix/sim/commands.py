@@ -327,6 +327,7 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
         "--json",
         action="store_true",
         help="print {policy: {steps_per_hour, busy_share, idle_share, idle_share_all_active, idle_share_while_waiting,"
-        " mean_step_s, preemptions, jobs: {experiments_per_hour, mean_jct_s, ...}, ceiling_steps_per_hour}}",
+        " mean_step_s, preemptions, jobs: {experiments_per_hour, mean_jct_s, ...}, ceiling_steps_per_hour,"
+        " makespan_bounds_s: {critical path, work, ...}}}: the same ceiling and bounds under every policy",
     )
     parser.set_defaults(run=compare_main)

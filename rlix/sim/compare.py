@@ -185,9 +185,11 @@ class Comparison:
                 "idle_share_while_waiting": "idle_share_while_waiting", "mean_step_s": "mean_step_time_s",
                 "preemptions": "preemptions"}
         ceiling = self.ceiling_steps_per_hour()
+        bounds = self.makespan_bounds_s()
         return {
             policy: {**{name: overall_figure(s["overall"], key) for name, key in keys.items()},
-                     "jobs": dict(s["overall"].get("jobs") or {}), "ceiling_steps_per_hour": ceiling}
+                     "jobs": dict(s["overall"].get("jobs") or {}), "ceiling_steps_per_hour": ceiling,
+                     "makespan_bounds_s": None if bounds is None else dict(bounds)}
             for policy, s in self.summaries.items()
         }
 

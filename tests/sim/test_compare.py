@@ -168,3 +168,7 @@ def test_compare_json_has_job_figures(tmp_path: Path, capsys: pytest.CaptureFixt
         jobs = figures[policy]["jobs"]
         assert jobs["count"] == 2 and jobs["finished"] == 2 and jobs["mean_slowdown"] > 0
         assert figures[policy]["ceiling_steps_per_hour"] >= figures[policy]["steps_per_hour"] * 0.999
+        bounds = figures[policy]["makespan_bounds_s"]
+        assert set(bounds) >= {"critical path", "work"}  # the longest of them sets the ceiling
+        steps = figures[policy]["ceiling_steps_per_hour"] * max(bounds.values()) / 3600.0
+        assert steps == pytest.approx(round(steps))
