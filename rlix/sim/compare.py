@@ -22,11 +22,12 @@ The *ceiling* is total steps over a lower bound on the makespan, the largest of 
 - the wide gangs: the first arrival plus the time of every gang stage on more than half the
   pool. Two such stages share a GPU wherever they are placed, so they run one after the
   other (on `blog-4on12`, four jobs that each train on 8 of 12 GPUs take turns);
-- the inits in turn, when every pipeline's init stages are wide: they too run one after the
-  other, so the last of them ends no earlier than the first arrival plus all their times, and
-  the pipeline it belongs to still has all of its steps to run, at best at its unshared rate
-  (the least time any pipeline's unshared run took after its inits). On `blog-4on12` the
-  fourth job to start cannot begin its first step before four inits of 68 s have run.
+- the inits in turn, when every pipeline's init stages are wide (and no unshared run was cut
+  before its last step): they too run one after the other, so the last of them ends no
+  earlier than the first arrival plus all their times, and the pipeline it belongs to still
+  has all of its steps to run, at best at its unshared rate (the least time any pipeline's
+  unshared run took after its inits). On `blog-4on12` the fourth job to start cannot begin
+  its first step before four inits of 68 s have run.
 
 Set against it, a policy's steps per hour says how much sharing left on the table. It is a
 ceiling in practice, not a proof: more GPUs also mean more of a pipeline's own rank moves
@@ -283,9 +284,11 @@ def _run_alone(
         comparison.alone_jct_s[pid] = float(home["makespan_s"])
         if pool["pipelines"]:
             (unshared,) = pool["pipelines"].values()
+            # A run cut before its last step says nothing of the time its steps need.
+            finished = unshared.get("finish_s") is not None
             comparison.unshared[pid] = Unshared(
                 int(unshared["steps"]), float(pool["makespan_s"]), pool["gang_gpu_s"], pool["rollout_gpu_s"],
-                pool["gang_stages"], pool["init_stages"], pool["after_init_s"],
+                pool["gang_stages"], pool["init_stages"] if finished else (), pool["after_init_s"],
             )
 
 
