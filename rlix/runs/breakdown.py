@@ -62,11 +62,15 @@ def granted_requests(waits: pd.DataFrame) -> pd.DataFrame:
     return waits[waits["t_grant"].notna() & (waits["priority"] != int(Priority.ROLLOUT))]
 
 
-def group_means(per_job: pd.DataFrame, jobs: pd.DataFrame, by: str, bin_s: float) -> pd.DataFrame:
-    """Means of `per_job` (a row per job, indexed like `jobs`) per group, groups in order of
-    first arrival, then "all"; a "group" column first."""
-    group = job_groups(jobs, by, bin_s)
-    keys = group.loc[jobs.sort_values("arrival_s", kind="stable").index].drop_duplicates().tolist()
+def group_order(jobs: pd.DataFrame, group: pd.Series) -> list[str]:
+    """The groups of `group` (one per job, indexed like `jobs`) in order of first arrival."""
+    return group.loc[jobs.sort_values("arrival_s", kind="stable").index].drop_duplicates().tolist()
+
+
+def group_means(per_job: pd.DataFrame, jobs: pd.DataFrame, group: pd.Series) -> pd.DataFrame:
+    """Means of `per_job` (a row per job, indexed like `jobs`) per group of `group` (likewise),
+    groups in order of first arrival, then "all"; a "group" column first."""
+    keys = group_order(jobs, group)
     means = pd.concat([per_job.assign(group=group), per_job.assign(group="all")]).groupby("group", sort=False).mean()
     return means.reindex([*keys, "all"]).rename_axis("group").reset_index()
 
@@ -101,10 +105,10 @@ def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
         train_wait_s=stages.drop(columns=["init"], errors="ignore").sum(axis=1) if waits is not None else np.nan,
         finished=jobs["finish_s"].notna(),
     )
-    keys = frame.sort_values("arrival_s", kind="stable")["group"].drop_duplicates().tolist()
+    keys = group_order(frame, frame["group"])
     total_excess = frame["excess_s"].sum(min_count=1)
     table = pd.concat([_summary(frame, keys, total_excess), _summary(frame.assign(group="all"), ["all"], total_excess)])
-    return table.reset_index(drop=True), group_means(stages, jobs, by, bin_s)
+    return table.reset_index(drop=True), group_means(stages, frame, frame["group"])
 
 
 def _summary(frame: pd.DataFrame, keys: list[str], total_excess: float) -> pd.DataFrame:

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from rlix.policy.specs import Priority
-from rlix.runs.breakdown import granted_requests, group_means
+from rlix.runs.breakdown import granted_requests, group_means, job_groups
 
 CAUSES = ("training", "init", "held", "offload", "load", "rollout", "idle")
 #: activity stages that are not training stages, by their cause (a smaller code explains more)
@@ -97,4 +97,4 @@ def wait_causes(jobs: pd.DataFrame, waits: pd.DataFrame, activity: pd.DataFrame,
         if home and pid in per_job:
             per_job[pid] += _one_wait([by_gpu[g] for g in home], pid, float(t0), float(t1))
     table = pd.DataFrame([per_job[str(pid)] for pid in jobs["pipeline_id"]], columns=list(CAUSES), index=jobs.index)
-    return group_means(table, jobs, by, bin_s)
+    return group_means(table, jobs, job_groups(jobs, by, bin_s))
