@@ -4,7 +4,8 @@ A grant is applied at once (the stage's own time includes getting its model onto
 An expansion loads the current weights onto the rank's GPUs (the cost model's load time), then
 the rank's engine starts and the expansion is reported applied. A shrink stops the engine at
 once (its in-flight trajectories go back to the pipeline's queue with their prefixes), offloads
-for the cost model's offload time, then is reported applied; a shrink that drains (`drain_s`)
+for the cost model's offload time (a multi-LoRA engine copies its base to host memory, a
+full-finetune one drops its weights, as the executor's engines sleep), then is reported applied; a shrink that drains (`drain_s`)
 first closes the engine to admissions and stops it when it runs nothing or at `drain_s`,
 whichever comes first. A share of decisions can be made
 to fail (`faults.decision_failure_rate`), seeded, to exercise the core's two-phase undo. A
@@ -102,7 +103,8 @@ class SimActuator:
         if costs.shrink_overhead_s:  # measured: the driver's calls before the rank offloads
             yield sim.env.timeout(costs.shrink_overhead_s)
         t0 = sim.env.now
-        yield sim.env.timeout(costs.offload_seconds(len(decision.gpus)))
+        keeps_weights = sim.pipelines[decision.pipeline_id].kind == "multi_lora"
+        yield sim.env.timeout(costs.offload_seconds(len(decision.gpus), keeps_weights))
         sim.recorder.add_activity(
             decision.pipeline_id,
             "actor_infer",

@@ -131,7 +131,8 @@ class CostModel:
     # ASSUMPTION: waking an inference engine (KV cache reallocated, CUDA graphs kept) besides
     # copying its weight shard over the host link.
     expand_fixed_s: float = 2.0
-    # ASSUMPTION: putting an engine to sleep besides copying its weight shard to the host.
+    # ASSUMPTION: putting an engine to sleep besides copying its weight shard to the host (a
+    # multi-LoRA engine keeps its base there; a full-finetune one drops its weights).
     shrink_fixed_s: float = 1.0
     # RLix syncs a 30B model (60 GB in BF16) through CPU serialization in ~90 s (WORKLOADS.md):
     # 0.67 GB/s. Set it to NVLink's 450e9 to model an NCCL broadcast inside a node.
@@ -347,10 +348,15 @@ class CostModel:
             return self.load_s
         return self.expand_fixed_s + self.model.weight_bytes / tp / self.host_link_bytes_per_s
 
-    def offload_seconds(self, tp: int) -> float:
-        """Shrinking a rollout rank: each GPU copies its weight shard GPU -> host."""
+    def offload_seconds(self, tp: int, keeps_weights: bool = True) -> float:
+        """Shrinking a rollout rank. With `keeps_weights` (vLLM's sleep level 1, as a multi-LoRA
+        pipeline's engines sleep: the base never changes) each GPU copies its weight shard
+        GPU -> host; without (level 2, as a full-finetune pipeline's engines sleep: the next wake
+        loads the newest version anyway) the weights are dropped and only the fixed part is paid."""
         if self.offload_s is not None:
             return self.offload_s
+        if not keeps_weights:
+            return self.shrink_fixed_s
         return self.shrink_fixed_s + self.model.weight_bytes / tp / self.host_link_bytes_per_s
 
     def weight_sync_seconds(self, num_bytes: float | None = None) -> float:

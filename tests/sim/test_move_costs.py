@@ -11,7 +11,8 @@ GPUs, so each load and each offload is on the critical path exactly once per ste
 
 The times below are recomputed by hand from the cost model's documented defaults (a change
 of a default must show here): 1.5B parameters in BF16 are 2 N bytes; a load is 2 s fixed plus
-those bytes over the 25 GB/s host link, an offload 1 s fixed plus the same; init is 60 s plus
+those bytes over the 25 GB/s host link, an offload 1 s fixed (a full-finetune engine drops its
+weights; a multi-LoRA one copies its base out, below); init is 60 s plus
 the bytes from storage at 2 GB/s; a weight sync pushes them at RLix's 60 GB / 90 s.
 """
 
@@ -30,7 +31,7 @@ from rlix.sim import simulate
 
 WEIGHT_BYTES = 2 * MODELS["1.5b"].num_params
 LOAD_S = 2.0 + WEIGHT_BYTES / 25e9
-OFFLOAD_S = 1.0 + WEIGHT_BYTES / 25e9
+OFFLOAD_S = 1.0
 INIT_S = 60.0 + WEIGHT_BYTES / 2e9
 SYNC_S = WEIGHT_BYTES / (60e9 / 90)
 NUM_GPUS, NUM_STEPS = 2, 2
@@ -92,6 +93,18 @@ def test_each_move_cost_moves_the_makespan_and_the_loading_share(golden: Any, fi
     # Only the moves changed: the GPU-time spent busy is the same.
     busy = golden.summary["overall"]["busy_share"] * golden.summary["makespan_s"]
     assert result.summary["overall"]["busy_share"] * makespan == pytest.approx(busy)
+
+
+def test_an_offload_copies_weights_only_for_a_multi_lora_engine() -> None:
+    """A multi-LoRA engine sleeps keeping its base in host memory (vLLM's level 1: the copy
+    is paid); a full-finetune engine drops its weights (level 2: only the fixed part). Both
+    pipelines of tiny on 4 GPUs, each shrink timed from the activity rows."""
+    result = simulate(load_scenario("tiny"), plots=False)
+    act = result.tables["activity"]
+    offloads = act[act.stage == "offload"]
+    durations = {pid: set((rows.t_end - rows.t_start).round(9)) for pid, rows in offloads.groupby("pipeline_id")}
+    assert durations["ft"] == {round(OFFLOAD_S, 9)}
+    assert durations["lora"] == {round(1.0 + WEIGHT_BYTES / 25e9, 9)}
 
 
 # --- counts of a run cut at its time limit ----------------------------------------------------
