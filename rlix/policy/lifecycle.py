@@ -277,6 +277,8 @@ def on_step_finished(sched: Scheduler, event: ev.TrainStepFinished) -> None:
     if not is_int(version) or version <= pipeline.versions[adapter]:
         raise EventError("version", version, f"must be an integer above {pipeline.versions[adapter]}")
     pipeline.versions[adapter] = version
+    pipeline.first_version_at.setdefault(adapter, (sched.now, version))
+    pipeline.last_version_at[adapter] = (sched.now, version)
     if pipeline.admitted:
         _pace(sched, pipeline, adapter)
 

@@ -35,6 +35,7 @@ import heapq
 import math
 from typing import TYPE_CHECKING
 
+from rlix.policy.finish import set_split_weights
 from rlix.policy.look_ahead import Loans, move_s, own_home, own_home_slots
 from rlix.policy.placement import Move, RoundPlanner, is_donor, may_receive
 from rlix.policy.split import Claim, split_rollout
@@ -99,7 +100,7 @@ def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
     # (pipeline_id, demand, tp, weight, num_active_gpus, max_ranks, order, floor)
     floors = sched.config.home_floor
     claims = [
-        Claim(p.pipeline_id, demand, p.tp, p.spec.weight, p.num_active_gpus, len(p.ranks), p.admitted_seq,
+        Claim(p.pipeline_id, demand, p.tp, p.split_weight, p.num_active_gpus, len(p.ranks), p.admitted_seq,
               max(_home_floor(p, demand) if floors else 0, spread.get(p.pipeline_id, 0)))
         for p, demand in zip(rollers, demands, strict=True)
         if p.pipeline_id not in fixed
@@ -183,6 +184,7 @@ def plan_rlix(sched: Scheduler) -> None:
         return
     loans = Loans(sched, rollers)
     sched.wake_at_s = loans.reclaim() if loans.owners else math.inf
+    set_split_weights(sched, rollers)
     compute_split(sched, rollers)
     planner = RoundPlanner(sched)
     if loans.owners or loans.trainers:
@@ -393,4 +395,4 @@ def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlan
 
 def _share(pipeline: PipelineState) -> float:
     """demand x tp x weight, kept within [1e-300, 1e300] so that ratios to it stay finite."""
-    return min(max(pipeline.demand * (pipeline.tp * pipeline.spec.weight), 1e-300), 1e300)
+    return min(max(pipeline.demand * (pipeline.tp * pipeline.split_weight), 1e-300), 1e300)

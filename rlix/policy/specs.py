@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from rlix.policy.errors import SpecError
 
@@ -163,6 +163,8 @@ class PipelineSpec:
     time alone, for policies that plan ahead (EASY backfill); None: unknown.
     `rollout_migrates`: its driver moves running trajectories onto a rollout rank that joins
     (prefix kept and recomputed there), so more ranks help even when nothing is queued.
+    `num_steps`: the train steps each adapter runs in all, one number or one per adapter (as
+    a trainer's config says), for policies that project when a job will finish; None: unknown.
     """
 
     pipeline_id: str
@@ -175,6 +177,7 @@ class PipelineSpec:
     home_size: int = 0
     runtime_estimate_s: float | None = None
     rollout_migrates: bool = False
+    num_steps: int | dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "adapters", _as_tuple(self.adapters))
@@ -195,6 +198,12 @@ class PipelineSpec:
         if isinstance(self.max_staleness, dict):
             return self.max_staleness[adapter]
         return self.max_staleness
+
+    def steps_of(self, adapter: str) -> int | None:
+        """The train steps `adapter` runs in all, or None (unknown)."""
+        if isinstance(self.num_steps, dict):
+            return self.num_steps[adapter]
+        return self.num_steps
 
     @property
     def footprint(self) -> frozenset[int]:
@@ -264,20 +273,27 @@ class PipelineSpec:
                 raise SpecError(f"{pid}.adapters", self.adapters, "duplicate adapter name")
         elif self.adapters:
             raise SpecError(f"{pid}.adapters", self.adapters, "only multi_lora pipelines have adapters")
-        bounds = self.max_staleness
-        if isinstance(bounds, dict):
-            missing = set(self.adapter_names) - set(bounds)
-            extra = set(bounds) - set(self.adapter_names)
-            if missing or extra:
-                raise SpecError(
-                    f"{pid}.max_staleness", bounds, f"must name each adapter once (missing {sorted(missing)}, unknown {sorted(extra)})"
-                )
-            values = list(bounds.values())
-        else:
-            values = [bounds]
-        for value in values:
+        for value in self._per_adapter("max_staleness", self.max_staleness):
             if not is_int(value) or value < 0:
                 raise SpecError(f"{pid}.max_staleness", value, "must be an integer >= 0")
+        if self.num_steps is not None:
+            for value in self._per_adapter("num_steps", self.num_steps):
+                if not is_int(value) or value < 1:
+                    raise SpecError(f"{pid}.num_steps", value, "must be None or an integer >= 1")
+
+    def _per_adapter(self, name: str, values: Any) -> list[Any]:
+        """The values of a field given once or per adapter; SpecError if a per-adapter dict
+        does not name each adapter exactly once."""
+        if not isinstance(values, dict):
+            return [values]
+        missing = set(self.adapter_names) - set(values)
+        extra = set(values) - set(self.adapter_names)
+        if missing or extra:
+            raise SpecError(
+                f"{self.pipeline_id}.{name}", values,
+                f"must name each adapter once (missing {sorted(missing)}, unknown {sorted(extra)})",
+            )
+        return list(values.values())
 
 
 #: The orders in which admitted jobs may start (PolicyConfig.job_order).
@@ -359,10 +375,16 @@ class PolicyConfig:
     #: when its job would (rlix.policy.homes, "leave together"), before the fewest covered:
     #: stacks then empty together and later jobs find GPUs of their own. rlix only.
     stack_by_departure: bool = True
+    #: gamma > 0: the split weighs each rolling pipeline by (its projected time left / the
+    #: longest projected time left) ** gamma (rlix.policy.finish), so jobs expected to finish
+    #: early yield rollout GPUs to the ones that finish last. For a study judged by its
+    #: makespan (steps per hour); in a stream of jobs it favours the longest, against the mean
+    #: JCT. 0: off. rlix only.
+    finish_together: float = 0.0
 
     def validate(self) -> None:
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load",
-                     "loan_payback", "max_drain_s"):
+                     "loan_payback", "max_drain_s", "finish_together"):
             value = getattr(self, name)
             if not (is_number(value) and value >= 0):
                 raise SpecError(f"config.{name}", value, "must be a finite number >= 0")

@@ -160,6 +160,13 @@ class PipelineState:
     #: Measured by the core (rlix.policy.drain): how long it holds each non-rollout cluster,
     #: grant applied to release, a running mean over its stages there.
     hold_s: dict[str, float] = field(default_factory=dict)
+    #: Per adapter, the (time, version) of the first and of the latest new version the core
+    #: saw: their mean step period (rlix.policy.finish).
+    first_version_at: dict[str, tuple[float, int]] = field(default_factory=dict)
+    last_version_at: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: The pipeline's weight in the rollout split this round: the spec's, times the finish
+    #: factor when `PolicyConfig.finish_together` is on (rlix.policy.finish).
+    split_weight: float = 1.0
 
     # Copied from the spec: read on every hot path.
     pipeline_id: str = field(init=False)
@@ -171,6 +178,7 @@ class PipelineState:
 
     def __post_init__(self) -> None:
         self.pipeline_id = self.spec.pipeline_id
+        self.split_weight = self.spec.weight
         self.tp = self.spec.rollout.tp
         self.num_adapters = len(self.spec.adapter_names)
         self.on_policy = all(self.spec.staleness_of(a) == 0 for a in self.spec.adapter_names)

@@ -44,8 +44,8 @@ def _plain(value: Any) -> Any:
 
 
 def spec_to_dict(spec: PipelineSpec) -> dict[str, Any]:
-    """A spec as JSON-ready data; the home fields, the estimate and migration only when set
-    (older logs have none)."""
+    """A spec as JSON-ready data; the home fields, the estimate, migration and the step counts
+    only when set (older logs have none)."""
     out: dict[str, Any] = {
         "pipeline_id": spec.pipeline_id,
         "kind": spec.kind.value,
@@ -62,6 +62,8 @@ def spec_to_dict(spec: PipelineSpec) -> dict[str, Any]:
         out["runtime_estimate_s"] = spec.runtime_estimate_s
     if spec.rollout_migrates:
         out["rollout_migrates"] = True
+    if spec.num_steps is not None:
+        out["num_steps"] = spec.num_steps
     return out
 
 
@@ -87,6 +89,7 @@ def spec_from_dict(data: dict[str, Any]) -> PipelineSpec:
         home_size=data.get("home_size", 0),
         runtime_estimate_s=data.get("runtime_estimate_s"),
         rollout_migrates=data.get("rollout_migrates", False),
+        num_steps=data.get("num_steps"),
     )
 
 

@@ -200,3 +200,10 @@ class PipelineConfig(Section):
         if self.kind == "multi_lora":
             return {a.name: a.max_staleness for a in self.adapters}
         return self.max_staleness
+
+    @property
+    def num_steps(self) -> int | dict[str, int]:
+        """The step counts as PipelineSpec takes them: one int, or one per adapter."""
+        if self.kind == "multi_lora":
+            return {a.name: a.steps for a in self.adapters}
+        return self.steps

@@ -95,6 +95,10 @@ class PolicyTunables(Section):
     keep_warm: bool = _POLICY_DEFAULTS.keep_warm
     """A pipeline's rollout ranks stay loaded between its rollouts while no one needs their
     GPUs, so its next rollout starts without a weight load (rlix only)."""
+    finish_together: float = Field(_POLICY_DEFAULTS.finish_together, ge=0, allow_inf_nan=False)
+    """gamma > 0: each job's rollout share is weighed by (its projected time left / the longest)
+    ** gamma, so the jobs that finish last get the GPUs the early ones can spare: for a study
+    judged by its makespan; in a stream of jobs it would serve the longest first. 0: off (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

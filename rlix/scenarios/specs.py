@@ -70,6 +70,7 @@ def pipeline_spec(pipeline: PipelineConfig, topology: Topology, policy: str) -> 
         runtime_estimate_s=pipeline.runtime_estimate_s,
         home=pipeline.home_gpus,
         home_size=pipeline.home_size if not pipeline.home_gpus else 0,
+        num_steps=pipeline.num_steps,
     )
     if not pipeline.home_gpus:
         return spec  # a size: the core places it

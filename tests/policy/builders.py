@@ -78,9 +78,13 @@ def pipeline_specs(draw: st.DrawFn, topology: Topology, pipeline_id: str, homes:
         train = clusters["actor_train"].mapping
         home = tuple(sorted(draw(st.sets(st.sampled_from(train), min_size=1, max_size=min(2, len(train))))))
     migrates = homes and draw(st.booleans())
+    # A step count most of the time (the finish projection of rlix.policy.finish), at times
+    # fewer steps than the machine will train: a pipeline past its count has no time left.
+    num_steps = draw(st.one_of(st.none(), st.integers(1, 8), st.integers(1, 8)))
     if draw(st.booleans()):
         adapters = tuple(f"a{i}" for i in range(draw(st.integers(1, 3))))
+        steps = None if num_steps is None else {a: draw(st.integers(1, 8)) for a in adapters}
         return PipelineSpec(pipeline_id, PipelineKind.MULTI_LORA, clusters, adapters, staleness, weight, home=home,
-                            rollout_migrates=migrates)
+                            rollout_migrates=migrates, num_steps=steps)
     return PipelineSpec(pipeline_id, PipelineKind.FULL_FINETUNE, clusters, (), staleness, weight, home=home,
-                        rollout_migrates=migrates)
+                        rollout_migrates=migrates, num_steps=num_steps)

@@ -54,11 +54,13 @@ from tests.policy.digest import digest
 from tests.policy.replay_model import DecisionReplay
 
 EXAMPLES = int(os.environ.get("RLIX_HYPOTHESIS_EXAMPLES", "500"))
-#: The defaults, and the corners: retry and rebalance at once, a margin with a short interval.
+#: The defaults, and the corners: retry and rebalance at once, a margin with a short interval,
+#: the split weighted by projected time left.
 CONFIGS = [
     PolicyConfig(),
     PolicyConfig(retry_backoff_s=0.0, min_rebalance_interval_s=0.0),
     PolicyConfig(retry_backoff_s=3.0, rebalance_margin_bundles=0.5, min_rebalance_interval_s=5.0),
+    PolicyConfig(finish_together=4.0, min_rebalance_interval_s=0.0),
 ]
 
 

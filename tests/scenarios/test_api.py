@@ -67,6 +67,9 @@ def test_pipeline_values_reach_adapters_and_adapter_values_win() -> None:
     a0, a1 = p1.adapters
     assert (a0.max_staleness, a0.steps, a0.trace.bundled) == (2, 7, "math_16k")
     assert (a1.max_staleness, a1.steps, a1.trace.bundled) == (1, 2, "agentic_small")
+    # The core is told each adapter's step count (rlix.policy.finish projects from it).
+    p0_spec, p1_spec = parse_scenario(text).pipeline_specs().values()
+    assert (p0_spec.num_steps, p1_spec.num_steps) == (2, {"a0": 7, "a1": 2})
 
 
 def test_with_policy_and_config() -> None:
