@@ -1,0 +1,156 @@
+"""Finish-together bench: what weighing the split by projected time left trades.
+
+`finish_together` (rlix.policy.finish) multiplies each rolling pipeline's split weight by (its
+projected time left / the longest) ** gamma, so the jobs that finish last get the rollout GPUs
+the early ones can spare. That shortens the makespan, which sets a study's steps per hour, and
+delays the early jobs, which raises the mean JCT. This bench runs rlix on each study at each
+gamma (the scenario's other settings as they are) and prints both figures, means over seeds, with
+a plot of steps/h against mean JCT per scenario. Deterministic simulator figures.
+
+    python bench/finish_together.py                                   # the four studies, gammas 0,2,4,8,16, 8 seeds
+    python bench/finish_together.py --scenarios blog-4on12 --gammas 0,4 --seeds 2 --json
+    python bench/finish_together.py --plot finish_together.png
+    python bench/finish_together.py --scenarios agentic-4x32 --gammas 8 --set keep_busy_tail=false
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from statistics import fmean
+from typing import Any
+
+from tqdm import tqdm
+
+from rlix.scenarios import bundled_scenarios, load_scenario
+from rlix.sim.report import format_table
+from rlix.traces.options import non_negative_int, positive_int
+
+DEFAULT_SCENARIOS = ("agentic-4x32", "blog-4on12", "math-rlvr", "mixed-lora")
+DEFAULT_GAMMAS = (0.0, 2.0, 4.0, 8.0, 16.0)
+
+
+def run_one(name: str, gamma: float, seed: int | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    from rlix.sim import simulate
+
+    base = load_scenario(name)
+    config = {**base.policy.config.model_dump(), **(overrides or {}), "finish_together": gamma}
+    scenario = base.with_policy("rlix", config)
+    if seed is not None:
+        scenario = scenario.model_copy(update={"seed": seed})
+    overall = simulate(scenario, plots=False).summary["overall"]
+    return {"scenario": name, "gamma": gamma, "steps_per_hour": overall["steps_per_hour"],
+            "mean_jct_s": overall["jobs"]["mean_jct_s"]}
+
+
+def bench(
+    names: list[str], gammas: list[float], seeds: int, workers: int, quiet: bool,
+    overrides: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per (scenario, gamma): steps/h and mean JCT, means over the seeds; `overrides`
+    sets other policy tunables for every run."""
+    seed_list: list[int | None] = list(range(seeds)) if seeds else [None]
+    jobs = [(name, gamma, seed, overrides) for name in names for gamma in gammas for seed in seed_list]
+    bar = tqdm(total=len(jobs), unit="run", disable=quiet, file=sys.stderr)
+    runs: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for run in pool.map(run_one, *zip(*jobs, strict=True)):
+            runs.append(run)
+            bar.update()
+    bar.close()
+    rows = []
+    for name in names:
+        for gamma in gammas:
+            mine = [r for r in runs if r["scenario"] == name and r["gamma"] == gamma]
+            rows.append({"scenario": name, "gamma": gamma,
+                         "steps_per_hour": fmean(r["steps_per_hour"] for r in mine),
+                         "mean_jct_s": fmean(r["mean_jct_s"] for r in mine)})
+    return rows
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    """Steps/h against mean JCT, one panel per scenario, each point labelled with its gamma."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(row["scenario"] for row in rows))
+    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.4), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        mine = [row for row in rows if row["scenario"] == name]
+        ax.plot([r["mean_jct_s"] for r in mine], [r["steps_per_hour"] for r in mine], marker="o")
+        for r in mine:
+            ax.annotate(f"{r['gamma']:g}", (r["mean_jct_s"], r["steps_per_hour"]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=8)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("mean JCT, s")
+        ax.margins(0.15)
+    axes[0][0].set_ylabel("steps per hour")
+    fig.suptitle("rlix, finish_together = gamma (labels): makespan against mean JCT", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _gammas(text: str) -> list[float]:
+    try:
+        gammas = sorted({float(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        gammas = []
+    if not gammas or any(g < 0 or g != g or g == float("inf") for g in gammas):
+        raise argparse.ArgumentTypeError(f"expected numbers >= 0 separated by commas (e.g. 0,2,4), got {text!r}")
+    return gammas
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    """KEY=VALUE, the value read as JSON where it parses (true, 8, 0.5) and as text otherwise."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. keep_busy_tail=false), got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
+                        help="bundled scenarios, separated by commas (default: the four studies)")
+    parser.add_argument("--gammas", type=_gammas, default=list(DEFAULT_GAMMAS), help="default: 0,2,4,8,16")
+    parser.add_argument("--seeds", type=non_negative_int, default=8, metavar="N",
+                        help="means over seeds 0..N-1 (default 8; 0: each scenario's own seed)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
+    parser.add_argument("--json", action="store_true", help="one JSON line: {\"rows\": [...]}")
+    parser.add_argument("--plot", metavar="PNG", help="write the trade-off plot here")
+    parser.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                        help="another policy tunable for every run, e.g. keep_busy_tail=false (repeatable)")
+    args = parser.parse_args()
+    names = [name for name in args.scenarios.split(",") if name]
+    unknown = sorted(set(names) - set(bundled_scenarios()))
+    if unknown or not names:
+        parser.error(f"unknown scenario(s) {', '.join(unknown) or '(none given)'} (bundled: {', '.join(bundled_scenarios())})")
+    overrides = dict(args.set)
+    try:
+        load_scenario(names[0]).with_policy("rlix", overrides)
+    except ValueError as exc:
+        parser.error(str(exc))
+    rows = bench(names, args.gammas, args.seeds, args.workers, quiet=args.json, overrides=overrides)
+    if args.plot:
+        plot(rows, args.plot)
+    if args.json:
+        print(json.dumps({"rows": rows}))
+        return 0
+    import pandas as pd
+
+    formats = {"gamma": "{:g}", "steps_per_hour": "{:.1f}", "mean_jct_s": "{:,.0f}"}
+    print(format_table(pd.DataFrame(rows), formats))
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
