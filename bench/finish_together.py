@@ -18,15 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from statistics import fmean
 from typing import Any
 
-from tqdm import tqdm
-
 from rlix.scenarios import bundled_scenarios, load_scenario
+from rlix.sim.parallel import run_all
 from rlix.sim.report import format_table
-from rlix.traces.options import non_negative_int, positive_int
+from rlix.traces.options import non_negative_int, non_negative_number, positive_int
 
 DEFAULT_SCENARIOS = ("agentic-4x32", "blog-4on12", "math-rlvr", "mixed-lora")
 DEFAULT_GAMMAS = (0.0, 2.0, 4.0, 8.0, 16.0)
@@ -53,13 +51,7 @@ def bench(
     sets other policy tunables for every run."""
     seed_list: list[int | None] = list(range(seeds)) if seeds else [None]
     jobs = [(name, gamma, seed, overrides) for name in names for gamma in gammas for seed in seed_list]
-    bar = tqdm(total=len(jobs), unit="run", disable=quiet, file=sys.stderr)
-    runs: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for run in pool.map(run_one, *zip(*jobs, strict=True)):
-            runs.append(run)
-            bar.update()
-    bar.close()
+    runs = run_all(run_one, jobs, workers, quiet)
     rows = []
     for name in names:
         for gamma in gammas:
@@ -96,10 +88,10 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
 def _gammas(text: str) -> list[float]:
     try:
-        gammas = sorted({float(part) for part in text.split(",") if part.strip()})
-    except ValueError:
+        gammas = sorted({non_negative_number(part) for part in text.split(",") if part.strip()})
+    except argparse.ArgumentTypeError:
         gammas = []
-    if not gammas or any(g < 0 or g != g or g == float("inf") for g in gammas):
+    if not gammas:
         raise argparse.ArgumentTypeError(f"expected numbers >= 0 separated by commas (e.g. 0,2,4), got {text!r}")
     return gammas
 

@@ -20,12 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from tqdm import tqdm
-
 from rlix.scenarios import bundled_scenarios, load_scenario
+from rlix.sim.parallel import run_all
 from rlix.sim.report import format_table
 from rlix.traces.options import positive_int
 
@@ -62,16 +60,8 @@ def bench(name: str, workers: int, quiet: bool) -> list[dict[str, Any]]:
     from rlix.sim.alone import alone_jct_s
 
     alone_s = alone_jct_s(load_scenario(name))
-    bar = tqdm(total=len(VARIANTS), unit="variant", disable=quiet, file=sys.stderr)
-    rows: dict[str, dict[str, Any]] = {}
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_variant, name, label, policy, overrides, alone_s): label
-                   for label, policy, overrides in VARIANTS}
-        for future in futures:
-            rows[futures[future]] = future.result()
-            bar.update()
-    bar.close()
-    return [rows[label] for label, _policy, _overrides in VARIANTS]
+    jobs = [(name, label, policy, overrides, alone_s) for label, policy, overrides in VARIANTS]
+    return run_all(run_variant, jobs, workers, quiet, unit="variant")
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:

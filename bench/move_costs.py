@@ -19,14 +19,12 @@ import argparse
 import dataclasses
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from statistics import fmean
 from typing import Any
 
-from tqdm import tqdm
-
 from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.scenarios.schema import Scenario
+from rlix.sim.parallel import run_all
 from rlix.sim.report import format_table
 from rlix.traces.options import non_negative_int, positive_int, positive_number
 
@@ -62,13 +60,7 @@ def bench(name: str, scales: list[float], seeds: int, workers: int, quiet: bool)
     rlix's mean JCT over the RLix model's."""
     seed_list: list[int | None] = list(range(seeds)) if seeds else [None]
     jobs = [(name, policy, scale, seed) for scale in scales for policy in POLICIES for seed in seed_list]
-    bar = tqdm(total=len(jobs), unit="run", disable=quiet, file=sys.stderr)
-    runs: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for run in pool.map(run_one, *zip(*jobs, strict=True)):
-            runs.append(run)
-            bar.update()
-    bar.close()
+    runs = run_all(run_one, jobs, workers, quiet)
     rows = []
     for scale in scales:
         at_scale = [r for r in runs if r["scale"] == scale]

@@ -42,11 +42,11 @@ def time_left_s(pipeline: PipelineState) -> float | None:
     longest = 0.0
     for adapter in spec.adapter_names:
         num_steps = spec.steps_of(adapter)
-        first, last = pipeline.first_version_at.get(adapter), pipeline.last_version_at.get(adapter)
-        if num_steps is None or first is None or last is None or last[1] <= first[1]:
+        first, version = pipeline.first_version_at.get(adapter), pipeline.versions[adapter]
+        if num_steps is None or first is None or version <= first[1]:
             return None
-        period_s = (last[0] - first[0]) / (last[1] - first[1])
-        longest = max(longest, max(num_steps - pipeline.versions[adapter], 0) * period_s)
+        period_s = (pipeline.last_version_s[adapter] - first[0]) / (version - first[1])
+        longest = max(longest, max(num_steps - version, 0) * period_s)
     return longest
 
 

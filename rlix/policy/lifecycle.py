@@ -278,7 +278,7 @@ def on_step_finished(sched: Scheduler, event: ev.TrainStepFinished) -> None:
         raise EventError("version", version, f"must be an integer above {pipeline.versions[adapter]}")
     pipeline.versions[adapter] = version
     pipeline.first_version_at.setdefault(adapter, (sched.now, version))
-    pipeline.last_version_at[adapter] = (sched.now, version)
+    pipeline.last_version_s[adapter] = sched.now
     if pipeline.admitted:
         _pace(sched, pipeline, adapter)
 

@@ -160,10 +160,10 @@ class PipelineState:
     #: Measured by the core (rlix.policy.drain): how long it holds each non-rollout cluster,
     #: grant applied to release, a running mean over its stages there.
     hold_s: dict[str, float] = field(default_factory=dict)
-    #: Per adapter, the (time, version) of the first and of the latest new version the core
-    #: saw: their mean step period (rlix.policy.finish).
+    #: Per adapter, the (time, version) of the first new version the core saw and the time of
+    #: the latest (its version is `versions`): their mean step period (rlix.policy.finish).
     first_version_at: dict[str, tuple[float, int]] = field(default_factory=dict)
-    last_version_at: dict[str, tuple[float, int]] = field(default_factory=dict)
+    last_version_s: dict[str, float] = field(default_factory=dict)
     #: The pipeline's weight in the rollout split this round: the spec's, times the finish
     #: factor when `PolicyConfig.finish_together` is on (rlix.policy.finish).
     split_weight: float = 1.0

@@ -35,13 +35,25 @@ def non_negative_int(text: str) -> int:
 
 def positive_number(text: str) -> float:
     """A finite number above 0 (a duration in seconds or days, a bin width)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
+    value = _number(text)
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
+
+
+def non_negative_number(text: str) -> float:
+    """A finite number of at least 0 (an exponent, where 0 turns a rule off)."""
+    value = _number(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
 
 
 def _integer(text: str) -> int:
