@@ -12,7 +12,9 @@ gang it delays holds its cluster and at most 4 s; `-drain` cuts it at once), and
 (on by default: a pipeline's rollout ranks stay loaded between its rollouts on GPUs no other
 home covers while no one else needs them), and `finish_together` (4 in the studies of jobs
 submitted together, off elsewhere: each job's rollout share weighed by its projected time left,
-so the jobs that finish last get what the early ones can spare; `-finish_together` is 0). For each
+so the jobs that finish last get what the early ones can spare; `-finish_together` is 0), and
+`wake_ahead` (on by default: an away pipeline that comes back to roll out has its ranks loaded
+on its own home its load time before it is expected, so its rollout starts on them). For each
 scenario: rlix as it is, with each rule switched the other way (-rule: off, +rule: on), with all of them off,
 and gap-ratio and static for reference. Figures: steps/h, mean JCT, idle and loading shares,
 and recomputed over generated tokens. Deterministic simulator figures; with `--seeds N`, each
@@ -43,9 +45,11 @@ DEFAULT_SCENARIOS = ("agentic-4x32", "math-rlvr", "mixed-lora", "blog-4on12")
 SWITCHED = {"keep_busy_tail": ("-keep_busy_tail", False), "home_floor": ("+home_floor", True),
             "min_rebalance_interval_s": ("-min_rebalance_interval_s", 0.0), "look_ahead": ("-look_ahead", False),
             "tail_spread_batch": ("-tail_spread", 0), "max_drain_s": ("-drain", 0.0),
-            "keep_warm": ("-keep_warm", False), "finish_together": ("-finish_together", 0.0)}
+            "keep_warm": ("-keep_warm", False), "finish_together": ("-finish_together", 0.0),
+            "wake_ahead": ("-wake_ahead", False)}
 ALL_OFF = {"keep_busy_tail": False, "home_floor": False, "min_rebalance_interval_s": 0.0, "look_ahead": False,
-           "tail_spread_batch": 0, "max_drain_s": 0.0, "keep_warm": False, "finish_together": 0.0}
+           "tail_spread_batch": 0, "max_drain_s": 0.0, "keep_warm": False, "finish_together": 0.0,
+           "wake_ahead": False}
 FIGURES = ("steps_per_hour", "mean_jct_s", "idle_share", "loading_share", "recomputed_share")
 
 

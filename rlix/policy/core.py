@@ -26,8 +26,10 @@ Handling an event has three phases:
    d. rollout GPUs are split among the pipelines still rolling out (`rlix.policy.rollout`,
       or `rlix.policy.gap_ratio` for the RLix model). The rlix policy first prices loans of
       the homes of pipelines away between steps and reclaims those falling due
-      (`rlix.policy.look_ahead`, from move times and absences the core measured itself); it
-      may ask to be woken at a time (`wake_at_s`), which drivers answer with a Tick.
+      (`rlix.policy.look_ahead`, from move times and absences the core measured itself), and
+      loads the ranks of owners due back to roll out on their homes before they ask
+      (`rlix.policy.wake_ahead`); it may ask to be woken at a time (`wake_at_s`), which drivers
+      answer with a Tick.
 
 Decisions that move GPUs count as done when emitted (so one GPU is never promised twice) and
 are settled later by `DecisionApplied` / `DecisionFailed`. Ties always break by priority, then
@@ -170,7 +172,12 @@ class Scheduler:
                 needed = requested_gpus(self)
             for rank in list(pipeline.active.values()):
                 if rank.status is not RankStatus.ACTIVE:
-                    rank.release_when_applied = True
+                    # A rank woken ahead of its pipeline's return loads to stay warm, if it may.
+                    if not (
+                        keep_warm and needed is not None and rank.woken_ahead_id == rank.decision_id
+                        and may_stay_warm(self, pipeline, rank, needed)
+                    ):
+                        rank.release_when_applied = True
                 elif keep_warm and needed is not None and may_stay_warm(self, pipeline, rank, needed):
                     continue
                 elif rank.shrink_retry_after_s <= self.now:  # else: its last shrink failed

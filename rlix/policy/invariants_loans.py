@@ -70,8 +70,10 @@ def check_warm(sched: Scheduler) -> None:
     """Invariant 3 (warm side, rlix.policy.warm): under a policy that keeps ranks warm, after
     a round a rank loaded for a pipeline that is not rolling out (and not backing off after a
     failed shrink) belongs to a pipeline that may run, and holds no GPU another pipeline's
-    home covers and none a waiting request maps to. Found here GPU by GPU from the specs and
-    the queue, not from the home counts the core keeps."""
+    home covers and none a waiting request maps to. So does a rank still loading for such a
+    pipeline and not to be released once loaded (woken ahead, rlix.policy.wake_ahead), which
+    moreover lies on its own pipeline's home. Found here GPU by GPU from the specs and the
+    queue, not from the home counts the core keeps."""
     if not (sched.policy.keeps_warm and sched.config.keep_warm):
         return
     wanted: set[int] = set()
@@ -81,8 +83,14 @@ def check_warm(sched: Scheduler) -> None:
         if p.rolling and p.pipeline_id in sched.runnable:
             continue
         for rank in p.ranks:
-            if rank.status is not RankStatus.ACTIVE or rank.shrink_retry_after_s > sched.now:
+            if rank.status is RankStatus.INACTIVE or rank.shrink_retry_after_s > sched.now:
                 continue
+            if rank.status is RankStatus.EXPANDING:
+                if rank.release_when_applied:
+                    continue
+                if not set(rank.gpus) <= set(p.spec.home):
+                    _fail(f"{p.pipeline_id} rank {rank.dp_rank} is woken ahead on GPUs {list(rank.gpus)}, "
+                          f"not all of its home")
             if p.pipeline_id not in sched.runnable:
                 _fail(f"{p.pipeline_id} rank {rank.dp_rank} stays loaded, its pipeline may not run")
             for gpu in rank.gpus:

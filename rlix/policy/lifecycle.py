@@ -13,7 +13,14 @@ from rlix.policy import events as ev
 from rlix.policy.drain import measure_hold
 from rlix.policy.errors import EventError
 from rlix.policy.homes import resolve
-from rlix.policy.look_ahead import note_back, note_left, note_rollout_end, note_tail, note_training
+from rlix.policy.look_ahead import (
+    note_back,
+    note_init_done,
+    note_left,
+    note_rollout_end,
+    note_tail,
+    note_training,
+)
 from rlix.policy.specs import (
     MAX_WORK,
     ROLLOUT_CLUSTER,
@@ -145,7 +152,7 @@ def _check_request(
 def _apply_request(
     sched: Scheduler, pipeline: PipelineState, cluster: str, priority: int, estimate: float | None
 ) -> None:
-    note_back(sched, pipeline)
+    note_back(sched, pipeline, priority == Priority.ROLLOUT)
     if priority == Priority.ROLLOUT:
         pipeline.start_rollout(1.0 if estimate is None else float(estimate))
         return
@@ -179,6 +186,8 @@ def _apply_release(sched: Scheduler, pipeline: PipelineState, cluster: str) -> N
     if hold is not None:
         sched.cluster.free(hold.gpus, hold)
         measure_hold(sched, pipeline, hold)
+        if hold.priority == Priority.INIT:
+            note_init_done(pipeline)
         return
     note_rollout_end(sched, pipeline)
     pipeline.end_rollout()  # the round shrinks the active ranks ("release")

@@ -30,7 +30,9 @@ any free GPU):
    its driver to wake it then (`Scheduler.wake_at_s`), since no other event may come.
 
 An owner that returns earlier than expected waits for the offload as it would without these
-rules; one that returns later leaves its home idle for at most its last absence past `r`.
+rules; one that returns later leaves its home idle for at most its last absence past `r`. An
+owner woken ahead of its return (rlix.policy.wake_ahead) needs its home its own load time
+earlier: for it, `r` is its expected return less that time.
 
 3. A loan ends when its owner wants it back. An owner short of its share by a bundle (past
    the margin) that finds no donor elsewhere takes a bundle of its own home from a pipeline
@@ -87,6 +89,18 @@ def move_s(seconds: float) -> float:
     return 0.0 if seconds != seconds else seconds
 
 
+def wakes_ahead(sched: Scheduler, owner: PipelineState) -> bool:
+    """Whether `owner`, away, is woken ahead of its return (rlix.policy.wake_ahead)."""
+    config = sched.config
+    return config.wake_ahead and config.keep_warm and owner.returns_rolling
+
+
+def lead_s(sched: Scheduler, owner: PipelineState) -> float:
+    """How long before its expected return an away owner's home must be free for it: its own
+    load time when it is woken ahead, else nothing."""
+    return move_s(owner.load_s) if wakes_ahead(sched, owner) else 0.0
+
+
 def note_left(sched: Scheduler, pipeline: PipelineState) -> None:
     """After a release or a withdrawal: the pipeline is away if it now holds, requests and
     rolls out nothing."""
@@ -95,11 +109,24 @@ def note_left(sched: Scheduler, pipeline: PipelineState) -> None:
         sched.away[pipeline.pipeline_id] = pipeline
 
 
-def note_back(sched: Scheduler, pipeline: PipelineState) -> None:
-    """A request: an absence, if any, ends and its length is the next expectation."""
+def note_init_done(pipeline: PipelineState) -> None:
+    """An init hold was released: until an absence is measured, the pipeline is expected back
+    at once (its next cluster's init, or its first rollout, follows), so its home is not lent
+    in the instant between (rule 1) only for its own rollout to take it back once loaded. Its
+    first absence between steps is then expected as short: an on-policy job's ranks are woken
+    at once when its first training ends (rlix.policy.wake_ahead), its home kept from loans,
+    and from then on its absences are measured."""
+    if pipeline.last_away_s != pipeline.last_away_s:
+        pipeline.last_away_s = 0.0
+
+
+def note_back(sched: Scheduler, pipeline: PipelineState, rolling: bool = False) -> None:
+    """A request (`rolling`: a rollout's): an absence, if any, ends and its length is the next
+    expectation."""
     since = pipeline.away_since_s
     if since == since:
         pipeline.last_away_s = sched.now - since
+        pipeline.returns_rolling = rolling
         pipeline.away_since_s = math.nan
         del sched.away[pipeline.pipeline_id]
 
@@ -193,8 +220,9 @@ class Loans:
     def __init__(self, sched: Scheduler, rollers: list[PipelineState]) -> None:
         self.sched = sched
         self.payback = sched.config.loan_payback
-        #: (expected return, slot bits and GPUs of its own home, owner) of each away pipeline
-        #: that is expected back and has a home of its own.
+        #: (when its home is due free, slot bits and GPUs of its own home, owner) of each away
+        #: pipeline that is expected back and has a home of its own. Due free at its expected
+        #: return, or its own load time before when it is woken ahead (rlix.policy.wake_ahead).
         self.owners: list[tuple[float, int, tuple[int, ...], PipelineState]] = []
         #: (expected start of its training, slot bits of its own home, owner) of each rolling
         #: pipeline with a home of its own and a measured training period (rule 4).
@@ -213,7 +241,7 @@ class Loans:
             if back is not None and pipeline.spec.home:
                 gpus, bits = own_home(sched, pipeline)
                 if gpus:
-                    self.owners.append((back, bits, gpus, pipeline))
+                    self.owners.append((back - lead_s(sched, pipeline), bits, gpus, pipeline))
 
     def _find_trainers(self, rollers: list[PipelineState]) -> None:
         sched = self.sched
@@ -230,7 +258,7 @@ class Loans:
         horizon = self.sched.now + (1.0 + self.payback) * (move_s(borrower.load_s) + move_s(borrower.offload_s))
         bits = 0
         for back, home, _gpus, owner in self.owners:
-            if back < horizon and owner is not borrower:
+            if back <= horizon and owner is not borrower:
                 bits |= home
         for due, home, owner in self.trainers:
             if due < horizon and owner is not borrower:
@@ -243,7 +271,7 @@ class Loans:
         now = sched.now
         owner_of = sched.cluster.owner
         next_due = math.inf
-        for back, _bits, gpus, owner in self.owners:
+        for back, _bits, gpus, owner in self.owners:  # back: when the home is due free
             seen: set[Rank] = set()
             for gpu in gpus:
                 rank = owner_of[gpu]

@@ -40,6 +40,7 @@ from rlix.policy.look_ahead import Loans, move_s, own_home, own_home_slots
 from rlix.policy.placement import Move, RoundPlanner, is_donor, may_receive
 from rlix.policy.split import Claim, split_rollout
 from rlix.policy.state import PipelineState, Rank
+from rlix.policy.wake_ahead import wake_owners
 from rlix.policy.warm import release_wanted
 
 if TYPE_CHECKING:
@@ -178,12 +179,14 @@ def spreads(sched: Scheduler, pipeline: PipelineState, batch: int) -> bool:
 
 def plan_rlix(sched: Scheduler) -> None:
     rollers = sched.rolling_pipelines()
+    loans = Loans(sched, rollers)
+    if loans.owners:
+        sched.wake_at_s = min(loans.reclaim(), wake_owners(sched, loans) if sched.config.wake_ahead else math.inf)
+    else:
+        sched.wake_at_s = math.inf
     if not rollers:
         sched.targets, sched.ideal = {}, {}
-        sched.wake_at_s = math.inf
         return
-    loans = Loans(sched, rollers)
-    sched.wake_at_s = loans.reclaim() if loans.owners else math.inf
     set_split_weights(sched, rollers)
     compute_split(sched, rollers)
     planner = RoundPlanner(sched)

@@ -381,6 +381,11 @@ class PolicyConfig:
     #: makespan (steps per hour); in a stream of jobs it favours the longest, against the mean
     #: JCT. 0: off. rlix only.
     finish_together: float = 0.0
+    #: An away pipeline expected back whose last absence ended in a rollout request has its
+    #: rollout ranks loaded on the free bundles of its own home its load time before it is
+    #: expected (rlix.policy.wake_ahead), so an on-policy step does not wait for the load
+    #: after its publish. Needs `keep_warm` and `look_ahead`. rlix only.
+    wake_ahead: bool = True
 
     def validate(self) -> None:
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load",
@@ -392,7 +397,7 @@ class PolicyConfig:
             if not is_int(getattr(self, name)) or getattr(self, name) < 0:
                 raise SpecError(f"config.{name}", getattr(self, name), "must be an integer >= 0")
         for name in ("keep_busy_tail", "home_floor", "look_ahead", "stack_by_runtime", "stack_by_departure",
-                     "keep_warm"):
+                     "keep_warm", "wake_ahead"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")
         if self.job_order not in JOB_ORDERS:

@@ -84,6 +84,9 @@ class Rank:
     #: When its in-flight Expand or Shrink was emitted (nan: an Expand that waits for a Shrink,
     #: whose time is not its own), to measure the pipeline's load and offload times.
     emitted_s: float = float("nan")
+    #: The id of the Expand that woke it ahead of its pipeline's return (rlix.policy.wake_ahead);
+    #: such a rank, still loading, is not released with its pipeline's other idle ranks.
+    woken_ahead_id: int = -1
 
 
 Holder = ClusterHold | Rank
@@ -141,6 +144,8 @@ class PipelineState:
     #: away), and how long its last absence lasted (nan: none yet).
     away_since_s: float = float("nan")
     last_away_s: float = float("nan")
+    #: Its last absence ended in a rollout request (rlix.policy.wake_ahead).
+    returns_rolling: bool = False
     #: When its last step's training began (its first request after a rollout; nan: none
     #: yet) and how long after the one before (nan: one at most), and whether the next
     #: request after a rollout is yet to come (rlix.policy.look_ahead, rule 4).

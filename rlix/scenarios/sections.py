@@ -100,6 +100,10 @@ class PolicyTunables(Section):
     ** gamma, so the jobs that finish last get the GPUs the early ones can spare: for a study
     judged by its makespan; in a stream of jobs it would serve the longest first. 0: off (rlix only)."""
 
+    wake_ahead: bool = _POLICY_DEFAULTS.wake_ahead
+    """An on-policy job's rollout ranks load on its own home while it publishes, due when it is
+    expected back, so its next rollout does not wait for them (rlix only)."""
+
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())
 

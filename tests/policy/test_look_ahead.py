@@ -80,7 +80,9 @@ def test_the_core_measures_loads_offloads_and_absences() -> None:
 
 
 def test_a_loan_that_pays_is_made_and_reclaimed_its_offload_time_before_the_owner_returns() -> None:
-    driver = two_homes(PolicyConfig(loan_payback=1.0))
+    # Without waking O ahead (rlix.policy.wake_ahead, tested on its own): its home is due free
+    # when it is back, not its load time before.
+    driver = two_homes(PolicyConfig(loan_payback=1.0, wake_ahead=False))
     sched = driver.sched
     b = sched.pipelines["B"]
     # Back at 60; B's moves take 2 + offload: 10 s away >= (1 + 1) * (2 + offload): lent.
@@ -413,3 +415,21 @@ def test_a_loan_before_the_owners_training_is_made_exactly_when_it_pays(back_at:
         return
     driver = trains_every_10_s(PolicyConfig(loan_payback=payback), back_at=back_at)
     assert (ranks_on(driver, "B", {1}) == 1) == (margin > 0)
+
+
+def test_a_home_is_not_lent_in_the_instant_between_its_owners_init_and_first_rollout() -> None:
+    """A's and B's inits end at 60 together. A asks to roll out first and gets its home; when
+    B releases its init, its home is not lent to A (B is expected back at once,
+    `note_init_done`), and B's rollout then starts on it with no one to move."""
+    driver = Driver(Topology(1, 4), PolicyConfig())
+    driver.add(spec("A", (0, 1), (0, 1, 2, 3)), spec("B", (2, 3), (0, 1, 2, 3)))
+    driver.send(ClusterRequested(0.0, "A", "actor_train", Priority.INIT))
+    driver.send(ClusterRequested(0.0, "B", "actor_train", Priority.INIT))
+    at(driver, 1.0)
+    driver.send(ClusterReleased(60.0, "A", "actor_train"))
+    assert driver.send(ClusterRequested(60.0, "A", "actor_infer", Priority.ROLLOUT, 16.0)) == ["expand A0", "expand A1"]
+    assert driver.send(ClusterReleased(60.0, "B", "actor_train")) == []
+    assert driver.sched.pipelines["B"].last_away_s == 0.0
+    # B's ranks 0-1 are its home's GPUs 2-3 (spec lists the home first).
+    assert driver.send(ClusterRequested(60.0, "B", "actor_infer", Priority.ROLLOUT, 16.0)) == [
+        "expand B0", "expand B1"]

@@ -4,7 +4,8 @@ rows say: a golden timeline worked out by hand, and counts of a run cut at its t
 The golden run: tiny's full-finetune pipeline alone on one node of 2 H100s (1.5B, trains on
 GPUs 0-1, rolls out on 0-1 at TP 1, 2 steps). Each step, both ranks load the weights at once
 and, after the rollout, offload them at once before the old log-probs can start on the same
-GPUs, so each load and each offload is on the critical path exactly once per step:
+GPUs, so each load and each offload is on the critical path exactly once per step (with the
+policy's wake-ahead off: on, the second load runs during the sync, below):
 
 - makespan(load + d) = makespan + 2 d, and the same for the offload;
 - loading GPU-seconds = 2 GPUs x 2 steps x (load + offload).
@@ -37,8 +38,9 @@ SYNC_S = WEIGHT_BYTES / (60e9 / 90)
 NUM_GPUS, NUM_STEPS = 2, 2
 
 
-def alone_on_two(costs: dict[str, float] | None = None) -> Any:
+def alone_on_two(costs: dict[str, float] | None = None, wake_ahead: bool = False) -> Any:
     data = load_scenario("tiny").model_dump(mode="json", exclude_none=True)
+    data["policy"] = {"name": "rlix", "config": {"wake_ahead": wake_ahead}}
     data["pipelines"] = [p for p in data["pipelines"] if p["id"] == "ft"]
     pipeline = data["pipelines"][0]
     pipeline["clusters"]["actor_infer"]["gpus"] = "0-1"
@@ -51,6 +53,24 @@ def alone_on_two(costs: dict[str, float] | None = None) -> Any:
 @pytest.fixture(scope="module")
 def golden() -> Any:
     return simulate(alone_on_two(), check_invariants=True, plots=False)
+
+
+def test_woken_ahead_the_second_load_runs_during_the_sync(golden: Any) -> None:
+    """rlix.policy.wake_ahead: the job's init was its only absence, expected to end at once,
+    so when step 0's training ends its ranks load at once, during the sync, and step 1's
+    rollout starts when the sync ends: the makespan is one load shorter."""
+    woken = simulate(alone_on_two(wake_ahead=True), check_invariants=True, plots=False)
+    act = woken.tables["activity"]
+    for gpu in range(NUM_GPUS):
+        rows = act[act.gpu == gpu].sort_values("t_start")
+        spans = list(zip(rows.stage, rows.t_start, rows.t_end, strict=True))
+        loads = [(t0, t1) for stage, t0, t1 in spans if stage == "load"]
+        trains = [t1 for stage, _t0, t1 in spans if stage == "actor_train"]
+        rollouts = [t0 for stage, t0, _t1 in spans if stage == "rollout"]
+        assert loads[1] == pytest.approx((trains[0], trains[0] + LOAD_S))
+        assert rollouts[1] == pytest.approx(trains[0] + SYNC_S)
+    # (to a few ms: the rollout itself ends on the engine's iteration boundaries)
+    assert woken.summary["makespan_s"] == pytest.approx(golden.summary["makespan_s"] - LOAD_S, abs=0.05)
 
 
 def test_the_golden_timeline(golden: Any) -> None:
