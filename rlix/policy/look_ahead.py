@@ -23,7 +23,7 @@ at `r` (an owner late by more than its last absence is no longer expected: its h
 any free GPU):
 
 1. No loan that does not pay. A free bundle sharing a GPU with that home is not lent to a
-   pipeline B with `r - now < (1 + loan_payback) * (load_s(B) + offload_s(B))`: the loan would
+   pipeline B with `r - now <= (1 + loan_payback) * (load_s(B) + offload_s(B))`: the loan would
    not work at least `loan_payback` times as long as it spends moving.
 2. Reclaim on time. A rank of another pipeline B on that home is shrunk ("reclaim") once
    `now >= r - offload_s(B)`, so the owner finds its home free when it returns. The core asks
