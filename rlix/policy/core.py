@@ -172,14 +172,15 @@ class Scheduler:
             if keep_warm and needed is None:
                 needed = requested_gpus(self)
             for rank in list(pipeline.active.values()):
-                if rank.status is not RankStatus.ACTIVE:
-                    # A rank woken ahead of its pipeline's return loads to stay warm, if it may.
-                    if not (
-                        keep_warm and needed is not None and rank.woken_ahead_id == rank.decision_id
-                        and may_stay_warm(self, pipeline, rank, needed)
-                    ):
-                        rank.release_when_applied = True
-                elif keep_warm and needed is not None and may_stay_warm(self, pipeline, rank, needed):
+                active = rank.status is RankStatus.ACTIVE
+                # A loaded rank, or one woken ahead of its pipeline's return (still loading),
+                # stays warm if it may.
+                if (
+                    keep_warm and needed is not None and (active or rank.woken_ahead_id == rank.decision_id)
+                    and may_stay_warm(self, pipeline, rank, needed)
+                ):
                     continue
+                if not active:
+                    rank.release_when_applied = True
                 elif rank.shrink_retry_after_s <= self.now:  # else: its last shrink failed
                     self.ledger.shrink(rank, "release")

@@ -181,7 +181,7 @@ def plan_rlix(sched: Scheduler) -> None:
     rollers = sched.rolling_pipelines()
     loans = Loans(sched, rollers)
     if loans.owners:
-        sched.wake_at_s = min(loans.reclaim(), wake_owners(sched, loans) if sched.config.wake_ahead else math.inf)
+        sched.wake_at_s = min(loans.reclaim(), wake_owners(sched, loans))
     else:
         sched.wake_at_s = math.inf
     if not rollers:

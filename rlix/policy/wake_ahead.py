@@ -29,7 +29,6 @@ import math
 from typing import TYPE_CHECKING
 
 from rlix.policy.look_ahead import own_home_slots, wakes_ahead
-from rlix.policy.state import RANK_INACTIVE
 from rlix.policy.warm import requested_gpus
 
 if TYPE_CHECKING:
@@ -43,7 +42,6 @@ def wake_owners(sched: Scheduler, loans: Loans) -> float:
     now = sched.now
     cluster = sched.cluster
     ledger = sched.ledger
-    reserved = sched.reservations.reserved_for
     needed: frozenset[int] | None = None
     next_due = math.inf
     for due, _bits, _gpus, owner in loans.owners:  # due: its expected return less its load time
@@ -56,15 +54,13 @@ def wake_owners(sched: Scheduler, loans: Loans) -> float:
         if not candidates:
             continue
         if needed is None:
-            needed = requested_gpus(sched)
+            needed = requested_gpus(sched)  # reserved GPUs among them: they are waiting requests'
         while candidates:
             lowest = candidates & -candidates
             candidates ^= lowest
+            # A free bundle's rank is inactive; it may still be backing off.
             rank = owner.rank_by_slot[cluster.slot_of_bit[lowest.bit_length() - 1]]
-            if rank.status is not RANK_INACTIVE or rank.retry_after_s > now:
-                continue
-            if not needed.isdisjoint(rank.gpus) or (reserved and not reserved.keys().isdisjoint(rank.gpus)):
-                continue
-            ledger.expand(rank)
-            rank.woken_ahead_id = rank.decision_id
+            if rank.retry_after_s <= now and needed.isdisjoint(rank.gpus):
+                ledger.expand(rank)
+                rank.woken_ahead_id = rank.decision_id
     return next_due

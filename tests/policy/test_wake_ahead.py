@@ -66,6 +66,13 @@ def test_nor_without_warm_ranks_since_they_would_be_released_at_once() -> None:
     assert statuses(driver, "O") == {}
 
 
+def trains(driver: Driver, start: float) -> None:
+    """O's rollout ends at `start` and it trains (its gang loaded within 1 s) until `start` + 10."""
+    driver.send(ClusterReleasedAndRequested(start, "O", "actor_infer", "actor_train", Priority.ACTOR_TRAIN))
+    at(driver, start + 1.0)
+    driver.send(ClusterReleased(start + 10.0, "O", "actor_train"))
+
+
 def back_for_training() -> Driver:
     """O rolls out and trains (10-20), is away (20-30) and comes back with a training request
     (its next batch already done), trains (30-40) and is away again from 40, expected at 50."""
@@ -74,9 +81,7 @@ def back_for_training() -> Driver:
     driver.send(ClusterRequested(0.0, "O", "actor_infer", Priority.ROLLOUT, 100.0))
     driver.send(ClusterRequested(0.0, "B", "actor_infer", Priority.ROLLOUT, 100.0))
     at(driver, 2.0)
-    driver.send(ClusterReleasedAndRequested(10.0, "O", "actor_infer", "actor_train", Priority.ACTOR_TRAIN))
-    at(driver, 11.0)
-    driver.send(ClusterReleased(20.0, "O", "actor_train"))
+    trains(driver, 10.0)
     at(driver, 21.0)
     driver.send(ClusterRequested(30.0, "O", "actor_train", Priority.ACTOR_TRAIN))
     at(driver, 31.0)
@@ -99,9 +104,7 @@ def test_the_first_absence_wakes_nothing() -> None:
     driver.add(spec("O", (0, 1), (0, 1, 2, 3)), spec("B", (2, 3), (2, 3)))
     driver.send(ClusterRequested(0.0, "O", "actor_infer", Priority.ROLLOUT, 100.0))
     at(driver, 2.0)
-    driver.send(ClusterReleasedAndRequested(10.0, "O", "actor_infer", "actor_train", Priority.ACTOR_TRAIN))
-    at(driver, 11.0)
-    driver.send(ClusterReleased(20.0, "O", "actor_train"))
+    trains(driver, 10.0)
     for now in (21.0, 27.0, 29.9):
         at(driver, now)
         assert statuses(driver, "O") == {}
@@ -116,16 +119,12 @@ def loaded_before_return(other_home: list[int], away_s: float, config: PolicyCon
         driver.add(spec("B", tuple(other_home), tuple(other_home)))
     driver.send(ClusterRequested(0.0, "O", "actor_infer", Priority.ROLLOUT, 100.0))
     at(driver, 2.0)
-    driver.send(ClusterReleasedAndRequested(10.0, "O", "actor_infer", "actor_train", Priority.ACTOR_TRAIN))
-    at(driver, 11.0)
-    driver.send(ClusterReleased(20.0, "O", "actor_train"))
+    trains(driver, 10.0)
     at(driver, 20.0)
     driver.send(ClusterRequested(20.0 + away_s, "O", "actor_infer", Priority.ROLLOUT, 100.0))
     start = 30.0 + away_s
     at(driver, start)
-    driver.send(ClusterReleasedAndRequested(start, "O", "actor_infer", "actor_train", Priority.ACTOR_TRAIN))
-    at(driver, start + 1.0)
-    driver.send(ClusterReleased(start + 10.0, "O", "actor_train"))
+    trains(driver, start)
     at(driver, start + 10.0 + away_s - 0.01)
     return {g for r in driver.sched.pipelines["O"].active.values() for g in r.gpus}
 
