@@ -1,0 +1,130 @@
+"""Packing bench: how close a run comes to its own work packed with no load and no idle GPU.
+
+The ceiling of `rlix-sim compare` bounds a study's makespan by what any policy must do. This
+bench asks a narrower question of one policy's run: after the last init ends (before then the
+inits take turns, which the ceiling's "inits in turn" bound covers), the pool's GPUs are busy
+(rollout and training stages), loading or offloading weights, or idle. Had every one of those
+load and idle GPU-seconds been removed and the busy ones packed onto the whole pool, the run
+would have ended at
+
+    packed makespan = end of the last init + busy GPU-seconds after it / pool GPUs
+                      + the run's time after its last GPU work (a final publish)
+
+That is no bound for other policies: a policy whose rollouts take fewer GPU-seconds packs
+tighter. It says how much of a gap to the ceiling is this run's moves and idle time, and how
+much is its work itself. Deterministic simulator figures, means over seeds.
+
+    python bench/packing.py                                   # blog-4on12, rlix, seeds 0-7
+    python bench/packing.py --scenarios blog-4on12,tiny --policies rlix,gap-ratio --seeds 2 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from rlix.scenarios import bundled_scenarios
+from rlix.sim.parallel import run_all
+from rlix.traces.options import positive_int
+
+DEFAULT_SCENARIOS = ("blog-4on12",)
+
+
+def packing(activity: Any, makespan_s: float, num_gpus: int) -> dict[str, float]:
+    """The GPU-seconds after the last init by use, and the packed makespan (module docstring).
+    `activity` is a run's activity table (one row per GPU and interval: kind busy or loading,
+    stage, t_start, t_end); time no row covers is idle."""
+    inits = activity[activity["stage"] == "init"]
+    start_s = float(inits["t_end"].max()) if len(inits) else float(activity["t_start"].min())
+    last_work_s = float(activity["t_end"].max())
+    after = activity[activity["t_end"] > start_s]
+    seconds = after["t_end"] - after["t_start"].clip(lower=start_s)
+    busy = float(seconds[after["kind"] == "busy"].sum())
+    loading = float(seconds[after["kind"] == "loading"].sum())
+    idle = num_gpus * (last_work_s - start_s) - busy - loading
+    return {"inits_end_s": start_s, "busy_gpu_s": busy, "loading_gpu_s": loading, "idle_gpu_s": idle,
+            "makespan_s": makespan_s,
+            "packed_makespan_s": start_s + busy / num_gpus + (makespan_s - last_work_s)}
+
+
+def run_one(name: str, policy: str, seed: int) -> dict[str, Any]:
+    import pandas as pd
+
+    from rlix.scenarios import load_scenario
+    from rlix.sim.compare import compare
+
+    scenario = load_scenario(name).model_copy(update={"seed": seed})
+    with tempfile.TemporaryDirectory() as out:
+        comparison = compare(scenario, [policy], out=Path(out))
+        folder = comparison.run_dirs[policy]
+        assert folder is not None
+        activity = pd.read_parquet(folder / "activity.parquet")
+        makespan_s = float(comparison.summaries[policy]["makespan_s"])
+        row = packing(activity, makespan_s, scenario.num_gpus)
+    bound_s = comparison.makespan_bound_s()
+    row.update({"scenario": name, "policy": policy, "seed": seed, "ceiling_makespan_s": bound_s})
+    return row
+
+
+def bench(names: list[str], policies: list[str], seeds: int, workers: int, quiet: bool) -> list[dict[str, Any]]:
+    """One row per (scenario, policy): the packing figures, means over seeds 0..seeds-1, and the
+    share of the ceiling the run and its packed work reach (ceiling makespan / makespan)."""
+    jobs = [(name, policy, seed) for name in names for policy in policies for seed in range(seeds)]
+    runs = run_all(run_one, jobs, workers, quiet)
+    rows = []
+    for name in names:
+        for policy in policies:
+            mine = [r for r in runs if r["scenario"] == name and r["policy"] == policy]
+            row: dict[str, Any] = {"scenario": name, "policy": policy}
+            for key in ("inits_end_s", "busy_gpu_s", "loading_gpu_s", "idle_gpu_s", "makespan_s", "packed_makespan_s"):
+                row[key] = fmean(r[key] for r in mine)
+            if all(r["ceiling_makespan_s"] for r in mine):
+                row["of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["makespan_s"] for r in mine)
+                row["packed_of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["packed_makespan_s"] for r in mine)
+            rows.append(row)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
+                        help="bundled scenarios, separated by commas (default: blog-4on12)")
+    parser.add_argument("--policies", default="rlix", help="policies, separated by commas (default: rlix)")
+    parser.add_argument("--seeds", type=positive_int, default=8, metavar="N", help="seeds 0..N-1 (default 8)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
+    parser.add_argument("--json", action="store_true", help="one JSON line: {\"rows\": [...]}")
+    args = parser.parse_args()
+    from rlix.policy.policies import POLICIES
+
+    names = [name for name in args.scenarios.split(",") if name]
+    unknown = sorted(set(names) - set(bundled_scenarios()))
+    if unknown or not names:
+        parser.error(f"unknown scenario(s) {', '.join(unknown) or '(none given)'} (bundled: {', '.join(bundled_scenarios())})")
+    policies = [p for p in args.policies.split(",") if p]
+    if not policies or set(policies) - set(POLICIES):
+        parser.error(f"--policies: expected some of {', '.join(sorted(POLICIES))}, got {args.policies!r}")
+    rows = bench(names, policies, args.seeds, args.workers, quiet=args.json)
+    if args.json:
+        print(json.dumps({"rows": rows}))
+        return 0
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    formats = {"inits_end_s": "{:,.0f}", "busy_gpu_s": "{:,.0f}", "loading_gpu_s": "{:,.0f}", "idle_gpu_s": "{:,.0f}",
+               "makespan_s": "{:,.0f}", "packed_makespan_s": "{:,.0f}", "of_ceiling": "{:.1%}",
+               "packed_of_ceiling": "{:.1%}"}
+    for column, fmt in formats.items():
+        if column in frame:
+            frame[column] = frame[column].map(fmt.format)
+    print(f"means over seeds 0-{args.seeds - 1}; GPU-seconds after the last init ends")
+    print(frame.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
