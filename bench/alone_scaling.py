@@ -4,10 +4,10 @@ The ceiling of a dedicated study (`rlix-sim compare`) is one job's critical path
 plus its time alone with every GPU of the pool. Whether the other jobs can leave it that many
 GPUs, and how much it loses when they cannot, depends on how its time alone grows as its GPUs
 shrink. This bench runs the job alone (arriving at 0, under rlix, nobody to share with) on its
-home's nodes plus the next nodes in id order (a home given as a size is placed on those), one
-pool size after another: the nodes left out are lost at time 0 (a `lose_gpu` fault), so its
-mappings and home stay as the scenario gives them. Deterministic simulator figures, means over
-seeds.
+home's nodes plus the next nodes in id order (a home given as a size is placed on those), from
+the nodes its home needs to the whole pool: the nodes left out are lost at time 0 (a `lose_gpu`
+fault), so its mappings and home stay as the scenario gives them. Deterministic simulator
+figures, means over seeds.
 
     python bench/alone_scaling.py                                  # agentic-4x32's agent2, seeds 0-7
     python bench/alone_scaling.py --scenario math-rlvr --pipeline dapo-7b --seeds 2 --json
@@ -60,14 +60,17 @@ def run_one(name: str, pipeline_id: str, num_nodes: int, seed: int) -> dict[str,
 
 
 def bench(name: str, pipeline_id: str, seeds: int, workers: int, quiet: bool) -> list[dict[str, Any]]:
-    """One row per pool size (1 node up to the whole pool): the job's mean time alone over seeds
-    0..seeds-1, and that time over its time with the whole pool."""
-    num_nodes = load_scenario(name).topology_config.num_nodes
-    jobs = [(name, pipeline_id, n, seed) for n in range(1, num_nodes + 1) for seed in range(seeds)]
+    """One row per pool size (the nodes its home needs up to the whole pool): the job's mean
+    time alone over seeds 0..seeds-1, and that time over its time with the whole pool."""
+    scenario = load_scenario(name)
+    num_nodes, per_node = scenario.topology_config.num_nodes, scenario.topology_config.gpus_per_node
+    least = max(1, -(-scenario.pipeline(pipeline_id).home_size // per_node))
+    sizes = range(least, num_nodes + 1)
+    jobs = [(name, pipeline_id, n, seed) for n in sizes for seed in range(seeds)]
     runs = run_all(run_one, jobs, workers, quiet)
-    means = {n: fmean(r["jct_s"] for r in runs if r["num_nodes"] == n) for n in range(1, num_nodes + 1)}
+    means = {n: fmean(r["jct_s"] for r in runs if r["num_nodes"] == n) for n in sizes}
     whole = means[num_nodes]
-    return [{"num_nodes": n, "gpus": n * load_scenario(name).topology_config.gpus_per_node, "jct_s": means[n],
+    return [{"num_nodes": n, "gpus": n * per_node, "jct_s": means[n],
              "of_whole_pool": means[n] / whole,
              "finished": all(r["finished"] for r in runs if r["num_nodes"] == n)} for n in means]
 

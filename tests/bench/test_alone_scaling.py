@@ -33,3 +33,14 @@ def test_whole_pool_row_is_the_alone_run_and_fewer_nodes_are_slower() -> None:
     assert rows[-1]["of_whole_pool"] == pytest.approx(1.0)
     times = [row["jct_s"] for row in rows]
     assert times == sorted(times, reverse=True) and times[0] > times[-1]
+
+
+def test_a_home_of_two_nodes_starts_at_two() -> None:
+    scaling = load("alone_scaling")
+    # lab-day's 32B jobs have 16-GPU homes given as a size (2 of its 8-GPU nodes)
+    scenario = load_scenario("lab-day")
+    big = next(p.id for p in scenario.pipelines if p.id.startswith("ppo32b"))
+    assert scenario.pipeline(big).home_size == 16
+    rows = scaling.bench("lab-day", big, seeds=1, workers=1, quiet=True)
+    assert rows[0]["num_nodes"] == 2 and rows[-1]["num_nodes"] == 8
+    assert all(row["finished"] for row in rows)
