@@ -93,11 +93,14 @@ def main() -> int:
     if args.json:
         print(json.dumps({"rows": rows}))
         return 0
+    import pandas as pd
+
+    from rlix.sim.report import format_table
+
+    frame = pd.DataFrame(rows)
+    frame["finished"] = frame["finished"].map({True: "yes", False: "NO"})
     print(f"{args.pipeline} of {args.scenario} alone, means over seeds 0-{args.seeds - 1}")
-    print("nodes  GPUs   time alone s  x whole pool")
-    for row in rows:
-        print(f"{row['num_nodes']:>5}  {row['gpus']:>4}  {row['jct_s']:>13,.0f}  {row['of_whole_pool']:>11.3f}"
-              + ("" if row["finished"] else "  (unfinished)"))
+    print(format_table(frame, {"jct_s": "{:,.0f}", "of_whole_pool": "{:.3f}"}))
     return 0
 
 

@@ -114,15 +114,13 @@ def main() -> int:
         return 0
     import pandas as pd
 
-    frame = pd.DataFrame(rows)
-    formats = {"inits_end_s": "{:,.0f}", "busy_gpu_s": "{:,.0f}", "loading_gpu_s": "{:,.0f}", "idle_gpu_s": "{:,.0f}",
-               "makespan_s": "{:,.0f}", "packed_makespan_s": "{:,.0f}", "of_ceiling": "{:.1%}",
-               "packed_of_ceiling": "{:.1%}"}
-    for column, fmt in formats.items():
-        if column in frame:
-            frame[column] = frame[column].map(fmt.format)
+    from rlix.sim.report import format_table
+
+    gpu_s, share = "{:,.0f}", "{:.1%}"
+    formats = {"inits_end_s": gpu_s, "busy_gpu_s": gpu_s, "loading_gpu_s": gpu_s, "idle_gpu_s": gpu_s,
+               "makespan_s": gpu_s, "packed_makespan_s": gpu_s, "of_ceiling": share, "packed_of_ceiling": share}
     print(f"means over seeds 0-{args.seeds - 1}; GPU-seconds after the last init ends")
-    print(frame.to_string(index=False))
+    print(format_table(pd.DataFrame(rows), formats))
     return 0
 
 

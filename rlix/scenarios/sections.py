@@ -101,8 +101,9 @@ class PolicyTunables(Section):
     judged by its makespan; in a stream of jobs it would serve the longest first. 0: off (rlix only)."""
 
     wake_ahead: bool = _POLICY_DEFAULTS.wake_ahead
-    """An on-policy job's rollout ranks load on its own home while it publishes, due when it is
-    expected back, so its next rollout does not wait for them (rlix only)."""
+    """A job away between steps whose last absence ended in a rollout has its rollout ranks
+    loaded on its own home its load time before it is expected back, so its next rollout does
+    not wait for them (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())
