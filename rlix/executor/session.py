@@ -84,7 +84,9 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
     if quiet:
         kwargs["logging_level"] = logging.ERROR
     if address is None:
-        ray.init(num_gpus=num_gpus, num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        # "local": a new instance even when a cluster started with `ray start` runs on this
+        # machine (ray.init() without an address joins that one, where num_gpus is refused).
+        ray.init(address="local", num_gpus=num_gpus, num_cpus=num_cpus, include_dashboard=False, **kwargs)
         bad = [a for a in listening_addresses(ray_process_ids()) if a[0] not in LOOPBACK_ADDRESSES]
         if bad:
             ray.shutdown()
