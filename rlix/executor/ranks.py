@@ -98,11 +98,14 @@ class Ranks:
                 await rank.task  # the loop re-queues what the worker hands back
         finally:
             self.leaving.pop(dp_rank, None)
-        t0 = self.p.now()
-        try:
-            await rank.worker.sleep.remote()
-        except ACTOR_GONE:
-            self.workers.pop(dp_rank, None)
+        # Under the rank's lock: a publish's weight sync that reached the rank before the
+        # shrink did ends first (it would otherwise update an engine that is asleep).
+        async with rank.lock:
+            t0 = self.p.now()
+            try:
+                await rank.worker.sleep.remote()
+            except ACTOR_GONE:
+                self.workers.pop(dp_rank, None)
         self.p.activity(ROLLOUT_CLUSTER, dp_rank, rank.gpus, "loading", "offload", t0)
 
     async def revoke(self, dp_rank: int) -> None:
@@ -186,7 +189,8 @@ class Ranks:
 
     async def _sync_locked_rank(self, rank: Rank) -> None:
         async with rank.lock:
-            await self._sync(rank)
+            if rank.active:  # a leaving rank sleeps next; its next wake loads the newest weights
+                await self._sync(rank)
 
     async def _sync(self, rank: Rank) -> None:
         stale = [(a, v, ref) for a, (v, ref) in self.weights.items() if rank.versions.get(a) != v]
