@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import gc
 import math
-import sys
 import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
 from rlix.executor.ml.rollout.base import (
@@ -37,17 +37,6 @@ from rlix.executor.ml.rollout.base import (
     SamplingParams,
     StopCheck,
 )
-
-if TYPE_CHECKING:
-    from peft import PeftModel
-
-
-def _has_adapters(model: Any) -> bool:
-    """The model is a peft model. Checked without importing peft (a model cannot be one unless
-    peft was imported): its import takes seconds in every rollout worker, and a full-finetune
-    pipeline's workers never load an adapter."""
-    peft = sys.modules.get("peft")
-    return peft is not None and isinstance(model, peft.PeftModel)
 
 
 @dataclass
@@ -154,21 +143,19 @@ class HfBackend(RolloutBackend):
         return self._adapters[adapter].version
 
     def _load_full_locked(self, weights: FullWeights) -> None:
-        if _has_adapters(self._model):
+        if isinstance(self._model, PeftModel):
             raise RuntimeError("hf backend: full weight updates with LoRA adapters loaded")
         assert self._model is not None
         self._model.load_state_dict(dict(weights.state_dict), strict=True)
         self._version = weights.version
 
     def _install_adapter_locked(self, adapter: AdapterWeights) -> None:
-        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
-
         assert self._model is not None
         config = LoraConfig(**_lora_kwargs(adapter.config))
         with warnings.catch_warnings():
             # A LoRA on a head tied to the embeddings: peft warns for merging, never done here.
             warnings.filterwarnings("ignore", message=".*tie_word_embeddings=True.*")
-            if not _has_adapters(self._model):
+            if not isinstance(self._model, PeftModel):
                 self._model = get_peft_model(self._model, config, adapter_name=adapter.name)
             elif adapter.name not in self._model.peft_config:
                 self._model.add_adapter(adapter.name, config)
@@ -321,7 +308,7 @@ class _adapter_context:
         self._disabled: Any = None
 
     def __enter__(self) -> None:
-        if not _has_adapters(self._model):
+        if not isinstance(self._model, PeftModel):
             return
         if self._adapter is None:
             self._disabled = self._model.disable_adapter()
@@ -336,8 +323,6 @@ class _adapter_context:
 
 def _lora_kwargs(config: Any) -> dict[str, Any]:
     """LoraConfig keyword arguments from a config dict (as saved in adapter_config.json)."""
-    from peft import LoraConfig
-
     allowed = set(LoraConfig.__dataclass_fields__)
     kwargs = {key: value for key, value in dict(config).items() if key in allowed}
     if isinstance(kwargs.get("target_modules"), list | tuple):
