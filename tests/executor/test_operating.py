@@ -20,6 +20,7 @@ import pytest
 import ray
 
 from rlix.executor.cli import main
+from tests.executor.child_env import child_env
 
 RLIX_EXEC = [sys.executable, "-m", "rlix.executor.cli"]
 
@@ -77,17 +78,9 @@ def test_a_bad_policy_blames_the_flag(capsys: pytest.CaptureFixture[str]) -> Non
     assert "--policy" in err and "nope" in err and "scenario" not in err.split("error:")[-1]
 
 
-def _env(home: Path) -> dict[str, str]:
-    """A child's environment with its own home (its own ~/.rlix) and Ray's auth left to Ray."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["HOME"] = str(home)
-    env.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))  # the tiny model, built once
-    return env
-
-
 def _kill(home: Path, *args: str) -> tuple[int, str, float]:
     started = time.monotonic()
-    done = subprocess.run([*RLIX_EXEC, "kill", *args], env=_env(home), capture_output=True, text=True, timeout=60)
+    done = subprocess.run([*RLIX_EXEC, "kill", *args], env=child_env(home), capture_output=True, text=True, timeout=60)
     return done.returncode, done.stderr.strip(), time.monotonic() - started
 
 
@@ -134,7 +127,7 @@ def test_kill_obeys_ctrl_c_while_the_cluster_does_not_answer(tmp_path: Path) -> 
     with _mute_run(tmp_path):
         (tmp_path / ".ray").mkdir()
         (tmp_path / ".ray" / "auth_token").write_text("0" * 64)
-        process = subprocess.Popen([*RLIX_EXEC, "kill", "ft"], env=_env(tmp_path), stdout=subprocess.PIPE,
+        process = subprocess.Popen([*RLIX_EXEC, "kill", "ft"], env=child_env(tmp_path), stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         time.sleep(6)  # well into joining
         assert process.poll() is None
@@ -146,7 +139,7 @@ def test_kill_obeys_ctrl_c_while_the_cluster_does_not_answer(tmp_path: Path) -> 
 
 
 def _start_run(tmp_path: Path, out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([*RLIX_EXEC, "run", "cpu-demo", "--quiet", "--out", str(out)], env=_env(tmp_path),
+    return subprocess.Popen([*RLIX_EXEC, "run", "cpu-demo", "--quiet", "--out", str(out)], env=child_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -190,7 +183,7 @@ def test_a_signal_stops_the_run_and_leaves_the_record(tmp_path: Path, signum: in
     assert replay(out).identical
     assert not (tmp_path / ".rlix" / "ray_address").exists()  # the run is over: its address goes
     if signum == signal.SIGTERM:  # the stopped run goes on from where it stood, in its folder
-        done = subprocess.run([*RLIX_EXEC, "resume", str(out), "--quiet"], env=_env(tmp_path), capture_output=True,
+        done = subprocess.run([*RLIX_EXEC, "resume", str(out), "--quiet"], env=child_env(tmp_path), capture_output=True,
                               text=True, timeout=600)
         assert done.returncode == 0, done.stdout + done.stderr
         summary = json.loads((out / "summary.json").read_text())
@@ -228,7 +221,7 @@ def test_kill_reaches_a_live_run_with_token_auth_on(tmp_path: Path) -> None:
                 break
             assert err.startswith("rlix-exec: error: no pipeline nosuch in this run"), err
             assert time.monotonic() < deadline, err
-        done = subprocess.run([*RLIX_EXEC, "kill", "lora"], env=_env(tmp_path), capture_output=True, text=True,
+        done = subprocess.run([*RLIX_EXEC, "kill", "lora"], env=child_env(tmp_path), capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 0 and done.stdout.strip() == "pipeline lora: killed", done
     finally:

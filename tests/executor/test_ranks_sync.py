@@ -40,37 +40,35 @@ class SleepyWorker:
         self.updates.append(version)
 
 
-async def _sync_and_shrink(fetch_s: float, shrink_after_s: float) -> SleepyWorker:
-    loop = asyncio.get_running_loop()
-    ranks = Ranks(_pipeline(RolloutQueue(), loop))
+async def _idle_rank(fetch_s: float) -> tuple[Ranks, SleepyWorker]:
+    """Rank 0 awake at version 0 with nothing queued, version 1 just published."""
+    ranks = Ranks(_pipeline(RolloutQueue(), asyncio.get_running_loop()))
     worker = SleepyWorker(fetch_s)
     ranks.workers[0] = worker
     ranks.published("base", 0, ["v0"])
-    await ranks.expand(0, (0,))  # idle: nothing queued
+    await ranks.expand(0, (0,))
     ranks.published("base", 1, ["v1"])
-    sync = asyncio.ensure_future(ranks.sync_idle())
-    await asyncio.sleep(shrink_after_s)
-    await asyncio.gather(sync, ranks.shrink(0))
-    return worker
+    return ranks, worker
 
 
 def test_a_shrink_during_a_sync_waits_for_it() -> None:
-    worker = asyncio.run(_sync_and_shrink(fetch_s=0.2, shrink_after_s=0.05))
+    async def run() -> SleepyWorker:
+        ranks, worker = await _idle_rank(fetch_s=0.2)
+        sync = asyncio.ensure_future(ranks.sync_idle())
+        await asyncio.sleep(0.05)  # the update is fetching its weights
+        await asyncio.gather(sync, ranks.shrink(0))
+        return worker
+
+    worker = asyncio.run(run())
     assert worker.updates == [1] and not worker.loaded
 
 
 def test_a_sync_after_the_shrink_began_leaves_the_sleeping_rank_alone() -> None:
     async def run() -> SleepyWorker:
-        loop = asyncio.get_running_loop()
-        ranks = Ranks(_pipeline(RolloutQueue(), loop))
-        worker = SleepyWorker(fetch_s=0.0)
-        ranks.workers[0] = worker
-        ranks.published("base", 0, ["v0"])
-        await ranks.expand(0, (0,))
+        ranks, worker = await _idle_rank(fetch_s=0.0)
         rank = ranks.active[0]
         shrink = asyncio.ensure_future(ranks.shrink(0))
         await asyncio.sleep(0)  # the shrink has taken the rank out of the active ones
-        ranks.published("base", 1, ["v1"])
         await asyncio.gather(shrink, ranks._sync_locked_rank(rank))
         return worker
 

@@ -5,7 +5,6 @@ staleness held, replay identical); bad input is one line and changes nothing."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -19,25 +18,20 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("transformers")
 
+from tests.executor.child_env import child_env  # noqa: E402
+
 RLIX_EXEC = [sys.executable, "-m", "rlix.executor.cli"]
 
 
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["HOME"] = str(home)
-    env.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))
-    return env
-
-
 def _resume(home: Path, run: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RLIX_EXEC, "resume", str(run), "--quiet"], env=_env(home), capture_output=True,
+    return subprocess.run([*RLIX_EXEC, "resume", str(run), "--quiet"], env=child_env(home), capture_output=True,
                           text=True, timeout=600)
 
 
 def _sigkilled_run(tmp_path: Path) -> tuple[Path, Path]:
     """cpu-demo (a checkpoint every 4 steps) with its driver SIGKILLed after ft's first one."""
     run, live = tmp_path / "run", tmp_path / ".run.live"
-    driver = subprocess.Popen([*RLIX_EXEC, "run", "cpu-demo", "--quiet", "--out", str(run)], env=_env(tmp_path),
+    driver = subprocess.Popen([*RLIX_EXEC, "run", "cpu-demo", "--quiet", "--out", str(run)], env=child_env(tmp_path),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not list((live / "checkpoints" / "ft").glob("ckpt-*")):

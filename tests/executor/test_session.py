@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 import ray
 
 from rlix.executor.session import LOOPBACK_ADDRESSES, listening_addresses, ray_process_ids
+from tests.executor.child_env import child_env
 
 
 @ray.remote(num_cpus=0)
@@ -42,14 +42,13 @@ def test_a_local_start_ignores_a_cluster_started_on_the_machine(tmp_path: Path) 
     cluster_utils = pytest.importorskip("ray.cluster_utils")
     cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env["HOME"] = str(tmp_path)
         code = ("import json, ray\n"
                 "from rlix.executor.session import start\n"
                 "s = start(num_gpus=2, num_cpus=1, record_address=False, quiet=True)\n"
                 "print(json.dumps([s.address, ray.cluster_resources().get('GPU')]))\n"
                 "ray.shutdown()\n")
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run([sys.executable, "-c", code], env=child_env(tmp_path), capture_output=True,
+                              text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         address, num_gpus = json.loads(done.stdout.strip().splitlines()[-1])
         assert address != cluster.address and num_gpus == 2
