@@ -71,7 +71,7 @@ class MlEngine:
             from rlix.executor.ml.rollout.hf import HfBackend
 
             self.backend = HfBackend(params["model_path"], device=_device(params),
-                                     chunk_tokens=int(params["chunk_tokens"]))
+                                     chunk_tokens=int(params["chunk_tokens"]), enable_lora=lora)
 
     def _install(self, state: Any) -> None:
         from rlix.executor.ml.rollout.base import AdapterWeights

@@ -204,16 +204,27 @@ def fit_worker_start(data: Sequence[RunData]) -> list[Fit]:
     """worker_start_s (w): a pipeline's init starts its K rollout ranks' workers after its
     trainer, one after another, each taking w (fixed, as the rest of start-up with one count
     of pipelines seen: `_per_pipeline`), so its init holding outlasts the trainer's busy span
-    by K * w. Least squares through the origin over the pipelines; 0 (no samples) for run
-    folders that started no workers in their init (made before the init waited for them)."""
+    by K * w. Least squares through the origin over the pipelines, per kind when both were
+    seen: a multi-LoRA pipeline's workers also load the adapter library
+    (worker_start_multi_lora_s), a full-finetune one's do not (worker_start_s); with one kind
+    seen, worker_start_s is its figure for every worker. 0 (no samples) for run folders that
+    started no workers in their init (made before the init waited for them)."""
     samples = pd.concat([startup_samples(d) for d in data], ignore_index=True)
     waited = samples[samples["hold_s"] > samples["init_s"] + WAIT_MARGIN_S]
     if waited.empty:
         return [Fit("worker_start_s", 0.0, 0.0, 0)]
+    lora = waited["multi_lora"].to_numpy(bool)
+    if lora.all() or not lora.any():
+        return [_through_origin("worker_start_s", waited)]
+    return [_through_origin("worker_start_s", waited[~lora]),
+            _through_origin("worker_start_multi_lora_s", waited[lora])]
+
+
+def _through_origin(name: str, waited: pd.DataFrame) -> Fit:
     turns = waited["ranks"].to_numpy(float)
     extra = (waited["hold_s"] - waited["init_s"]).to_numpy(float)
     w = max(0.0, float(turns @ extra / (turns @ turns)))
-    return [Fit("worker_start_s", w, float(np.sqrt(np.mean((extra - w * turns) ** 2))), len(extra))]
+    return Fit(name, w, float(np.sqrt(np.mean((extra - w * turns) ** 2))), len(extra))
 
 
 #: An init holding that outlasts its busy span by more than this waited for its workers (the
@@ -225,7 +236,7 @@ def startup_samples(d: RunData) -> pd.DataFrame:
     """Per pipeline of the run: pipelines started with it, its rollout ranks, launch_s (from its
     arrival to its init request), init_s (its trainer's init: the busy span of the weights
     cluster's init in `activity`), hold_s (that cluster's init holding in `allocations`, which
-    goes on until the rollout workers are up)."""
+    goes on until the rollout workers are up), multi_lora (its kind)."""
     from rlix.scenarios import parse_scenario
 
     scenario = parse_scenario(d.run.scenario)
@@ -246,9 +257,11 @@ def startup_samples(d: RunData) -> pd.DataFrame:
             hold_s = float(hold["t_end"] - hold["t_start"])
             rows.append({"pipeline_id": str(pid), "pipelines": startup_pipelines(pipelines, str(pid)),
                          "order": startup_order(pipelines, str(pid)), "ranks": specs[pid].rollout.num_ranks,
+                         "multi_lora": specs[pid].kind is PipelineKind.MULTI_LORA,
                          "launch_s": float(asked.get(pid, hold["t_start"])) - arrival,
                          "init_s": float(busy_s.get(pid, hold_s)), "hold_s": hold_s})
-    return pd.DataFrame(rows, columns=["pipeline_id", "pipelines", "order", "ranks", "launch_s", "init_s", "hold_s"])
+    return pd.DataFrame(rows, columns=["pipeline_id", "pipelines", "order", "ranks", "multi_lora", "launch_s", "init_s",
+                                       "hold_s"])
 
 
 def fit_init(data: Sequence[RunData]) -> list[Fit]:

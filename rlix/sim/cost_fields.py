@@ -15,6 +15,7 @@ CALIBRATED = (
     "decode_iteration_s", "decode_per_sequence_s", "prefill_per_token_s",
     "forward_fixed_s", "forward_per_token_s", "train_fixed_s", "train_per_token_s",
     "load_s", "offload_s", "expand_overhead_s", "shrink_overhead_s", "worker_start_s",
+    "worker_start_multi_lora_s",
     "publish_full_s", "publish_adapter_s", "checkpoint_full_s", "checkpoint_adapter_s",
     "init_s", "init_per_pipeline_s", "launch_s", "launch_per_pipeline_s", "launch_stagger_s",
 )

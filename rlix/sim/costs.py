@@ -153,11 +153,13 @@ class CostModel:
     train_fixed_s: float | None = None
     train_per_token_s: float | None = None
     # Weight moves of a rollout rank. A live pipeline's init starts its ranks' worker
-    # processes after its trainer, one after another, each taking worker_start_s; the init
-    # ends when all are up.
+    # processes after its trainer, one after another, each taking worker_start_s (a
+    # multi-LoRA pipeline's worker_start_multi_lora_s when measured: it loads the adapter
+    # library too); the init ends when all are up.
     # The driver's own calls between an Expand (Shrink) and the rank's load (offload), on top.
     load_s: float | None = None
     worker_start_s: float | None = None
+    worker_start_multi_lora_s: float | None = None
     offload_s: float | None = None
     expand_overhead_s: float | None = None
     shrink_overhead_s: float | None = None
@@ -339,6 +341,13 @@ class CostModel:
         if self.init_s is not None or self.init_per_pipeline_s is not None:
             return (self.init_s or 0.0) + (self.init_per_pipeline_s or 0.0) * self.startup_pipelines
         return self.init_fixed_s + self.model.weight_bytes / self.storage_bytes_per_s
+
+    def worker_start_seconds(self, multi_lora: bool) -> float:
+        """Starting one rollout rank's worker process (measured; 0 unmeasured: the init then
+        ends with the trainer's load, as the cost model has it for real clusters)."""
+        if multi_lora and self.worker_start_multi_lora_s is not None:
+            return self.worker_start_multi_lora_s
+        return self.worker_start_s or 0.0
 
     # -- weights on and off rollout ranks ----------------------------------------------------
 

@@ -7,7 +7,9 @@ work over the cores it gets. That work has four parts (docs/calibration.md):
 - per step trained (rollout, log-probs, training, the driver's bookkeeping): `cpu_per_step_s`,
   the same whatever the GPUs declared;
 - per rollout worker started (a process that imports torch and builds the model; the executor
-  starts one for every rank of a pipeline's rollout mapping): `cpu_per_worker_s`, ~4.5 CPU-s;
+  starts one for every rank of a pipeline's rollout mapping): `cpu_per_worker_s`, ~4.5 CPU-s,
+  and a multi-LoRA pipeline's (which loads the adapter library too) `cpu_per_worker_multi_lora_s`
+  when the runs started both kinds;
 - per weight load (a wake and its sleep): `cpu_per_load_s`;
 - per worker up, idle or not, per second: `idle_cores_per_worker` (Ray's threads, the event
   loop).
@@ -51,12 +53,29 @@ def workers_started(data: Mapping[str, Any]) -> int:
     """Rollout workers a live run of scenario `data` (plain data) starts: one per rollout rank
     of each pipeline as its policy maps it (the executor starts every rank's worker, asleep, up
     front; under `static` a pipeline's ranks are its home's bundles only)."""
+    return sum(workers_by_pipeline(data).values())
+
+
+def workers_by_pipeline(data: Mapping[str, Any]) -> dict[str, int]:
+    """`workers_started` per pipeline id."""
     import yaml
 
     from rlix.scenarios import parse_scenario
 
     scenario = parse_scenario(yaml.safe_dump(dict(data)))
-    return sum(spec.rollout.num_ranks for spec in scenario.pipeline_specs().values())
+    return {pid: spec.rollout.num_ranks for pid, spec in scenario.pipeline_specs().items()}
+
+
+def multi_lora_ids(data: Mapping[str, Any]) -> set[str]:
+    """The ids of the multi-LoRA pipelines of scenario `data` (plain data)."""
+    return {str(p["id"]) for p in data["pipelines"] if p.get("kind") == "multi_lora"}
+
+
+def multi_lora_workers(data: Mapping[str, Any]) -> int:
+    """The rollout workers of `data`'s multi-LoRA pipelines (theirs also load the adapter
+    library as they start)."""
+    lora = multi_lora_ids(data)
+    return sum(n for pid, n in workers_by_pipeline(data).items() if pid in lora)
 
 
 def steps_trained(data: Mapping[str, Any]) -> int:
@@ -89,6 +108,10 @@ def run_sample(run_dir: Path, data: Mapping[str, Any]) -> dict[str, float]:
               "workers": float(len(starts) if starts else workers_started(data))}
     if starts:
         sample["worker_start_cpu_s"] = float(sum(starts))
+        lora = _lora_starts(machine.get("worker_starts") or [], multi_lora_ids(data))
+        if lora is not None:
+            sample["workers_multi_lora"] = float(len(lora))
+            sample["worker_start_cpu_multi_lora_s"] = float(sum(lora))
     accounts = machine.get("worker_cpu")
     if starts and accounts:  # and where the rest of their CPU went, by the end
         sample["moves_cpu_s"] = float(sum(a["moves_s"] for a in accounts))
@@ -97,6 +120,14 @@ def run_sample(run_dir: Path, data: Mapping[str, Any]) -> dict[str, float]:
                                          for a in accounts))
         sample["alive_s"] = float(sum(a["alive_s"] for a in accounts))
     return sample
+
+
+def _lora_starts(starts: Sequence[Mapping[str, Any]], lora_ids: set[str]) -> list[float] | None:
+    """The CPU seconds of the starts of multi-LoRA pipelines' workers, from the workers' own
+    readings (None when a reading does not say whose it is)."""
+    if not starts or any("pipeline_id" not in start for start in starts):
+        return None
+    return [float(start["cpu_s"]) for start in starts if str(start["pipeline_id"]) in lora_ids]
 
 
 def fit_cpu_work(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
@@ -131,7 +162,7 @@ def _measured(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
     """The fit from the workers' own readings: their starts give the per-worker CPU; with their
     accounts, their weight moves the per-load CPU and their idle CPU over the time they were up
     the cores an idle worker takes; the per-step CPU is what is left. One run is enough."""
-    per_worker = sum(s["worker_start_cpu_s"] for s in samples) / sum(s["workers"] for s in samples)
+    per_worker, per_lora_worker = _per_worker(samples)
     accounted = all("idle_cpu_s" in s for s in samples)
     loads = sum(s["loads"] for s in samples) if accounted else 0.0
     per_load = sum(s["moves_cpu_s"] for s in samples) / loads if accounted and loads else 0.0
@@ -147,8 +178,23 @@ def _measured(samples: Sequence[Mapping[str, float]]) -> dict[str, Any]:
     per_step = max(0.0, sum(rest(s) for s in samples) / sum(s["steps"] for s in samples))
     residual = np.array([rest(s) - per_step * s["steps"] for s in samples])
     return {"fitted": True, "source": "measured" if accounted else "measured starts", "cpu_per_step_s": per_step,
-            "cpu_per_worker_s": per_worker, "cpu_per_load_s": per_load, "idle_cores_per_worker": idle_cores,
+            "cpu_per_worker_s": per_worker, **per_lora_worker, "cpu_per_load_s": per_load, "idle_cores_per_worker": idle_cores,
             **_machine(samples), "rms_cpu_s": float(np.sqrt(np.mean(residual**2)))}
+
+
+def _per_worker(samples: Sequence[Mapping[str, float]]) -> tuple[float, dict[str, float]]:
+    """The CPU a worker's start takes: a full-finetune pipeline's worker (every worker's, when
+    the runs did not start both kinds) and, when they did, a multi-LoRA one's
+    (`cpu_per_worker_multi_lora_s`: it loads the adapter library too)."""
+    workers = sum(s["workers"] for s in samples)
+    start_s = sum(s["worker_start_cpu_s"] for s in samples)
+    if not all("workers_multi_lora" in s for s in samples):
+        return start_s / workers, {}
+    lora = sum(s["workers_multi_lora"] for s in samples)
+    if lora == 0 or lora == workers:
+        return start_s / workers, {}
+    lora_s = sum(s["worker_start_cpu_multi_lora_s"] for s in samples)
+    return (start_s - lora_s) / (workers - lora), {"cpu_per_worker_multi_lora_s": lora_s / lora}
 
 
 def _machine(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -175,8 +221,9 @@ def cpu_bound_makespan_s(fit: Mapping[str, Any], data: Mapping[str, Any], loads:
     driver's lead before the first arrival. The workers' idle CPU grows with the run itself, so
     it comes off the cores: wall = work / (cores - idle cores per worker * workers)."""
     workers = workers_started(data)
-    work = (fit["cpu_per_step_s"] * steps_trained(data) + fit["cpu_per_worker_s"] * workers
-            + fit.get("cpu_per_load_s", 0.0) * loads)
+    lora = multi_lora_workers(data) if "cpu_per_worker_multi_lora_s" in fit else 0
+    work = (fit["cpu_per_step_s"] * steps_trained(data) + fit["cpu_per_worker_s"] * (workers - lora)
+            + fit.get("cpu_per_worker_multi_lora_s", 0.0) * lora + fit.get("cpu_per_load_s", 0.0) * loads)
     # Never below a tenth of the cores: a fit from a run with few workers read far beyond it.
     cores = max(fit["cores"] - fit.get("idle_cores_per_worker", 0.0) * workers, 0.1 * fit["cores"])
     return float(max(0.0, work / cores - fit["lead_s"]))

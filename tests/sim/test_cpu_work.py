@@ -68,6 +68,23 @@ def test_the_workers_own_readings_make_one_run_enough() -> None:
     assert not fit_cpu_work([run, _sample(72, 16)])["fitted"]
 
 
+def test_multi_lora_workers_get_their_own_start_cost() -> None:
+    """A multi-LoRA pipeline's workers also import the adapter library: with both kinds started
+    and each reading saying whose it is, each kind's mean; with one kind, one figure."""
+    run = {**_sample(36, 8, per_worker=0.0), "worker_start_cpu_s": 4 * 3.0 + 4 * 5.5,
+           "workers_multi_lora": 4.0, "worker_start_cpu_multi_lora_s": 4 * 5.5}
+    run["own_cpu_s"] += run["worker_start_cpu_s"]
+    fit = fit_cpu_work([run])
+    assert fit["cpu_per_worker_s"] == pytest.approx(3.0) and fit["cpu_per_worker_multi_lora_s"] == pytest.approx(5.5)
+    assert fit["cpu_per_step_s"] == pytest.approx(1.2)
+    pooled = fit_cpu_work([{**run, "workers_multi_lora": 0.0, "worker_start_cpu_multi_lora_s": 0.0}])
+    assert pooled["cpu_per_worker_s"] == pytest.approx(4.25) and "cpu_per_worker_multi_lora_s" not in pooled
+    # two-gpus starts 2 workers of each kind: (43.2 + 2 * 3.0 + 2 * 5.5) / 2 - 1.5 = 28.6 s.
+    by_kind = {"cpu_per_step_s": 1.2, "cpu_per_worker_s": 3.0, "cpu_per_worker_multi_lora_s": 5.5,
+               "cores": 2.0, "lead_s": 1.5}
+    assert cpu_bound_makespan_s(by_kind, scenario_data(VARIANTS["two-gpus"])) == pytest.approx(28.6)
+
+
 def test_the_workers_accounts_split_the_rest() -> None:
     """With the workers' accounts, their weight moves give the per-load CPU, their idle CPU over
     the time they were up the idle cores per worker, and the per-step CPU is what is left:
@@ -121,6 +138,13 @@ def test_a_run_folder_without_cpu_work_is_refused(tmp_path: Path) -> None:
     sample = run_sample(tmp_path, scenario_data(None))
     assert sample["workers"] == 3.0 and sample["worker_start_cpu_s"] == pytest.approx(7.5)
     assert "idle_cpu_s" not in sample
+    # Readings that say whose they are: the multi-LoRA pipeline's apart.
+    starts = [{"pipeline_id": pid, "dp_rank": 0, "cpu_s": cpu_s} for pid, cpu_s in (("ft", 2.0), ("lora", 5.0))]
+    (tmp_path / "summary.json").write_text(json.dumps({"makespan_s": 10.0, "machine": {
+        "own_cpu_s": 30.0, "own_cores": 1.5, "machine_busy_share": 0.95, "wall_s": 12.0,
+        "worker_start_cpu_s": [2.0, 5.0], "worker_starts": starts}}))
+    sample = run_sample(tmp_path, scenario_data(None))
+    assert sample["workers_multi_lora"] == 1.0 and sample["worker_start_cpu_multi_lora_s"] == 5.0
     # And their accounts at the end: idle is what the start, moves and generation leave.
     account = {"start_s": 2.0, "moves_s": 1.0, "wakes": 4.0, "generate_s": 3.0, "total_s": 7.0, "alive_s": 20.0}
     (tmp_path / "summary.json").write_text(json.dumps({"makespan_s": 10.0, "machine": {

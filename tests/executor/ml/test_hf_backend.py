@@ -181,3 +181,33 @@ def test_bad_requests_are_refused(tiny_model_path: Path) -> None:
     backend.load()
     with pytest.raises(ValueError, match="unknown adapter 'nope'; loaded adapters: none"):
         backend.generate([GenerationRequest("r", (1,), 2, adapter="nope")])
+
+
+def test_adapters_need_enable_lora(tiny_model_path: Path) -> None:
+    from rlix.executor.ml.lora import MultiLoraTrainer
+
+    trainer = MultiLoraTrainer(tiny_model_path, ["alpha"], lr=1e-2)
+    with pytest.raises(RuntimeError, match="without enable_lora=True"):
+        HfBackend(tiny_model_path).update_adapter(trainer.adapter_state("alpha"))
+
+
+def test_a_full_finetune_engine_never_imports_peft(tiny_model_path: Path) -> None:
+    """A full-finetune pipeline's rollout worker starts without peft (seconds of its start on a
+    CPU machine); a multi-LoRA one imports it as it starts. Fresh interpreters, so nothing the
+    test session imported counts."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from rlix.executor.ml_workload import MlEngine, DEFAULTS\n"
+        f"engine = MlEngine({{**DEFAULTS, 'model_path': {str(tiny_model_path)!r}, 'device': 'cpu'}}, lora=LORA)\n"
+        "engine.backend.load()\n"
+        "print('peft' in sys.modules)\n"
+    )
+    seen = {}
+    for lora in (False, True):
+        out = subprocess.run([sys.executable, "-c", script.replace("LORA", str(lora))],
+                             capture_output=True, text=True, timeout=300, check=True)
+        seen[lora] = out.stdout.strip().splitlines()[-1]
+    assert seen == {False: "False", True: "True"}

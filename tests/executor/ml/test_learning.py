@@ -43,7 +43,7 @@ def test_grpo_raises_the_reward(tiny_model_path: Path) -> None:
     reward = get_reward(task.default_reward)
     tokenizer = load_tokenizer(tiny_model_path)
     actor = ActorTrainer(tiny_model_path, lr=1e-2)
-    backend = make_backend("hf", str(tiny_model_path), chunk_tokens=16)
+    backend = make_backend("hf", str(tiny_model_path), chunk_tokens=16, enable_lora=True)
     backend.load(actor.state_dict_for_inference())
     history = [
         grpo_step(actor, backend, tokenizer, task, reward, SETTINGS, rng) for _ in range(NUM_STEPS)
@@ -63,7 +63,7 @@ def test_ppo_with_critic_and_kl_raises_the_reward(tiny_model_path: Path) -> None
     actor = ActorTrainer(tiny_model_path, lr=1e-2)
     critic = CriticTrainer(tiny_model_path, lr=3e-3)
     reference = ReferenceModel(tiny_model_path)
-    backend = make_backend("hf", str(tiny_model_path), chunk_tokens=16)
+    backend = make_backend("hf", str(tiny_model_path), chunk_tokens=16, enable_lora=True)
     backend.load()
     history = [
         # lam = 1: Monte-Carlo advantages, so the freshly initialised critic is a baseline
@@ -97,7 +97,7 @@ def test_multi_lora_grpo_raises_each_adapters_reward(tiny_model_path: Path) -> N
     reward = get_reward(task.default_reward)
     tokenizer = load_tokenizer(tiny_model_path)
     trainer = MultiLoraTrainer(tiny_model_path, ["alpha", "beta"], lr=LORA_LR, lora=LORA)
-    backend = make_backend("hf", str(tiny_model_path), chunk_tokens=16)
+    backend = make_backend("hf", str(tiny_model_path), chunk_tokens=16, enable_lora=True)
     backend.load()
     for adapter in trainer.adapters:
         backend.update_adapter(trainer.adapter_state(adapter))

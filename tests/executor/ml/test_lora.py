@@ -57,7 +57,7 @@ def test_adapter_state_drives_the_rollout_copy(tiny_model_path: Path) -> None:
     # LoRA tensors only, the head's too; never a copy of the frozen (tied) head itself.
     assert all(".lora_" in name for name in state.state_dict)
     assert any("lm_head.lora_B" in name for name in state.state_dict)
-    backend = HfBackend(tiny_model_path, chunk_tokens=4)
+    backend = HfBackend(tiny_model_path, chunk_tokens=4, enable_lora=True)
     backend.update_adapter(state)  # while asleep: applied on load
     backend.update_adapter(trainer.adapter_state("alpha"))
     backend.load()

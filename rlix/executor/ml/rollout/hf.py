@@ -6,6 +6,10 @@ a caller's `should_stop`, so a preempted batch returns its partial prefixes with
 Each chunk re-prefills prompt + tokens so far (no KV cache kept across chunks): simple, and
 cheap for the small CPU models this backend is for; vLLM is the fast path on GPUs.
 
+Adapters need `enable_lora=True`, as with vLLM; only then is peft imported, at construction. A
+full-finetune pipeline's rollout worker never imports it (seconds of every worker's start on
+a CPU machine), and a multi-LoRA worker pays for it when it starts, not in its first load.
+
 Requests are grouped per chunk by (adapter, sampling params), since one `generate` call has one
 active adapter and one set of sampling params. Weight updates take the same lock as a chunk, so
 they land between chunks and a completion's `weight_version` is the oldest that produced it.
@@ -14,6 +18,7 @@ they land between chunks and a completion's `weight_version` is the oldest that 
 from __future__ import annotations
 
 import gc
+import importlib
 import math
 import threading
 import warnings
@@ -21,10 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
 from rlix.executor.ml.rollout.base import (
@@ -37,6 +41,9 @@ from rlix.executor.ml.rollout.base import (
     SamplingParams,
     StopCheck,
 )
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 
 @dataclass
@@ -62,10 +69,13 @@ class HfBackend(RolloutBackend):
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
         chunk_tokens: int = 8,
+        enable_lora: bool = False,
     ) -> None:
         super().__init__()
         if chunk_tokens < 1:
             raise ValueError(f"hf backend: chunk_tokens must be >= 1, got {chunk_tokens}")
+        # peft, when adapters are served: imported here so a worker's start includes it.
+        self._peft: Any = importlib.import_module("peft") if enable_lora else None
         self._path = str(model_path)
         self._device = device
         self._dtype = dtype
@@ -130,6 +140,8 @@ class HfBackend(RolloutBackend):
             self._load_full_locked(weights)
 
     def update_adapter(self, adapter: AdapterWeights) -> None:
+        if self._peft is None:
+            raise RuntimeError("hf backend: built without enable_lora=True")
         with self._lock:
             self._adapters[adapter.name] = adapter
             if self._model is not None:
@@ -143,7 +155,7 @@ class HfBackend(RolloutBackend):
         return self._adapters[adapter].version
 
     def _load_full_locked(self, weights: FullWeights) -> None:
-        if isinstance(self._model, PeftModel):
+        if self._has_adapters():
             raise RuntimeError("hf backend: full weight updates with LoRA adapters loaded")
         assert self._model is not None
         self._model.load_state_dict(dict(weights.state_dict), strict=True)
@@ -151,15 +163,16 @@ class HfBackend(RolloutBackend):
 
     def _install_adapter_locked(self, adapter: AdapterWeights) -> None:
         assert self._model is not None
-        config = LoraConfig(**_lora_kwargs(adapter.config))
+        peft = self._peft
+        config = peft.LoraConfig(**_lora_kwargs(adapter.config, peft.LoraConfig))
         with warnings.catch_warnings():
             # A LoRA on a head tied to the embeddings: peft warns for merging, never done here.
             warnings.filterwarnings("ignore", message=".*tie_word_embeddings=True.*")
-            if not isinstance(self._model, PeftModel):
-                self._model = get_peft_model(self._model, config, adapter_name=adapter.name)
+            if not self._has_adapters():
+                self._model = peft.get_peft_model(self._model, config, adapter_name=adapter.name)
             elif adapter.name not in self._model.peft_config:
                 self._model.add_adapter(adapter.name, config)
-        result = set_peft_model_state_dict(
+        result = peft.set_peft_model_state_dict(
             self._model, dict(adapter.state_dict), adapter_name=adapter.name
         )
         unexpected = [key for key in result.unexpected_keys if "lora_" in key]
@@ -169,6 +182,9 @@ class HfBackend(RolloutBackend):
             )
         self._model.eval()
         self._installed_adapter_versions[adapter.name] = adapter.version
+
+    def _has_adapters(self) -> bool:
+        return self._peft is not None and isinstance(self._model, self._peft.PeftModel)
 
     # ---- generation ----------------------------------------------------------------------
 
@@ -215,7 +231,7 @@ class HfBackend(RolloutBackend):
         input_ids, attention_mask = _left_pad(rows, self._pad_id, self._device)
         num_new = min(self._chunk_tokens, max(t.remaining for t in group))
         kwargs = _sampling_kwargs(first.sampling)
-        with torch.no_grad(), _adapter_context(model, first.adapter):
+        with torch.no_grad(), _adapter_context(model, first.adapter, self._has_adapters()):
             output = model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -302,13 +318,14 @@ def _sampling_kwargs(sampling: SamplingParams) -> dict[str, Any]:
 class _adapter_context:
     """Activate one adapter for a chunk, or disable all adapters for base-model requests."""
 
-    def __init__(self, model: PreTrainedModel | PeftModel, adapter: str | None) -> None:
+    def __init__(self, model: Any, adapter: str | None, has_adapters: bool) -> None:
         self._model = model
         self._adapter = adapter
+        self._has_adapters = has_adapters
         self._disabled: Any = None
 
     def __enter__(self) -> None:
-        if not isinstance(self._model, PeftModel):
+        if not self._has_adapters:
             return
         if self._adapter is None:
             self._disabled = self._model.disable_adapter()
@@ -321,9 +338,10 @@ class _adapter_context:
             self._disabled.__exit__(*exc)
 
 
-def _lora_kwargs(config: Any) -> dict[str, Any]:
-    """LoraConfig keyword arguments from a config dict (as saved in adapter_config.json)."""
-    allowed = set(LoraConfig.__dataclass_fields__)
+def _lora_kwargs(config: Any, lora_config: Any) -> dict[str, Any]:
+    """`lora_config` (peft's LoraConfig) keyword arguments from a config dict (as saved in
+    adapter_config.json)."""
+    allowed = set(lora_config.__dataclass_fields__)
     kwargs = {key: value for key, value in dict(config).items() if key in allowed}
     if isinstance(kwargs.get("target_modules"), list | tuple):
         kwargs["target_modules"] = list(kwargs["target_modules"])
