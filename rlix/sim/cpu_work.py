@@ -53,29 +53,25 @@ def workers_started(data: Mapping[str, Any]) -> int:
     """Rollout workers a live run of scenario `data` (plain data) starts: one per rollout rank
     of each pipeline as its policy maps it (the executor starts every rank's worker, asleep, up
     front; under `static` a pipeline's ranks are its home's bundles only)."""
-    return sum(workers_by_pipeline(data).values())
+    return workers_by_kind(data)[0]
 
 
-def workers_by_pipeline(data: Mapping[str, Any]) -> dict[str, int]:
-    """`workers_started` per pipeline id."""
+def workers_by_kind(data: Mapping[str, Any]) -> tuple[int, int]:
+    """`workers_started`, and how many of them are multi-LoRA pipelines' (theirs also load the
+    adapter library as they start)."""
     import yaml
 
+    from rlix.policy.specs import PipelineKind
     from rlix.scenarios import parse_scenario
 
-    scenario = parse_scenario(yaml.safe_dump(dict(data)))
-    return {pid: spec.rollout.num_ranks for pid, spec in scenario.pipeline_specs().items()}
+    specs = parse_scenario(yaml.safe_dump(dict(data))).pipeline_specs().values()
+    return (sum(spec.rollout.num_ranks for spec in specs),
+            sum(spec.rollout.num_ranks for spec in specs if spec.kind is PipelineKind.MULTI_LORA))
 
 
 def multi_lora_ids(data: Mapping[str, Any]) -> set[str]:
     """The ids of the multi-LoRA pipelines of scenario `data` (plain data)."""
     return {str(p["id"]) for p in data["pipelines"] if p.get("kind") == "multi_lora"}
-
-
-def multi_lora_workers(data: Mapping[str, Any]) -> int:
-    """The rollout workers of `data`'s multi-LoRA pipelines (theirs also load the adapter
-    library as they start)."""
-    lora = multi_lora_ids(data)
-    return sum(n for pid, n in workers_by_pipeline(data).items() if pid in lora)
 
 
 def steps_trained(data: Mapping[str, Any]) -> int:
@@ -220,8 +216,9 @@ def cpu_bound_makespan_s(fit: Mapping[str, Any], data: Mapping[str, Any], loads:
     count) is predicted to take: its CPU work over the cores the calibration runs got, less the
     driver's lead before the first arrival. The workers' idle CPU grows with the run itself, so
     it comes off the cores: wall = work / (cores - idle cores per worker * workers)."""
-    workers = workers_started(data)
-    lora = multi_lora_workers(data) if "cpu_per_worker_multi_lora_s" in fit else 0
+    workers, lora = workers_by_kind(data)
+    if "cpu_per_worker_multi_lora_s" not in fit:
+        lora = 0
     work = (fit["cpu_per_step_s"] * steps_trained(data) + fit["cpu_per_worker_s"] * (workers - lora)
             + fit.get("cpu_per_worker_multi_lora_s", 0.0) * lora + fit.get("cpu_per_load_s", 0.0) * loads)
     # Never below a tenth of the cores: a fit from a run with few workers read far beyond it.

@@ -262,11 +262,12 @@ class Simulation:
         try:
             yield self.env.timeout(duration)
             t_busy_end = float(self.env.now)
-            worker_start_s = costs.worker_start_seconds(host.spec.kind is PipelineKind.MULTI_LORA)
-            if op.stage == "init" and op.cluster == WEIGHTS_CLUSTER and worker_start_s:
+            if op.stage == "init" and op.cluster == WEIGHTS_CLUSTER:
                 # As a live pipeline does: its init ends once every rollout rank's worker has
                 # started (after the trainer, one at a time), the GPUs held meanwhile.
-                yield self.env.timeout(worker_start_s * host.spec.rollout.num_ranks)
+                worker_start_s = costs.worker_start_seconds(host.spec.kind is PipelineKind.MULTI_LORA)
+                if worker_start_s:
+                    yield self.env.timeout(worker_start_s * host.spec.rollout.num_ranks)
         except simpy.Interrupt as interrupt:
             if interrupt.cause != "revoke":
                 raise
