@@ -61,6 +61,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from rlix.policy.due_bits import DueBits
 from rlix.policy.state import RANK_ACTIVE, PipelineState, Rank
 
 if TYPE_CHECKING:
@@ -227,6 +228,7 @@ class Loans:
         #: (expected start of its training, slot bits of its own home, owner) of each rolling
         #: pipeline with a home of its own and a measured training period (rule 4).
         self.trainers: list[tuple[float, int, PipelineState]] = []
+        self._due: tuple[DueBits, DueBits] | None = None
         if not sched.config.look_ahead:
             return
         self._find_trainers(rollers)
@@ -256,14 +258,14 @@ class Loans:
         """Slots `borrower` may not be lent this round: on homes whose owners are back, or
         begin training, before a loan would pay (rules 1 and 4)."""
         horizon = self.sched.now + (1.0 + self.payback) * (move_s(borrower.load_s) + move_s(borrower.offload_s))
-        bits = 0
-        for back, home, _gpus, owner in self.owners:
-            if back <= horizon and owner is not borrower:
-                bits |= home
-        for due, home, owner in self.trainers:
-            if due < horizon and owner is not borrower:
-                bits |= home
-        return bits
+        if self._due is None:  # asked for every roller of the round: sorted once (rlix.policy.due_bits)
+            self._due = (
+                DueBits([(back, home, owner.pipeline_id) for back, home, _gpus, owner in self.owners], inclusive=True),
+                DueBits([(due, home, owner.pipeline_id) for due, home, owner in self.trainers], inclusive=False),
+            )
+        back_by, training_by = self._due
+        pid = borrower.pipeline_id
+        return back_by.upto(horizon, pid) | training_by.upto(horizon, pid)
 
     def reclaim(self) -> float:
         """Shrink loans due back (rule 2); returns when the next one falls due (inf: none)."""

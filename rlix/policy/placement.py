@@ -337,13 +337,18 @@ def _idle_first(donor: PipelineState) -> Iterable[Rank]:
     only the idle ones come, in their order; otherwise the busy ones follow, fewest first (the
     stable sort by count, without sorting the idle ones: donor_fit runs once per rank moved).
     Only with a report (`in_flight`), which `busy` then matches."""
+    cached = donor.donor_order_cache
+    if cached is not None:
+        return cached
     in_flight = donor.in_flight or {}
     busy = donor.busy
     idle = [rank for n, rank in donor.active.items() if n not in busy]
     if donor.in_tail or not busy:
+        donor.donor_order_cache = idle
         return idle
     running = [rank for n, rank in donor.active.items() if n in busy]
-    return idle + sorted(running, key=lambda rank: in_flight[rank.dp_rank])
+    ordered = donor.donor_order_cache = idle + sorted(running, key=lambda rank: in_flight[rank.dp_rank])
+    return ordered
 
 
 def _kept(rank: Rank, sched: Scheduler) -> bool:

@@ -84,7 +84,9 @@ def _rollout_union(sched: Scheduler, rollers: list[PipelineState]) -> frozenset[
     cached = sched.cluster.union_cache
     if cached is not None and cached[0] == key:
         return cached[1]
-    union = frozenset(g for pipeline in rollers for g in pipeline.spec.rollout.mapping)
+    # Mappings alike (often the whole pool) are united once: at 1,024 GPUs a union GPU by GPU
+    # over ~250 rollers cost more than the rest of the split.
+    union = frozenset().union(*{pipeline.spec.rollout.mapping for pipeline in rollers})
     sched.cluster.union_cache = (key, union)
     return union
 
@@ -140,8 +142,9 @@ def _tail_targets(
         first_bundle = pipeline.tp if demand > 0 else 0
         if pipeline.in_tail:
             if reserved:
-                busy = sum(len(r.gpus) for n, r in pipeline.active.items()
-                           if n in pipeline.busy and reserved.keys().isdisjoint(r.gpus))
+                active = pipeline.active
+                busy = sum(len(active[n].gpus) for n in active.keys() & pipeline.busy
+                           if reserved.keys().isdisjoint(active[n].gpus))
             else:
                 busy = pipeline.busy_gpus()
             if not (spread_batch and spreads(sched, pipeline, spread_batch)):
@@ -262,6 +265,14 @@ class _Donors:
         self.sched = sched
         self.rollers = rollers
         self.donors: list[PipelineState] | None = None
+        self._by_work: list[PipelineState] | None = None
+
+    def by_work(self) -> list[PipelineState]:
+        """The rollers, most work left first: no move changes a demand, so one sort serves
+        the whole pass, and a filter of it is in donor order (the key is unique)."""
+        if self._by_work is None:
+            self._by_work = sorted(self.rollers, key=_most_work_first)
+        return self._by_work
 
     def move_one_to(self, pipeline: PipelineState, planner: RoundPlanner) -> bool:
         """Shrink ranks of donors (or, for a first bundle, relocate ranks of others) to expand
@@ -269,8 +280,7 @@ class _Donors:
         within the interval takes none from donors (`may_receive`), only its own home back."""
         sched = self.sched
         if self.donors is None:
-            self.donors = [d for d in self.rollers if is_donor(sched, d)]
-            self.donors.sort(key=_most_work_first)
+            self.donors = [d for d in self.by_work() if is_donor(sched, d)]
         if pipeline.num_active_gpus:  # the hot path of a rebalance: one call per rank moved
             found = planner.donor_fit(pipeline, self.donors) if may_receive(sched, pipeline) else None
             if found is None and sched.config.look_ahead:
@@ -281,8 +291,7 @@ class _Donors:
             return True
         planner.any_donor = True
         try:
-            above = [d for d in self.rollers if is_donor(sched, d, any_donor=True)]
-            above.sort(key=_most_work_first)
+            above = [d for d in self.by_work() if is_donor(sched, d, any_donor=True)]
             found = planner.donor_fit(pipeline, above)
             move = None if found is not None else planner.relocation_fit(pipeline, {p.pipeline_id for p in self.rollers})
         finally:
@@ -311,12 +320,11 @@ class _Donors:
             return None
         targets = self.sched.targets
         above = [
-            d for d in self.rollers
+            d for d in self.by_work()
             if d is not pipeline and d.num_active_gpus > targets.get(d.pipeline_id, 0)
         ]
         if not above:
             return None
-        above.sort(key=_most_work_first)
         planner.any_donor = True
         try:
             return planner.donor_fit(pipeline, above, only, own_home(self.sched, pipeline)[1])

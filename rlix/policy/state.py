@@ -129,6 +129,10 @@ class PipelineState:
     num_active_gpus: int = 0  # GPUs of EXPANDING or ACTIVE ranks
     #: EXPANDING or ACTIVE ranks by dp_rank; changed through activate/deactivate only.
     active: dict[int, Rank] = field(default_factory=dict)
+    #: Its active ranks as a donor gives them, idle first (rlix.policy.placement._idle_first):
+    #: cached, since a round asks for it once per donor per rank moved; None when `active`,
+    #: `busy`, `in_flight` or `in_tail` changed (every place that changes them clears it).
+    donor_order_cache: list[Rank] | None = None
     versions: dict[str, int] = field(default_factory=dict)
     allowed_step: dict[str, int] = field(default_factory=dict)
     #: GPUs of its rollout ranks that lie inside its home (the most the home floor gives).
@@ -190,6 +194,7 @@ class PipelineState:
 
     def start_rollout(self, estimate: float) -> None:
         self.rolling = True
+        self.donor_order_cache = None
         self.rollout_request_pending = True
         self.estimate = estimate
         self.remaining = {}
@@ -203,6 +208,7 @@ class PipelineState:
 
     def end_rollout(self) -> None:
         self.rolling = False
+        self.donor_order_cache = None
         self.rollout_request_pending = False
         self.estimate = 0.0
         self.remaining = {}
@@ -219,6 +225,7 @@ class PipelineState:
         pipeline taken for in its tail there would be given no rank to finish it."""
         self.in_flight = in_flight
         self.queued = queued
+        self.donor_order_cache = None
         self.busy = frozenset(rank for rank, count in in_flight.items() if count)
         self.num_busy_active = len(self.active.keys() & self.busy)
         self.in_tail = self.rolling and queued == 0 and self.num_busy_active > 0
@@ -226,6 +233,7 @@ class PipelineState:
     def activate(self, rank: Rank) -> None:
         """`rank` (EXPANDING or ACTIVE now) joins `active`."""
         self.active[rank.dp_rank] = rank
+        self.donor_order_cache = None
         if rank.dp_rank in self.busy:
             self.num_busy_active += 1
 
@@ -233,6 +241,7 @@ class PipelineState:
         """The rank leaves `active`: what it ran, by the last report, is queued again (until the
         next report says where it went), so the pipeline is out of its tail if it had any."""
         del self.active[dp_rank]
+        self.donor_order_cache = None
         if dp_rank in self.busy:
             self.num_busy_active -= 1
         if self.in_flight:

@@ -388,6 +388,20 @@ class SchedulerMachine(RuleBasedStateMachine):
         # Every handle() ran the invariant checker; here only that time never went backwards.
         assert self.sched.now <= self.now or not hasattr(self, "sched")
 
+    @invariant()
+    def donor_orders_current(self) -> None:
+        """A donor order the core keeps between rounds (PipelineState.donor_order_cache) is
+        the one its pipeline's ranks give now: idle ranks in the order they joined, then, outside its
+        tail, busy ones by fewest trajectories in flight."""
+        for p in getattr(self, "sched", None) and self.sched.pipelines.values() or ():
+            if p.donor_order_cache is None:
+                continue
+            counts = p.in_flight or {}
+            idle = [r for n, r in p.active.items() if not counts.get(n)]
+            busy = [r for n, r in p.active.items() if counts.get(n)]
+            expected = idle if p.in_tail or not busy else idle + sorted(busy, key=lambda r: counts[r.dp_rank])
+            assert [r.dp_rank for r in p.donor_order_cache] == [r.dp_rank for r in expected]
+
 
 def _spec(pid: str, rollout: ClusterSpec) -> PipelineSpec:
     return PipelineSpec(pid, PipelineKind.FULL_FINETUNE, {"actor_infer": rollout})
