@@ -16,8 +16,8 @@ from rlix.policy import POLICIES, ROLLOUT_CLUSTER
 from rlix.scenarios import Scenario, bundled_scenarios, load_scenario, parse_scenario
 from rlix.traces import bundled_names
 
-NAMES = ["agentic-4x32", "blog-4on12", "cluster-1024", "cpu-demo", "cpu-queue", "lab-day", "math-rlvr", "mixed-lora",
-         "tiny"]
+NAMES = ["agentic-4x32", "blog-4on12", "cluster-1024", "cpu-demo", "cpu-queue", "lab-day", "lab-day-1024", "math-rlvr",
+         "mixed-lora", "tiny"]
 #: The scenarios of dedicated partitions: every pipeline's home is its own.
 DEDICATED = ["agentic-4x32", "cluster-1024", "cpu-demo", "math-rlvr", "mixed-lora", "tiny"]
 
@@ -170,6 +170,22 @@ def test_lab_day_shape() -> None:
     assert all(0 <= p.arrival_s < 8 * 3600 for p in s.pipelines)
     assert {p.home for p in s.pipelines} == {8, 16}
     assert 200 <= len(s.pipelines) <= 340  # 33 per hour over 8 hours: 264 expected
+
+
+def test_lab_day_1024_is_lab_day_at_16x() -> None:
+    """The same templates and settings on 16x the GPUs, every rate 16x, for 2 hours: read from
+    the two files, not from the loader's output."""
+    day, scaled = _raw("lab-day"), _raw("lab-day-1024")
+    assert scaled["templates"] == day["templates"] and scaled["policy"] == day["policy"]
+    assert scaled["trace"] == day["trace"] and scaled["seed"] == day["seed"]
+    assert scaled["topology"] == {**day["topology"], "num_nodes": 16 * day["topology"]["num_nodes"]}
+    assert [(a["template"], a["per_hour"]) for a in scaled["stream"]["arrivals"]] == [
+        (a["template"], 16 * a["per_hour"]) for a in day["stream"]["arrivals"]]
+    assert scaled["stream"]["duration_s"] == 2 * 3600
+    s = load_scenario("lab-day-1024")
+    assert s.num_gpus == 1024
+    assert all(0 <= p.arrival_s < 2 * 3600 for p in s.pipelines)
+    assert 900 <= len(s.pipelines) <= 1200  # 528 per hour over 2 hours: 1,056 expected
 
 
 def _rollout_beyond_home(scenario: Scenario) -> bool:
