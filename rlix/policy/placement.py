@@ -342,13 +342,12 @@ def _idle_first(donor: PipelineState) -> Iterable[Rank]:
         return cached
     in_flight = donor.in_flight or {}
     busy = donor.busy
-    idle = [rank for n, rank in donor.active.items() if n not in busy]
-    if donor.in_tail or not busy:
-        donor.donor_order_cache = idle
-        return idle
-    running = [rank for n, rank in donor.active.items() if n in busy]
-    ordered = donor.donor_order_cache = idle + sorted(running, key=lambda rank: in_flight[rank.dp_rank])
-    return ordered
+    order = [rank for n, rank in donor.active.items() if n not in busy]
+    if busy and not donor.in_tail:
+        running = [rank for n, rank in donor.active.items() if n in busy]
+        order += sorted(running, key=lambda rank: in_flight[rank.dp_rank])
+    donor.donor_order_cache = order
+    return order
 
 
 def _kept(rank: Rank, sched: Scheduler) -> bool:

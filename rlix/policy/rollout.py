@@ -143,8 +143,8 @@ def _tail_targets(
         if pipeline.in_tail:
             if reserved:
                 active = pipeline.active
-                busy = sum(len(active[n].gpus) for n in active.keys() & pipeline.busy
-                           if reserved.keys().isdisjoint(active[n].gpus))
+                busy = sum(len(r.gpus) for r in map(active.__getitem__, active.keys() & pipeline.busy)
+                           if reserved.keys().isdisjoint(r.gpus))
             else:
                 busy = pipeline.busy_gpus()
             if not (spread_batch and spreads(sched, pipeline, spread_batch)):

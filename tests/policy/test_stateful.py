@@ -391,9 +391,11 @@ class SchedulerMachine(RuleBasedStateMachine):
     @invariant()
     def donor_orders_current(self) -> None:
         """A donor order the core keeps between rounds (PipelineState.donor_order_cache) is
-        the one its pipeline's ranks give now: idle ranks in the order they joined, then, outside its
-        tail, busy ones by fewest trajectories in flight."""
-        for p in getattr(self, "sched", None) and self.sched.pipelines.values() or ():
+        the one its pipeline's ranks give now: idle ranks in the order they joined, then,
+        outside its tail, busy ones by fewest trajectories in flight."""
+        if not hasattr(self, "sched"):
+            return
+        for p in self.sched.pipelines.values():
             if p.donor_order_cache is None:
                 continue
             counts = p.in_flight or {}
