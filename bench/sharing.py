@@ -29,7 +29,7 @@ from rlix.runs.text import format_table
 from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.sim.compare import OVERALL_COLUMNS, compare, overall_figure
 
-SKIPPED = ("cluster-1024", "cpu-demo", "lab-day-1024")
+SKIPPED = ("cluster-1024", "cpu-demo", "lab-day-256", "lab-day-1024")
 #: The figures of compare's table that this bench reports (same labels and formats).
 KEYS = ("steps_per_hour", "jobs.experiments_per_hour", "jobs.mean_jct_s", "jobs.p95_jct_s",
         "jobs.mean_queueing_s", "jobs.p95_queueing_s", "jobs.mean_slowdown", "jobs.p95_slowdown",

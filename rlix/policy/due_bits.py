@@ -38,6 +38,8 @@ class DueBits:
     def upto(self, horizon: float, borrower: str) -> int:
         """The OR of the bits of the entries due by `horizon` (at it too when inclusive),
         the entry of `borrower` left out."""
+        if horizon != horizon:  # nothing is due by nan, as no comparison with nan holds
+            return 0
         times = self.times
         k = bisect_right(times, horizon) if self.inclusive else bisect_left(times, horizon)
         i = self.position.get(borrower)

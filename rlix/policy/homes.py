@@ -60,6 +60,14 @@ placement got slower (1,458 -> 1,526 s, seeds 0-2), so it is rlix's alone.
    1,286 -> 1,232 s at depth 4; unconditional (also while homes could all be disjoint, which
    serialises alike jobs that could have trained at once) depth 3 gave 1,242, 4 1,207, 6 1,249
    (seed 0) and no bound 2,126.
+   *Up to a reserve* (`reserve`, rlix's `alike_uncovered_reserve`): rule 0 yields to rule 1
+   when the new home, taken from GPUs no home covers, would still leave at least that share of
+   the usable GPUs uncovered. Uncovered GPUs run rollouts that no training gang preempts, which
+   is what keeping kinds apart protects on a pool of a few nodes; on a pool of many, deep alike
+   stacks leave more of it uncovered than the rollouts use, and only make the alike jobs' inits
+   and training wait their turn. At 0.375 (1: no reserve): `lab-day` (64 GPUs, seeds 0-5)
+   1,169 -> 1,169 s, `lab-day-256` (seeds 0-3) 1,085 -> 1,061 s, `lab-day-1024` (seed 0)
+   1,149 -> RESULT s; at 0.25, 1,183 s on lab-day's seeds 0-1 (against 1,170).
 
 *Leave together* (`apart`, rlix's `stack_by_departure`): among stacks alike to the same 0.1,
 those whose jobs are expected to leave when the new one would come first (rules 0 and 2), before
@@ -185,13 +193,15 @@ def choose_shared_home(
     unlike: Callable[[tuple[int, ...]], float] | None = None,
     alike_depth: int = 0,
     apart: Callable[[tuple[int, ...]], float] | None = None,
+    reserve: float = 1.0,
 ) -> tuple[int, ...] | None:
     """The admit-at-once policies' home of `size` GPUs (module docstring, rules 1-3): `load[g]`
     counts the homes covering GPU g, `homes` are those homes (sorted GPU ids); `unlike(home)`,
     if given, how unlike the jobs on `home` are to the new one (0: alike), which orders the
-    stacks of rule 2 first, and with `alike_depth` comes rule 0; `apart(home)`, if given, how far
-    the expected departures of the jobs on `home` are from the new one's, which orders stacks
-    alike that far before the fewest covered (module docstring, "leave together")."""
+    stacks of rule 2 first, and with `alike_depth` comes rule 0, which yields to rule 1 when the
+    home would leave at least `reserve` of the usable GPUs uncovered; `apart(home)`, if given,
+    how far the expected departures of the jobs on `home` are from the new one's, which orders
+    stacks alike that far before the fewest covered (module docstring, "leave together")."""
     usable = set(usable)
     # Rule 2's stacks: of the size, on usable GPUs, whole chunks, crossing no other home.
     stacks = [h for h in homes
@@ -206,11 +216,12 @@ def choose_shared_home(
     def departure(home: tuple[int, ...]) -> float:
         return round(apart(home), 1) if apart is not None else 0.0
 
-    if unlike is not None and alike_depth and sum(load) + size > len(usable):
+    uncovered = {g for g in usable if not load[g]}
+    if (unlike is not None and alike_depth and sum(load) + size > len(usable)
+            and len(uncovered) - size < reserve * len(usable)):
         alike = [h for h in stacks if likeness(h) == 0 and covering(h) < alike_depth]
         if alike:
             return min(alike, key=lambda h: (departure(h), covering(h), h))
-    uncovered = {g for g in usable if not load[g]}
     if len(uncovered) >= size:
         home = choose_home(size, unit, uncovered, topology)
         if home is not None:

@@ -124,7 +124,8 @@ def place_shared(sched: Scheduler, pipeline: PipelineState, cover: HomeCover, us
     home = choose_shared_home(spec.home_size, placement_unit(spec), usable, sched.topology, cover.load, cover.homes,
                               cover.unlike(runtime_s) if like and runtime_s else None,
                               sched.config.alike_stack_depth if like else 0,
-                              cover.apart(runtime_s) if together and runtime_s else None)
+                              cover.apart(runtime_s) if together and runtime_s else None,
+                              sched.config.alike_uncovered_reserve)
     if home is None:
         return False
     place(sched, pipeline, home, confine=False)

@@ -89,6 +89,10 @@ class PolicyTunables(Section):
     alike_stack_depth: int = Field(_POLICY_DEFAULTS.alike_stack_depth, ge=0)
     """Once homes must overlap, a home joins a stack of alike jobs holding fewer than this many
     homes before taking GPUs no home covers; 0: off (rlix only)."""
+    alike_uncovered_reserve: float = Field(_POLICY_DEFAULTS.alike_uncovered_reserve, ge=0, le=1,
+                                           allow_inf_nan=False)
+    """...unless at least this share of the pool would stay uncovered after the new home;
+    1: whenever homes must overlap (rlix only)."""
     stack_by_departure: bool = _POLICY_DEFAULTS.stack_by_departure
     """Among stacks of alike jobs, a home joins first the one whose jobs are expected to leave
     when its job would, so stacks empty together (rlix only)."""

@@ -160,14 +160,16 @@ def shared_pools(draw: st.DrawFn) -> tuple[Topology, int, set[int], list[tuple[i
 
 
 @st.composite
-def stacked_pools(draw: st.DrawFn) -> tuple[Topology, int, set[int], list[tuple[int, ...]], int]:
-    """A pool cut into aligned blocks of the size asked for, several of them homes stacked 1-4
-    deep (each block's homes listed once per job on it), so that stacks compete."""
+def stacked_pools(draw: st.DrawFn, depth: st.SearchStrategy[int] | None = None,
+                  ) -> tuple[Topology, int, set[int], list[tuple[int, ...]], int]:
+    """A pool cut into aligned blocks of the size asked for, several of them homes stacked
+    `depth` deep (default 0-4; each block's homes listed once per job on it), so that stacks
+    compete."""
     topology = Topology(draw(st.integers(2, 4)), draw(st.sampled_from([4, 8])))
     unit = draw(st.sampled_from([1, 2]))
     size = draw(st.sampled_from([topology.gpus_per_node // 2, topology.gpus_per_node]))
     blocks = [tuple(range(start, start + size)) for start in range(0, topology.num_gpus, size)]
-    depths = draw(st.lists(st.integers(0, 4), min_size=len(blocks), max_size=len(blocks)))
+    depths = draw(st.lists(st.integers(0, 4) if depth is None else depth, min_size=len(blocks), max_size=len(blocks)))
     homes = [block for block, depth in zip(blocks, depths, strict=True) for _ in range(depth)]
     usable = set(range(topology.num_gpus)) - set(draw(st.sets(st.integers(0, topology.num_gpus - 1), max_size=2)))
     return topology, unit, usable, homes, size
@@ -236,20 +238,26 @@ def test_stacks_go_least_unlike_first(case: tuple, distances: list[float]) -> No
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(shared_pools(), stacked_pools()), st.lists(st.sampled_from([0.0, 0.04, 0.5, 2.0]), min_size=8, max_size=8),
-       st.integers(0, 4))
-def test_alike_stacks_come_first_once_homes_must_overlap(case: tuple, distances: list[float], depth: int) -> None:
-    """Rule 0: when the homes and the new one cover more GPUs than the pool has, a stack of
+@given(st.one_of(shared_pools(), stacked_pools(), stacked_pools(st.sampled_from([0, 0, 3]))),  # deep stacks, empty blocks
+       st.lists(st.sampled_from([0.0, 0.04, 0.5, 2.0]), min_size=8, max_size=8),
+       st.integers(0, 4), st.sampled_from([0.0, 0.25, 0.5, 1.0]))
+def test_alike_stacks_come_first_once_homes_must_overlap(case: tuple, distances: list[float], depth: int,
+                                                        reserve: float) -> None:
+    """Rule 0: when the homes and the new one cover more GPUs than the pool has, and the GPUs
+    no home covers, less the new home, are fewer than `reserve` of the usable ones, a stack of
     alike jobs (distance rounding to 0) holding fewer than `depth` homes is taken, the least
     covered, before anything else; otherwise rules 1-3 as without it."""
     topology, unit, usable, homes, size = case
     load = [sum(g in h for h in homes) for g in range(topology.num_gpus)]
     distance = {h: distances[i] for i, h in enumerate(dict.fromkeys(homes))}
-    home = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__, depth)
+    home = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__, depth,
+                              reserve=reserve)
     without = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__)
     stacks = _stacks(homes, size, usable, unit, topology)
     alike = [h for h in stacks if distance[h] < 0.05 and max(load[g] for g in h) < depth]
-    if depth and sum(load) + size > len(usable) and alike:
+    num_uncovered = sum(1 for g in usable if all(g not in h for h in homes))
+    short_of_reserve = num_uncovered - size < reserve * len(usable)
+    if depth and sum(load) + size > len(usable) and alike and short_of_reserve:
         assert home in alike
         assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in alike)
     else:
@@ -312,6 +320,18 @@ def test_alike_first_only_once_homes_cannot_all_be_disjoint() -> None:
     load[0:4] = [4] * 4
     assert choose_shared_home(4, 1, set(range(16)), topology, load, homes, unlike_elsewhere.__getitem__, 4) \
         == (12, 13, 14, 15)  # that stack is full: GPUs of its own after all
+
+
+def test_alike_first_yields_to_gpus_no_home_covers_past_the_reserve() -> None:
+    """Rule 0 keeps a new home off GPUs no home covers only while they are scarce: with 12 of
+    16 uncovered, a 4-GPU home leaves 8 (half the pool), so it takes them at a reserve of half
+    the pool or less, and joins its kind above."""
+    topology = Topology(4, 4)
+    homes = {(0, 1, 2, 3)}
+    load = [5] * 4 + [0] * 12  # 20 + 4 > 16: the homes cannot all be disjoint
+    alike = lambda h: 0.0  # noqa: E731
+    for reserve, home in ((0.0, (4, 5, 6, 7)), (0.5, (4, 5, 6, 7)), (0.625, (0, 1, 2, 3)), (1.0, (0, 1, 2, 3))):
+        assert choose_shared_home(4, 1, set(range(16)), topology, load, homes, alike, 6, reserve=reserve) == home
 
 
 def test_a_long_job_stacks_with_long_ones_though_a_short_stack_is_less_covered() -> None:

@@ -16,7 +16,7 @@ from rlix.policy import POLICIES, ROLLOUT_CLUSTER
 from rlix.scenarios import Scenario, bundled_scenarios, load_scenario, parse_scenario
 from rlix.traces import bundled_names
 
-NAMES = ["agentic-4x32", "blog-4on12", "cluster-1024", "cpu-demo", "cpu-queue", "lab-day", "lab-day-1024", "math-rlvr",
+NAMES = ["agentic-4x32", "blog-4on12", "cluster-1024", "cpu-demo", "cpu-queue", "lab-day", "lab-day-1024", "lab-day-256", "math-rlvr",
          "mixed-lora", "tiny"]
 #: The scenarios of dedicated partitions: every pipeline's home is its own.
 DEDICATED = ["agentic-4x32", "cluster-1024", "cpu-demo", "math-rlvr", "mixed-lora", "tiny"]
@@ -172,20 +172,24 @@ def test_lab_day_shape() -> None:
     assert 200 <= len(s.pipelines) <= 340  # 33 per hour over 8 hours: 264 expected
 
 
-def test_lab_day_1024_is_lab_day_at_16x() -> None:
-    """The same templates and settings on 16x the GPUs, every rate 16x, for 2 hours: read from
-    the two files, not from the loader's output."""
-    day, scaled = _raw("lab-day"), _raw("lab-day-1024")
+@pytest.mark.parametrize(("name", "scale", "min_jobs", "max_jobs"), [
+    ("lab-day-256", 4, 200, 340),  # 132 per hour over 2 hours: 264 expected
+    ("lab-day-1024", 16, 900, 1200),  # 528 per hour over 2 hours: 1,056 expected
+])
+def test_scaled_lab_days_are_lab_day_at_scale(name: str, scale: int, min_jobs: int, max_jobs: int) -> None:
+    """The same templates and settings on `scale` x the GPUs, every rate `scale` x, for 2 hours:
+    read from the two files, not from the loader's output."""
+    day, scaled = _raw("lab-day"), _raw(name)
     assert scaled["templates"] == day["templates"] and scaled["policy"] == day["policy"]
     assert scaled["trace"] == day["trace"] and scaled["seed"] == day["seed"]
-    assert scaled["topology"] == {**day["topology"], "num_nodes": 16 * day["topology"]["num_nodes"]}
+    assert scaled["topology"] == {**day["topology"], "num_nodes": scale * day["topology"]["num_nodes"]}
     assert [(a["template"], a["per_hour"]) for a in scaled["stream"]["arrivals"]] == [
-        (a["template"], 16 * a["per_hour"]) for a in day["stream"]["arrivals"]]
+        (a["template"], scale * a["per_hour"]) for a in day["stream"]["arrivals"]]
     assert scaled["stream"]["duration_s"] == 2 * 3600
-    s = load_scenario("lab-day-1024")
-    assert s.num_gpus == 1024
+    s = load_scenario(name)
+    assert s.num_gpus == 64 * scale
     assert all(0 <= p.arrival_s < 2 * 3600 for p in s.pipelines)
-    assert 900 <= len(s.pipelines) <= 1200  # 528 per hour over 2 hours: 1,056 expected
+    assert min_jobs <= len(s.pipelines) <= max_jobs
 
 
 def _rollout_beyond_home(scenario: Scenario) -> bool:
