@@ -67,7 +67,7 @@ placement got slower (1,458 -> 1,526 s, seeds 0-2), so it is rlix's alone.
    stacks leave more of it uncovered than the rollouts use, and only make the alike jobs' inits
    and training wait their turn. At 0.375 (1: no reserve): `lab-day` (64 GPUs, seeds 0-5)
    1,169 -> 1,169 s, `lab-day-256` (seeds 0-3) 1,085 -> 1,061 s, `lab-day-1024` (seed 0)
-   1,149 -> RESULT s; at 0.25, 1,183 s on lab-day's seeds 0-1 (against 1,170).
+   1,149 -> 1,054 s; at 0.25, 1,183 s on lab-day's seeds 0-1 (against 1,170).
 
 *Leave together* (`apart`, rlix's `stack_by_departure`): among stacks alike to the same 0.1,
 those whose jobs are expected to leave when the new one would come first (rules 0 and 2), before

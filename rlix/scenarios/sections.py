@@ -91,8 +91,9 @@ class PolicyTunables(Section):
     homes before taking GPUs no home covers; 0: off (rlix only)."""
     alike_uncovered_reserve: float = Field(_POLICY_DEFAULTS.alike_uncovered_reserve, ge=0, le=1,
                                            allow_inf_nan=False)
-    """...unless at least this share of the pool would stay uncovered after the new home;
-    1: whenever homes must overlap (rlix only)."""
+    """With alike_stack_depth, a home takes GPUs no home covers instead of joining its kind's
+    stack when at least this share of the pool would stay uncovered after it; 1: it joins
+    whenever homes must overlap (rlix only)."""
     stack_by_departure: bool = _POLICY_DEFAULTS.stack_by_departure
     """Among stacks of alike jobs, a home joins first the one whose jobs are expected to leave
     when its job would, so stacks empty together (rlix only)."""

@@ -48,26 +48,16 @@ def _sigkilled_run(tmp_path: Path) -> tuple[Path, Path]:
 
 def _wait_for_the_cut_runs_workers(live: Path) -> None:
     """The killed driver's Ray workers live on for seconds; a resume waits for them (tested
-    here through the journal's owner line), and so does this test before it lists files. On a
-    loaded machine they have outlived a minute (the raylet they wait on was orphaned too);
-    then the test ends them as a resume does after its own wait (`STRAGGLER_WAIT_S`)."""
-    import psutil
+    here through the journal's owner line), and so does this test before it lists files, by
+    the resume's own wait: on a loaded machine they have outlived a minute (the raylet they
+    wait on was orphaned too), and after `STRAGGLER_WAIT_S` a resume ends them."""
+    from rlix.executor.resume import _wait_for_stragglers, _workers_of
 
-    from rlix.executor.resume import _workers_of
-
-    owners = [json.loads(line)["owner"] for line in (live / "journal.jsonl").read_text().splitlines()
-              if line.startswith('{"owner"')]
+    journal = live / "journal.jsonl"
+    owners = [json.loads(line)["owner"] for line in journal.read_text().splitlines() if line.startswith('{"owner"')]
     assert owners and owners[-1]["raylet_pids"], "the journal names the run's raylet"
-    raylets = {str(p) for p in owners[-1]["raylet_pids"]}
-    deadline = time.monotonic() + 60
-    while left := _workers_of(raylets):
-        if time.monotonic() > deadline:
-            for process in left:
-                process.kill()
-            psutil.wait_procs(left, timeout=10)
-            assert not _workers_of(raylets), "the cut run's workers outlived a kill"
-            return
-        time.sleep(0.5)
+    _wait_for_stragglers(owners[-1], journal)
+    assert not _workers_of({str(p) for p in owners[-1]["raylet_pids"]}), "the cut run's workers outlived a kill"
 
 
 def test_a_sigkilled_run_resumes_to_a_whole_run(tmp_path: Path) -> None:
