@@ -60,14 +60,20 @@ placement got slower (1,458 -> 1,526 s, seeds 0-2), so it is rlix's alone.
    1,286 -> 1,232 s at depth 4; unconditional (also while homes could all be disjoint, which
    serialises alike jobs that could have trained at once) depth 3 gave 1,242, 4 1,207, 6 1,249
    (seed 0) and no bound 2,126.
-   *Up to a reserve* (`reserve`, rlix's `alike_uncovered_reserve`): rule 0 yields to rule 1
-   when the new home, taken from GPUs no home covers, would still leave at least that share of
-   the usable GPUs uncovered. Uncovered GPUs run rollouts that no training gang preempts, which
-   is what keeping kinds apart protects on a pool of a few nodes; on a pool of many, deep alike
-   stacks leave more of it uncovered than the rollouts use, and only make the alike jobs' inits
-   and training wait their turn. At 0.375 (1: no reserve): `lab-day` (64 GPUs, seeds 0-5)
-   1,169 -> 1,169 s, `lab-day-256` (seeds 0-3) 1,085 -> 1,061 s, `lab-day-1024` (seed 0)
-   1,149 -> 1,054 s; at 0.25, 1,183 s on lab-day's seeds 0-1 (against 1,170).
+   *Up to a reserve* (`reserve_homes`, rlix's `alike_reserve_homes`): rule 0 yields to rule 1
+   when the GPUs no home covers, less the new home, would still hold `reserve_homes` homes of
+   its size. Uncovered GPUs run rollouts that no training gang preempts, which is what keeping
+   kinds apart protects while they are scarce: on a pool of a few nodes a burst of arrivals
+   takes the last of them, and a job that took them stacks the next unlike job on itself. On
+   a pool of many, deep alike stacks leave more of it uncovered than the rollouts use, and only
+   make the alike jobs' inits and training wait their turn. The reserve is counted in homes of
+   the new one's size, not as a share of the pool: a share that keeps rule 0 on the 64-GPU
+   `lab-day` (3 homes of 8 are 0.375 of it) kept it at 1,024 GPUs until 384 of them were
+   uncovered. At 3 homes (no reserve: rule 0 whenever homes must overlap): `lab-day` (64
+   GPUs, seeds 0-5) 1,169 -> 1,169 s (every 8-GPU home placed as at a share of 0.375),
+   `lab-day-256` (seeds 0-3) 1,085 -> 1,046 s (a share of 0.375: 1,061), `lab-day-1024` with
+   one hour of arrivals (seed 0) 1,050 -> 935 s (0.375: 995; placement by coverage alone:
+   923), `lab-day-1024` (seed 0) 1,149 -> 1,011 s (0.375: 1,054; coverage alone: 986).
 
 *Leave together* (`apart`, rlix's `stack_by_departure`): among stacks alike to the same 0.1,
 those whose jobs are expected to leave when the new one would come first (rules 0 and 2), before
@@ -193,15 +199,16 @@ def choose_shared_home(
     unlike: Callable[[tuple[int, ...]], float] | None = None,
     alike_depth: int = 0,
     apart: Callable[[tuple[int, ...]], float] | None = None,
-    reserve: float = 1.0,
+    reserve_homes: float = math.inf,
 ) -> tuple[int, ...] | None:
     """The admit-at-once policies' home of `size` GPUs (module docstring, rules 1-3): `load[g]`
     counts the homes covering GPU g, `homes` are those homes (sorted GPU ids); `unlike(home)`,
     if given, how unlike the jobs on `home` are to the new one (0: alike), which orders the
     stacks of rule 2 first, and with `alike_depth` comes rule 0, which yields to rule 1 when the
-    home would leave at least `reserve` of the usable GPUs uncovered; `apart(home)`, if given,
-    how far the expected departures of the jobs on `home` are from the new one's, which orders
-    stacks alike that far before the fewest covered (module docstring, "leave together")."""
+    GPUs no home covers, less the new home, would still hold `reserve_homes` homes of its size;
+    `apart(home)`, if given, how far the expected departures of the jobs on `home` are from the
+    new one's, which orders stacks alike that far before the fewest covered (module docstring,
+    "leave together")."""
     usable = set(usable)
     # Rule 2's stacks: of the size, on usable GPUs, whole chunks, crossing no other home.
     stacks = [h for h in homes
@@ -218,7 +225,7 @@ def choose_shared_home(
 
     uncovered = {g for g in usable if not load[g]}
     if (unlike is not None and alike_depth and sum(load) + size > len(usable)
-            and len(uncovered) - size < reserve * len(usable)):
+            and len(uncovered) - size < reserve_homes * size):
         alike = [h for h in stacks if likeness(h) == 0 and covering(h) < alike_depth]
         if alike:
             return min(alike, key=lambda h: (departure(h), covering(h), h))

@@ -125,7 +125,7 @@ def place_shared(sched: Scheduler, pipeline: PipelineState, cover: HomeCover, us
                               cover.unlike(runtime_s) if like and runtime_s else None,
                               sched.config.alike_stack_depth if like else 0,
                               cover.apart(runtime_s) if together and runtime_s else None,
-                              sched.config.alike_uncovered_reserve)
+                              sched.config.alike_reserve_homes)
     if home is None:
         return False
     place(sched, pipeline, home, confine=False)

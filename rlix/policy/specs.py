@@ -372,11 +372,13 @@ class PolicyConfig:
     #: (rlix.policy.homes, rule 0); 0: off. rlix only.
     alike_stack_depth: int = 4
     #: With `alike_stack_depth`, a home takes GPUs no home covers instead of joining a stack of
-    #: alike jobs when at least this share of the pool would stay uncovered after it
-    #: (rlix.policy.homes, rule 0): uncovered GPUs keep rollouts clear of training gangs up
-    #: to that share; past it, deep stacks only make alike jobs' training wait. 1: rule 0
-    #: whenever homes must overlap. rlix only.
-    alike_uncovered_reserve: float = 0.375
+    #: alike jobs when the GPUs left uncovered after it would still hold this many homes of its
+    #: size (rlix.policy.homes, rule 0): while uncovered GPUs are that scarce, keeping kinds
+    #: apart protects the rollouts they run from other kinds' training gangs; past it, deep
+    #: stacks only make alike jobs' training wait. Counted in homes, not as a share of the
+    #: pool, so a large pool does not stack while most of it is uncovered. A number above the
+    #: pool's homes (1e9): rule 0 whenever homes must overlap. rlix only.
+    alike_reserve_homes: float = 3.0
     #: With `stack_by_runtime`, a home joins first the stack of alike jobs expected to leave
     #: when its job would (rlix.policy.homes, "leave together"), before the fewest covered:
     #: stacks then empty together and later jobs find GPUs of their own. rlix only.
@@ -395,12 +397,10 @@ class PolicyConfig:
 
     def validate(self) -> None:
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load",
-                     "loan_payback", "max_drain_s", "finish_together"):
+                     "loan_payback", "max_drain_s", "finish_together", "alike_reserve_homes"):
             value = getattr(self, name)
             if not (is_number(value) and value >= 0):
                 raise SpecError(f"config.{name}", value, "must be a finite number >= 0")
-        if not (is_number(self.alike_uncovered_reserve) and 0 <= self.alike_uncovered_reserve <= 1):
-            raise SpecError("config.alike_uncovered_reserve", self.alike_uncovered_reserve, "must be a number in [0, 1]")
         for name in ("tail_spread_batch", "alike_stack_depth"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 0:
                 raise SpecError(f"config.{name}", getattr(self, name), "must be an integer >= 0")

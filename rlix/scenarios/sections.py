@@ -89,11 +89,10 @@ class PolicyTunables(Section):
     alike_stack_depth: int = Field(_POLICY_DEFAULTS.alike_stack_depth, ge=0)
     """Once homes must overlap, a home joins a stack of alike jobs holding fewer than this many
     homes before taking GPUs no home covers; 0: off (rlix only)."""
-    alike_uncovered_reserve: float = Field(_POLICY_DEFAULTS.alike_uncovered_reserve, ge=0, le=1,
-                                           allow_inf_nan=False)
+    alike_reserve_homes: float = Field(_POLICY_DEFAULTS.alike_reserve_homes, ge=0, allow_inf_nan=False)
     """With alike_stack_depth, a home takes GPUs no home covers instead of joining its kind's
-    stack when at least this share of the pool would stay uncovered after it; 1: it joins
-    whenever homes must overlap (rlix only)."""
+    stack when the GPUs left uncovered after it would still hold this many homes of its size;
+    a number above the pool's homes (1e9): it joins whenever homes must overlap (rlix only)."""
     stack_by_departure: bool = _POLICY_DEFAULTS.stack_by_departure
     """Among stacks of alike jobs, a home joins first the one whose jobs are expected to leave
     when its job would, so stacks empty together (rlix only)."""

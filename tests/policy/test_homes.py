@@ -240,23 +240,23 @@ def test_stacks_go_least_unlike_first(case: tuple, distances: list[float]) -> No
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(shared_pools(), stacked_pools(), stacked_pools(st.sampled_from([0, 0, 3]))),  # deep stacks, empty blocks
        st.lists(st.sampled_from([0.0, 0.04, 0.5, 2.0]), min_size=8, max_size=8),
-       st.integers(0, 4), st.sampled_from([0.0, 0.25, 0.5, 1.0]))
+       st.integers(0, 4), st.sampled_from([0.0, 0.5, 1.0, 2.5, 1e9]))
 def test_alike_stacks_come_first_once_homes_must_overlap(case: tuple, distances: list[float], depth: int,
-                                                        reserve: float) -> None:
+                                                        reserve_homes: float) -> None:
     """Rule 0: when the homes and the new one cover more GPUs than the pool has, and the GPUs
-    no home covers, less the new home, are fewer than `reserve` of the usable ones, a stack of
+    no home covers, less the new home, hold fewer than `reserve_homes` homes of its size, a stack of
     alike jobs (distance rounding to 0) holding fewer than `depth` homes is taken, the least
     covered, before anything else; otherwise rules 1-3 as without it."""
     topology, unit, usable, homes, size = case
     load = [sum(g in h for h in homes) for g in range(topology.num_gpus)]
     distance = {h: distances[i] for i, h in enumerate(dict.fromkeys(homes))}
     home = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__, depth,
-                              reserve=reserve)
+                              reserve_homes=reserve_homes)
     without = choose_shared_home(size, unit, usable, topology, load, set(homes), distance.__getitem__)
     stacks = _stacks(homes, size, usable, unit, topology)
     alike = [h for h in stacks if distance[h] < 0.05 and max(load[g] for g in h) < depth]
     num_uncovered = sum(1 for g in usable if all(g not in h for h in homes))
-    short_of_reserve = num_uncovered - size < reserve * len(usable)
+    short_of_reserve = (num_uncovered - size) / size < reserve_homes  # counted in homes of the size
     if depth and sum(load) + size > len(usable) and alike and short_of_reserve:
         assert home in alike
         assert max(load[g] for g in home) == min(max(load[g] for g in h) for h in alike)
@@ -324,14 +324,15 @@ def test_alike_first_only_once_homes_cannot_all_be_disjoint() -> None:
 
 def test_alike_first_yields_to_gpus_no_home_covers_past_the_reserve() -> None:
     """Rule 0 keeps a new home off GPUs no home covers only while they are scarce: with 12 of
-    16 uncovered, a 4-GPU home leaves 8 (half the pool), so it takes them at a reserve of half
-    the pool or less, and joins its kind above."""
+    16 uncovered, a 4-GPU home leaves 8 (two more homes of its size), so it takes them at a
+    reserve of two homes or less, and joins its kind above."""
     topology = Topology(4, 4)
     homes = {(0, 1, 2, 3)}
     load = [5] * 4 + [0] * 12  # 20 + 4 > 16: the homes cannot all be disjoint
     alike = lambda h: 0.0  # noqa: E731
-    for reserve, home in ((0.0, (4, 5, 6, 7)), (0.5, (4, 5, 6, 7)), (0.625, (0, 1, 2, 3)), (1.0, (0, 1, 2, 3))):
-        assert choose_shared_home(4, 1, set(range(16)), topology, load, homes, alike, 6, reserve=reserve) == home
+    for reserve_homes, home in ((0.0, (4, 5, 6, 7)), (2.0, (4, 5, 6, 7)), (2.5, (0, 1, 2, 3)), (1e9, (0, 1, 2, 3))):
+        assert choose_shared_home(4, 1, set(range(16)), topology, load, homes, alike, 6,
+                                  reserve_homes=reserve_homes) == home
 
 
 def test_a_long_job_stacks_with_long_ones_though_a_short_stack_is_less_covered() -> None:

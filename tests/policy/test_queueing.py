@@ -220,12 +220,12 @@ def test_rlix_stacks_like_with_like(policy: str, config: PolicyConfig | None, no
 
 
 @pytest.mark.parametrize(("config", "node"), [(None, 2), (PolicyConfig(alike_stack_depth=0), 1),
-                                             (PolicyConfig(alike_uncovered_reserve=0.0), 1)])
+                                             (PolicyConfig(alike_reserve_homes=0.0), 1)])
 def test_rlix_joins_its_kind_before_free_gpus_once_homes_must_overlap(config: PolicyConfig | None, node: int) -> None:
     """Long jobs on nodes 0 and 2 (a third stacked on node 0), a short one on node 1 that ends.
     The next long job finds node 1 free, but the homes cannot all be disjoint (16 GPUs of homes
     on 12): it joins the less covered long stack (rule 0), not node 1 (rule 1, without it, or
-    with no share of the pool to keep uncovered)."""
+    with no homes' worth of the pool kept uncovered)."""
     jobs = [GangJob("L1", 0, 1000, size=4), GangJob("S1", 0, 5, size=4), GangJob("L2", 1, 1000, size=4),
             GangJob("L3", 2, 1000, size=4), GangJob("L4", 6, 1000, size=4)]
     run = run_queue("rlix", Topology(3, 4), jobs, config)
