@@ -64,7 +64,7 @@ placement got slower (1,458 -> 1,526 s, seeds 0-2), so it is rlix's alone.
    when the GPUs no home covers, less the new home, would still hold `reserve_homes` homes of
    its size. Uncovered GPUs run rollouts that no training gang preempts, which is what keeping
    kinds apart protects while they are scarce: on a pool of a few nodes a burst of arrivals
-   takes the last of them, and a job that took them stacks the next unlike job on itself. On
+   takes the last of them, and the next job must then stack on jobs unlike it. On
    a pool of many, deep alike stacks leave more of it uncovered than the rollouts use, and only
    make the alike jobs' inits and training wait their turn. The reserve is counted in homes of
    the new one's size, not as a share of the pool: a share that keeps rule 0 on the 64-GPU
