@@ -94,6 +94,15 @@ def test_bad_axes_are_refused_before_anything_runs(grid: list[str], words: str, 
     assert not (tmp_path / "sweep").exists()
 
 
+def test_grid_values_read_as_yaml_and_exponents_as_numbers() -> None:
+    """PyYAML reads 1e9 as a string (YAML 1.1 wants 1.0e+9); a --grid value means the number."""
+    grid = parse_grid(["policy.config.alike_reserve_homes=2,1e9,2.5E-1", "policy.config.job_order=shortest,arrival"])
+    assert grid.axes["policy.config.alike_reserve_homes"] == [2, 1e9, 0.25]
+    assert grid.axes["policy.config.job_order"] == ["shortest", "arrival"]
+    points = grid.points(load_scenario("tiny"))
+    assert [p.scenario.policy.config.alike_reserve_homes for p in points[::2]] == [2, 1e9, 0.25]
+
+
 def test_the_cli_refuses_another_sweeps_folder_and_a_bad_address(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sweep"
     out.mkdir()
