@@ -30,6 +30,12 @@ _Loader.add_implicit_resolver(
 )
 
 
+def load_yaml(text: str) -> Any:
+    """`text` as scenario files are read (exponent floats without a dot are floats), without
+    the line map: for values given elsewhere, such as a sweep's --grid."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+
+
 @dataclass(frozen=True)
 class SourceMap:
     """Where a scenario came from (`file`, None for in-memory data) and its fields' lines."""

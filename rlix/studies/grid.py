@@ -15,15 +15,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
-
-import yaml
 
 from rlix.scenarios import Scenario
 from rlix.scenarios.errors import ScenarioError
 from rlix.scenarios.load import validate_scenario
+from rlix.scenarios.source import load_yaml
 from rlix.traces.options import UsageError
 
 
@@ -73,22 +71,10 @@ def parse_grid(items: list[str], file_axes: dict[str, Any] | None = None) -> Gri
         key, sep, text = item.partition("=")
         if not sep or not key or not text:
             raise UsageError(f"--grid expects KEY=V1,V2,... (e.g. policy=rlix,static), got {item!r}")
-        axes[key.strip()] = [_grid_value(v) for v in text.split(",")]
+        axes[key.strip()] = [load_yaml(v) for v in text.split(",")]
     if not axes:
         raise UsageError("a sweep needs at least one axis (--grid KEY=V1,V2 or a sweep file's grid:)")
     return Grid(axes)
-
-
-#: A number in exponent notation that YAML 1.1 (PyYAML) reads as a string: 1e9, 2E-3.
-_EXPONENT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-
-
-def _grid_value(text: str) -> Any:
-    """One `--grid` value as YAML reads it, except that 1e9 is the number a user means."""
-    value = yaml.safe_load(text)
-    if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
-        return float(value)
-    return value
 
 
 def _apply(base: Scenario, values: dict[str, Any]) -> Scenario:
