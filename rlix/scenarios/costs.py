@@ -31,6 +31,7 @@ from pydantic import Field, ValidationError
 
 from rlix.scenarios.errors import FieldProblem
 from rlix.scenarios.sections import Section
+from rlix.scenarios.source import load_yaml
 
 COSTS_KIND: Literal["rlix-costs"] = "rlix-costs"
 
@@ -75,7 +76,7 @@ def read_costs_file(path: str | Path) -> CostsFile:
     """Read and validate a cost file; ValueError names the file and what is wrong."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"cannot read the cost file {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
+from rlix.scenarios.source import load_yaml
 from rlix.traces.options import UsageError
 
 SWEEP_HELP = """\
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from rlix.studies.plots import plot_sweep
     from rlix.studies.sweep import run_sweep
 
-    spec = _read_file(args.file) if args.file else {}
+    spec = read_sweep_file(args.file) if args.file else {}
     scenario_ref = args.scenario or spec.get("scenario")
     if not scenario_ref:
         raise UsageError("name a SCENARIO (or give `scenario:` in --file)")
@@ -104,9 +105,10 @@ def run(args: argparse.Namespace) -> int:
     return 1 if result.num_failed else 0
 
 
-def _read_file(path: str) -> dict[str, Any]:
+def read_sweep_file(path: str) -> dict[str, Any]:
+    """A sweep file's `scenario:` and `grid:`, read as scenario files are (1e9 is a number)."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = load_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
         raise UsageError(f"cannot read the sweep file {path}: {error}") from None
     if not isinstance(data, dict):

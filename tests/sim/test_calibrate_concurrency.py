@@ -109,3 +109,13 @@ def test_cost_files_without_the_fit_still_load(tmp_path: Path) -> None:
                                                        concurrency=fitted), tmp_path / "new.yaml"))
     assert again.concurrency == fitted
     assert costs_at(again, 3.0) == {"load_s": pytest.approx(0.75), "launch_s": 1.0}  # 1 + 0.5 * (3 - 2)
+
+
+def test_cost_files_read_exponents_as_numbers(tmp_path: Path) -> None:
+    """PyYAML reads 5e-1 as a string (YAML 1.1 wants 5.0e-1); a hand-written cost file means the number."""
+    path = tmp_path / "costs.yaml"
+    path.write_text("kind: rlix-costs\ncosts: {load_s: 5e-1, launch_s: 1}\n"
+                    "concurrency: {fitted: true, form: linear, slope: 5e-1, effective_cores: 2, reference_concurrency: 2}\n")
+    costs = read_costs_file(path)
+    assert costs.costs["load_s"] == 0.5 and costs.concurrency["slope"] == 0.5
+    assert costs_at(costs, 3.0)["load_s"] == pytest.approx(0.75)

@@ -14,6 +14,7 @@ from rlix.scenarios import load_scenario, parse_scenario
 from rlix.sim import simulate
 from rlix.sim.cli import main
 from rlix.studies import parse_grid, run_sweep
+from rlix.studies.cli import read_sweep_file
 from rlix.studies.sweep import flatten
 from rlix.traces.options import UsageError
 
@@ -101,6 +102,16 @@ def test_grid_values_read_as_yaml_and_exponents_as_numbers() -> None:
     assert grid.axes["policy.config.job_order"] == ["shortest", "arrival"]
     points = grid.points(load_scenario("tiny"))
     assert [p.scenario.policy.config.alike_reserve_homes for p in points[::2]] == [2, 1e9, 0.25]
+
+
+def test_sweep_files_read_exponents_as_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.yaml"
+    path.write_text("scenario: tiny\ngrid:\n  policy.config.alike_reserve_homes: [2, 1e9]\n  seed: [0, 1]\n")
+    spec = read_sweep_file(str(path))
+    grid = parse_grid([], spec["grid"])
+    assert grid.axes["policy.config.alike_reserve_homes"] == [2, 1e9]
+    assert grid.num_points == 4
+    assert {p.scenario.policy.config.alike_reserve_homes for p in grid.points(load_scenario(spec["scenario"]))} == {2, 1e9}
 
 
 def test_the_cli_refuses_another_sweeps_folder_and_a_bad_address(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
