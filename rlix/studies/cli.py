@@ -40,7 +40,7 @@ def register(commands: Any) -> None:
     parser.add_argument("scenario", metavar="SCENARIO", nargs="?",
                         help="a bundled scenario name or a YAML path (or `scenario:` in --file)")
     parser.add_argument("--grid", metavar="KEY=V1,V2", action="append", default=[],
-                        help="one axis of the grid (repeat for more)")
+                        help="one axis of the grid (repeat for more); values are YAML as in scenario files (1e9 is a number)")
     parser.add_argument("--file", metavar="SWEEP.yaml", help="a sweep file: scenario: and grid:")
     parser.add_argument("--out", metavar="DIR", required=True, type=Path,
                         help="the sweep folder (new, or this sweep's, to resume)")
