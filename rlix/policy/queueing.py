@@ -93,11 +93,12 @@ class HomeCover:
         return self._log_distance(self.runtimes_s, runtime_s)
 
     def apart(self, runtime_s: float) -> Callable[[tuple[int, ...]], float]:
-        """How far the expected departures of the jobs on a home are from a new job's of
-        `runtime_s`: |log| of the ratio of the mean time they have left (at least 1 s: a job past
-        its estimate is expected to leave now) to it; a home with a job of unknown runtime is
+        """How far a home's emptying is from the departure of a new job of `runtime_s`: |log| of
+        the ratio of the time until the last of its jobs is expected to leave (at least 1 s: a
+        job past its estimate is expected to leave now) to it. The last, not the mean: a stack
+        is empty only once its last job leaves. A home with a job of unknown runtime is
         infinitely far."""
-        left_s = {home: [max(1.0, end_s - self.now_s) for end_s in ends_s] for home, ends_s in self.ends_s.items()}
+        left_s = {home: [max(1.0, max(ends_s) - self.now_s)] for home, ends_s in self.ends_s.items()}
         return self._log_distance(left_s, runtime_s)
 
     def _log_distance(self, values_s: dict[tuple[int, ...], list[float]],

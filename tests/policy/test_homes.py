@@ -273,9 +273,10 @@ def test_stacks_whose_jobs_leave_together_come_first(
     case: tuple, distances: list[float], departures: list[float], depth: int
 ) -> None:
     """Leave together (`apart`): of the stacks rule 0 or rule 2 would choose among (alike to
-    the same 0.1, and under rule 0 below the depth), those whose jobs' departures are closest
-    to the new job's (to 0.1) come first, then the least covered; where neither rule applies
-    the placement is as without it."""
+    the same 0.1, and under rule 0 below the depth and at most one home deeper than the
+    shallowest such stack), those whose jobs' departures are closest to the new job's (to 0.1)
+    come first, then the least covered; where neither rule applies the placement is as without
+    it."""
     topology, unit, usable, homes, size = case
     load = [sum(g in h for h in homes) for g in range(topology.num_gpus)]  # a stacked home once per job
     distance = {h: distances[i] for i, h in enumerate(dict.fromkeys(homes))}
@@ -288,7 +289,8 @@ def test_stacks_whose_jobs_leave_together_come_first(
     alike = [h for h in stacks if distance[h] < 0.05 and covered[h] < depth]
     uncovered = {g for g in usable if not load[g]}
     if depth and sum(load) + size > len(usable) and alike:
-        candidates = alike  # rule 0
+        shallowest = sorted(covered[h] for h in alike)[0]
+        candidates = [h for h in alike if covered[h] - shallowest < 2]  # rule 0
     elif len(_aligned_chunks(topology, unit, uncovered)) * unit < size and stacks:
         nearest = min(round(distance[h], 1) for h in stacks)
         candidates = [h for h in stacks if round(distance[h], 1) == nearest]  # rule 2
@@ -299,6 +301,21 @@ def test_stacks_whose_jobs_leave_together_come_first(
     together = [h for h in candidates if round(departure[h], 1) == soonest]
     assert home in together
     assert covered[home] == min(covered[h] for h in together)
+
+
+def test_alike_first_seeks_leaving_together_near_the_shallowest_stack() -> None:
+    """Node 0 holds three alike jobs that leave when the new one would, node 1 one alike job
+    that leaves long before; nodes 2 and 3 hold unlike jobs. Rule 0 joins node 1: node 0 is two
+    homes deeper than the shallowest alike stack. With node 0 one home shallower, it joins
+    node 0, the stack that empties with it."""
+    topology = Topology(4, 4)
+    nodes = [tuple(range(4 * n, 4 * n + 4)) for n in range(4)]
+    alike = {nodes[0]: 0.0, nodes[1]: 0.0, nodes[2]: 2.0, nodes[3]: 2.0}
+    departure = {nodes[0]: 0.0, nodes[1]: 1.0, nodes[2]: 0.0, nodes[3]: 0.0}
+    for depth_0, chosen in ((3, nodes[1]), (2, nodes[0])):
+        load = [depth_0] * 4 + [1] * 12
+        assert choose_shared_home(4, 1, set(range(16)), topology, load, set(nodes), alike.__getitem__, 4,
+                                  departure.__getitem__) == chosen
 
 
 def test_alike_first_only_once_homes_cannot_all_be_disjoint() -> None:

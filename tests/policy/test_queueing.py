@@ -250,6 +250,21 @@ def test_rlix_stacks_with_jobs_that_leave_together(policy: str, config: PolicyCo
     assert run.gpus["C"] == tuple(range(4 * node, 4 * node + 4))
 
 
+@pytest.mark.parametrize(("config", "node"), [(None, 0), (PolicyConfig(stack_by_departure=False), 2)])
+def test_rlix_times_a_stack_by_its_last_departure(config: PolicyConfig | None, node: int) -> None:
+    """Short jobs A (node 0, from 0 s), B (node 2, from 40 s) and A2 (its home given: node 0,
+    from 60 s), a long one on node 1. At 90 s a fourth short job C (100 s) must stack. Node 0
+    is empty once A2 leaves, 70 s on; node 2 once B leaves, 50 s on (the mean of node 0's jobs'
+    time left, 40 s, is further from C's 100 s than B's 50 s: it would pick node 2). rlix joins
+    node 0, the stack that empties nearest C's own departure; without the rule, the least
+    covered: node 2."""
+    jobs = [GangJob("A", 0, 100, size=4), GangJob("X", 0, 1000, size=4), GangJob("B", 40, 100, size=4),
+            GangJob("A2", 60, 100, home=(0, 1, 2, 3)), GangJob("C", 90, 100, size=4)]
+    run = run_queue("rlix", Topology(3, 4), jobs, config)
+    assert (run.gpus["A"], run.gpus["X"], run.gpus["B"]) == ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11))
+    assert run.gpus["C"] == tuple(range(4 * node, 4 * node + 4))
+
+
 def test_a_home_of_unknown_runtime_is_alike_to_none() -> None:
     """A live scenario may give only some jobs an estimate. The long jobs here have none: their
     stacks are not "alike" to the next long job (rule 0 would send it there), so it takes the
