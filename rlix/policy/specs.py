@@ -379,9 +379,11 @@ class PolicyConfig:
     #: pool, so a large pool does not stack while most of it is uncovered. A number above the
     #: pool's homes (1e9): rule 0 whenever homes must overlap. rlix only.
     alike_reserve_homes: float = 3.0
-    #: With `stack_by_runtime`, a home joins first the stack of alike jobs expected to leave
-    #: when its job would (rlix.policy.homes, "leave together"), before the fewest covered:
-    #: stacks then empty together and later jobs find GPUs of their own. rlix only.
+    #: With `stack_by_runtime`, a home joins first the stack of alike jobs expected to empty
+    #: (its last job leaving) when its job would leave (rlix.policy.homes, "leave together"),
+    #: before the fewest covered: stacks then empty together and later jobs find GPUs of their
+    #: own. Under rule 0, among the alike stacks at most one home deeper than the shallowest.
+    #: rlix only.
     stack_by_departure: bool = True
     #: gamma > 0: the split weighs each rolling pipeline by (its projected time left / the
     #: longest projected time left) ** gamma (rlix.policy.finish), so jobs expected to finish
