@@ -58,15 +58,16 @@ def place_admitted(sched: Scheduler) -> None:
 
 
 class HomeCover:
-    """The homes of some pipelines, how many of them cover each GPU, and the expected runtimes
-    and ends of the jobs on each home (a home holding a job of unknown runtime is alike to none)."""
+    """The homes of some pipelines, how many of them cover each GPU, the expected runtimes of
+    the jobs on each home and when the last of them is expected to end (a home holding a job
+    of unknown runtime is alike to none)."""
 
     def __init__(self, sched: Scheduler, pipelines: Iterable[PipelineState]) -> None:
         self.now_s = sched.now
         self.load = [0] * sched.topology.num_gpus
         self.homes: set[tuple[int, ...]] = set()  # sorted GPU ids
         self.runtimes_s: dict[tuple[int, ...], list[float]] = {}
-        self.ends_s: dict[tuple[int, ...], list[float]] = {}  # expected: admission + runtime
+        self.last_end_s: dict[tuple[int, ...], float] = {}  # the latest expected: admission + runtime
         self.unknown: set[tuple[int, ...]] = set()  # homes holding a job of unknown runtime
         for pipeline in pipelines:
             if pipeline.spec.home:
@@ -79,7 +80,8 @@ class HomeCover:
         self.homes.add(key)
         if runtime_s:
             self.runtimes_s.setdefault(key, []).append(runtime_s)
-            self.ends_s.setdefault(key, []).append((self.now_s if start_s is None else start_s) + runtime_s)
+            end_s = (self.now_s if start_s is None else start_s) + runtime_s
+            self.last_end_s[key] = max(end_s, self.last_end_s.get(key, end_s))
         else:
             self.unknown.add(key)
         for gpu in home:
@@ -98,7 +100,7 @@ class HomeCover:
         job past its estimate is expected to leave now) to it. The last, not the mean: a stack
         is empty only once its last job leaves. A home with a job of unknown runtime is
         infinitely far."""
-        left_s = {home: [max(1.0, max(ends_s) - self.now_s)] for home, ends_s in self.ends_s.items()}
+        left_s = {home: [max(1.0, end_s - self.now_s)] for home, end_s in self.last_end_s.items()}
         return self._log_distance(left_s, runtime_s)
 
     def _log_distance(self, values_s: dict[tuple[int, ...], list[float]],

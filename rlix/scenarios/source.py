@@ -32,7 +32,7 @@ _Loader.add_implicit_resolver(
 
 def load_yaml(text: str) -> Any:
     """`text` as scenario files are read (exponent floats without a dot are floats), without
-    the line map: for values given elsewhere, such as a sweep's --grid."""
+    the line map: for the other YAML users write (a sweep's --grid and file, cost files)."""
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
 
 
