@@ -10,8 +10,11 @@ A pipeline is a job (rlix.runs.jobs). Jobs are grouped by
 
 Per group (means over its jobs unless said): `jobs`, `finished`, `alone_s`, `queueing_s`,
 `run_s` (finish - start), `jct_s`, `excess_s` (jct - alone: what sharing costs the job, waiting
-included), `excess_share` (the group's summed excess over every group's: where the mean JCT
-above alone goes; null unless that total is positive), `slowdown`, and `train_wait_s`: the summed waits of the job's training requests
+included), `excess_share` (the group's share of the time jobs lost to sharing: each finished
+job's excess counted where positive, so the shares sum to 100% and a group of jobs faster than
+alone holds none; null when no job lost time. Signed excesses would not do: where some jobs
+gain and others lose, their sum can be near zero and each group's share of it any size),
+`slowdown`, and `train_wait_s`: the summed waits of the job's training requests
 (t_grant - t_request in `waits` of every stage but init and rollout), what the job spent
 waiting for training GPUs once started (a job alone waits too, for its own rollout ranks to
 offload). The stage table splits the waits by stage; its `init` column is the wait to start
@@ -106,15 +109,15 @@ def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
         finished=jobs["finish_s"].notna(),
     )
     keys = group_order(frame, frame["group"])
-    total_excess = frame["excess_s"].sum(min_count=1)
-    table = pd.concat([_summary(frame, keys, total_excess), _summary(frame.assign(group="all"), ["all"], total_excess)])
+    total_lost = frame["excess_s"].clip(lower=0.0).sum(min_count=1)
+    table = pd.concat([_summary(frame, keys, total_lost), _summary(frame.assign(group="all"), ["all"], total_lost)])
     return table.reset_index(drop=True), group_means(stages, frame, frame["group"])
 
 
-def _summary(frame: pd.DataFrame, keys: list[str], total_excess: float) -> pd.DataFrame:
+def _summary(frame: pd.DataFrame, keys: list[str], total_lost: float) -> pd.DataFrame:
     grouped = frame.groupby("group", sort=False)
-    # a share of a total that is not positive (jobs faster than alone on the whole) says nothing
-    share = grouped["excess_s"].sum(min_count=1) / total_excess if total_excess > 0 else np.nan
+    lost = frame["excess_s"].clip(lower=0.0).groupby(frame["group"], sort=False).sum(min_count=1)
+    share = lost / total_lost if total_lost > 0 else np.nan
     table = pd.DataFrame({
         "jobs": grouped.size(),
         "finished": grouped["finished"].sum(),

@@ -55,8 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="where a run's jobs spent their time: queueing, time above alone, training waits",
         description="Group RUN_DIR's jobs (a simulator or executor run folder) and show, per "
         "group, the mean wait to start, run time, JCT, time above the job's time alone on its "
-        "home (what sharing cost it, waiting included) and that group's share of the run's "
-        "total, and the waits for training GPUs inside it, by stage and by what held the job's "
+        "home (what sharing cost it, waiting included) and that group's share of the time the "
+        "run's jobs lost (excess_share: each job's excess where positive), and the waits for training GPUs inside it, by stage and by what held the job's "
         "home meanwhile (another job's training or init, rollout ranks moving). Stream jobs "
         "(<template>-<n>) group by template; --by arrival shows bursts of arrivals.",
         epilog="example: rlix-sim run lab-day --out runs/lab && rlix-sim jobs runs/lab --by arrival",
@@ -118,7 +118,8 @@ def main_jobs(args: argparse.Namespace) -> int:
         return 0
     seconds = {c: "{:,.0f}" for c in ("alone_s", "queueing_s", "run_s", "jct_s", "excess_s", "train_wait_s")}
     print(f"{args.run_dir}: {len(run.jobs)} jobs, policy {run.policy}; means per job, seconds; excess = JCT - "
-          "alone on its home (waiting included); train_wait = waits for training GPUs once started")
+          "alone on its home (waiting included); excess_share = share of the time jobs lost (excesses "
+          "above 0); train_wait = waits for training GPUs once started")
     print(format_table(groups, {**seconds, "excess_share": "{:.0%}", "slowdown": "{:.2f}"}))
     if groups["alone_s"].isna().all():
         print("(no times alone in this run, so no excess or slowdown: rlix-sim run simulates them "

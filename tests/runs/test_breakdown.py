@@ -8,7 +8,7 @@ init 20, actor training 10; `big` init 0, value 30, and a value request not gran
 By hand, grouped by name: `m` has 2 jobs, both finished, alone 80, queueing (0 + 20) / 2 = 10,
 run (100 + 180) / 2 = 140, JCT (100 + 200) / 2 = 150, excess (20 + 120) / 2 = 70, slowdown
 (1.25 + 2.5) / 2 = 1.875, training waits (10 + 10) / 2 = 10. `big` has no finish, so no run,
-JCT, excess or slowdown: m holds 100% of the excess (140 of 140). Over all three: queueing
+JCT, excess or slowdown: m holds 100% of the time lost (140 of 140). Over all three: queueing
 20 / 3, JCT and excess the means of the finished (150, 70), training waits (10 + 10 + 30) / 3.
 """
 
@@ -132,11 +132,24 @@ def test_without_a_waits_table_training_waits_are_unknown() -> None:
     assert groups.set_index("group").loc["m", "excess_s"] == 70  # the rest stands
 
 
-def test_no_share_of_a_total_excess_that_is_not_positive() -> None:
-    faster = jobs().assign(alone_s=[150.0, 300.0, 300.0])  # m-0 +-50, m-1 -100: total -150
+def test_no_share_when_no_job_lost_time() -> None:
+    faster = jobs().assign(alone_s=[150.0, 300.0, 300.0])  # m-0 -50, m-1 -100
     groups, _ = breakdown(faster, waits())
     assert groups.set_index("group").loc["all", "excess_s"] == -75
     assert groups.excess_share.isna().all()
+
+
+def test_shares_count_only_the_time_lost() -> None:
+    # m-0 loses 20 s (JCT 100, alone 80), m-1 gains 100 (JCT 200, alone 300): the signed excesses
+    # sum to -80, of which no share means anything; m-0 lost all the time that was lost.
+    mixed = jobs().assign(alone_s=[80.0, 300.0, 300.0])
+    groups, _ = breakdown(mixed, waits())
+    assert groups.set_index("group").loc["m", "excess_s"] == -40
+    assert groups.set_index("group").loc["m", "excess_share"] == pytest.approx(1.0)
+    each, _ = breakdown(mixed, waits(), by="pipeline")
+    shares = each.set_index("group")["excess_share"]
+    assert shares["m-0"] == pytest.approx(1.0) and shares["m-1"] == 0.0 and math.isnan(shares["big"])
+    assert shares["all"] == pytest.approx(1.0)
 
 
 def test_a_run_that_kept_no_waits_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
