@@ -56,9 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Group RUN_DIR's jobs (a simulator or executor run folder) and show, per "
         "group, the mean wait to start, run time, JCT, time above the job's time alone on its "
         "home (what sharing cost it, waiting included) and that group's share of the time the "
-        "run's jobs lost (excess_share: each job's excess where positive), and the waits for training GPUs inside it, by stage and by what held the job's "
-        "home meanwhile (another job's training or init, rollout ranks moving). Stream jobs "
-        "(<template>-<n>) group by template; --by arrival shows bursts of arrivals.",
+        "run's jobs lost (excess_share: each job's excess where positive), and the waits for "
+        "training GPUs inside it, by stage and by what held the job's home meanwhile (another "
+        "job's training or init, rollout ranks moving). Stream jobs (<template>-<n>) group by "
+        "template; --by arrival shows bursts of arrivals.",
         epilog="example: rlix-sim run lab-day --out runs/lab && rlix-sim jobs runs/lab --by arrival",
     )
     jobs.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
