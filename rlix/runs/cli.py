@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rlix.policy.errors import InvariantViolation
@@ -69,6 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     jobs.add_argument("--bin-s", type=positive_number, default=3600.0, metavar="S",
                       help="width of an arrival group in seconds (default 3600)")
     jobs.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    jobs.add_argument("--plot", metavar="FILE", default=None,
+                      help="also write a bar per group: the mean wait to start, the waits for "
+                      "training GPUs and the rest of the run, marked at the time alone (PNG, or "
+                      "another format by the file's suffix)")
     _traceback_option(jobs)
     jobs.set_defaults(run=_guarded(main_jobs))
 
@@ -113,6 +118,11 @@ def main_jobs(args: argparse.Namespace) -> int:
 
         holds = run.allocations if "allocations" in run.kept_tables else None
         causes = wait_causes(jobs, waits, run.activity, args.by, args.bin_s, holds)
+    if args.plot:
+        from rlix.runs.breakdown_plot import plot_breakdown
+
+        title = f"{Path(args.run_dir).name}: where jobs' time goes ({run.policy})"
+        print(f"plot: {plot_breakdown(groups, args.plot, title)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"groups": _records(groups), "stage_waits_s": _records(stages),
                           "wait_causes_s": None if causes is None else _records(causes)}))

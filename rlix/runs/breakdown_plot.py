@@ -1,0 +1,65 @@
+"""The plot of `rlix-sim jobs --plot`: where each group's mean job time goes, against its time alone.
+
+One horizontal bar per group of `rlix.runs.breakdown` (the "all" row last): the mean wait to
+start, then the run split into the waits for training GPUs once started and the rest of the
+run, with a mark at the mean time alone on the home. A bar past its mark is time lost to
+sharing; a bar short of it, a job that ran faster than alone (it borrowed GPUs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: The parts of a bar, in order, with their legend labels.
+PARTS = (("queueing_s", "waiting to start"), ("train_wait_s", "waiting for training GPUs"),
+         ("other_run_s", "the rest of the run"))
+
+
+def segments(groups: pd.DataFrame) -> pd.DataFrame:
+    """Per group (its rows in order), the bar's parts in seconds: `queueing_s`, `train_wait_s`
+    (0 when the run kept no waits) and `other_run_s` (the run less those waits, at least 0), and
+    `alone_s` for the mark, each the group's mean as the table gives it (a job still running has
+    waits but no run time, so in a group with one the parts need not add up to its JCT). Groups
+    with no finished job (no run time) are left out."""
+    finished = groups[groups["run_s"].notna()]
+    train = finished["train_wait_s"].fillna(0.0)
+    return pd.DataFrame({
+        "group": finished["group"].to_numpy(),
+        "queueing_s": finished["queueing_s"].fillna(0.0).to_numpy(),
+        "train_wait_s": train.to_numpy(),
+        "other_run_s": (finished["run_s"] - train).clip(lower=0.0).to_numpy(),
+        "alone_s": finished["alone_s"].to_numpy(),
+    })
+
+
+def plot_breakdown(groups: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """Write the plot of `groups` (a `breakdown` table) to `path` (PNG, or any format matplotlib
+    infers from the suffix) and return it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = segments(groups)
+    rows = np.arange(len(parts))[::-1]  # the first group on top
+    figure, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(parts)), constrained_layout=True)
+    left = np.zeros(len(parts))
+    for (column, label), colour in zip(PARTS, ("#c44e52", "#dd8452", "#4c72b0"), strict=True):
+        ax.barh(rows, parts[column], left=left, color=colour, label=label, height=0.6)
+        left = left + parts[column].to_numpy()
+    if parts["alone_s"].notna().any():
+        ax.scatter(parts["alone_s"], rows, marker="|", s=400, color="black", zorder=3,
+                   label="alone on its home")
+    ax.set_yticks(rows, parts["group"])
+    ax.set_xlabel("mean per job, s")
+    ax.set_title(title or "where jobs' time goes")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (1 + len(parts))), ncol=4,
+              fontsize="small", frameon=False)  # below the axes: never over a bar
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+    return out
