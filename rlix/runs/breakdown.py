@@ -105,19 +105,19 @@ def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
         group=job_groups(jobs, by, bin_s),
         run_s=jobs["finish_s"] - jobs["start_s"],
         excess_s=jobs["jct_s"] - jobs["alone_s"],
+        lost_s=lambda f: f["excess_s"].clip(lower=0.0),  # what excess_share shares out
         train_wait_s=stages.drop(columns=["init"], errors="ignore").sum(axis=1) if waits is not None else np.nan,
         finished=jobs["finish_s"].notna(),
     )
     keys = group_order(frame, frame["group"])
-    total_lost = frame["excess_s"].clip(lower=0.0).sum(min_count=1)
+    total_lost = frame["lost_s"].sum(min_count=1)
     table = pd.concat([_summary(frame, keys, total_lost), _summary(frame.assign(group="all"), ["all"], total_lost)])
     return table.reset_index(drop=True), group_means(stages, frame, frame["group"])
 
 
 def _summary(frame: pd.DataFrame, keys: list[str], total_lost: float) -> pd.DataFrame:
     grouped = frame.groupby("group", sort=False)
-    lost = frame["excess_s"].clip(lower=0.0).groupby(frame["group"], sort=False).sum(min_count=1)
-    share = lost / total_lost if total_lost > 0 else np.nan
+    share = grouped["lost_s"].sum(min_count=1) / total_lost if total_lost > 0 else np.nan
     table = pd.DataFrame({
         "jobs": grouped.size(),
         "finished": grouped["finished"].sum(),

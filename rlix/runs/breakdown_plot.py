@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-#: The parts of a bar, in order, with their legend labels.
-PARTS = (("queueing_s", "waiting to start"), ("train_wait_s", "waiting for training GPUs"),
-         ("other_run_s", "the rest of the run"))
+#: The parts of a bar, in order, with their legend labels and colours.
+PARTS = (("queueing_s", "waiting to start", "#c44e52"),
+         ("train_wait_s", "waiting for training GPUs", "#dd8452"),
+         ("other_run_s", "the rest of the run", "#4c72b0"))
 
 
 def segments(groups: pd.DataFrame) -> pd.DataFrame:
@@ -47,7 +48,7 @@ def plot_breakdown(groups: pd.DataFrame, path: str | Path, title: str = "") -> P
     rows = np.arange(len(parts))[::-1]  # the first group on top
     figure, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(parts)), constrained_layout=True)
     left = np.zeros(len(parts))
-    for (column, label), colour in zip(PARTS, ("#c44e52", "#dd8452", "#4c72b0"), strict=True):
+    for column, label, colour in PARTS:
         ax.barh(rows, parts[column], left=left, color=colour, label=label, height=0.6)
         left = left + parts[column].to_numpy()
     if parts["alone_s"].notna().any():

@@ -289,7 +289,7 @@ def test_stacks_whose_jobs_leave_together_come_first(
     alike = [h for h in stacks if distance[h] < 0.05 and covered[h] < depth]
     uncovered = {g for g in usable if not load[g]}
     if depth and sum(load) + size > len(usable) and alike:
-        shallowest = sorted(covered[h] for h in alike)[0]
+        shallowest = min(covered[h] for h in alike)
         candidates = [h for h in alike if covered[h] - shallowest < 2]  # rule 0
     elif len(_aligned_chunks(topology, unit, uncovered)) * unit < size and stacks:
         nearest = min(round(distance[h], 1) for h in stacks)
