@@ -59,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "home (what sharing cost it, waiting included) and that group's share of the time the "
         "run's jobs lost (excess_share: each job's excess where positive), and the waits for "
         "training GPUs inside it, by stage and by what held the job's home meanwhile (another "
-        "job's training or init, rollout ranks moving). Stream jobs (<template>-<n>) group by "
+        "job's training or init, rollout ranks moving); then what the rollout ranks' moves bought: "
+        "their loads and offloads against the rollout they ran, and how many were cut before "
+        "they had run as long as their moves took. Stream jobs (<template>-<n>) group by "
         "template; --by arrival shows bursts of arrivals.",
         epilog="example: rlix-sim run lab-day --out runs/lab && rlix-sim jobs runs/lab --by arrival",
     )
@@ -112,12 +114,16 @@ def main_jobs(args: argparse.Namespace) -> int:
     jobs = run.jobs  # the one table this needs: a RunError naming the tables kept
     waits = run.waits if "waits" in run.kept_tables else None
     groups, stages = breakdown(jobs, waits, args.by, args.bin_s)
-    causes = None
+    causes = moves = None
+    holds = run.allocations if "allocations" in run.kept_tables else None
     if waits is not None and "activity" in run.kept_tables:
         from rlix.runs.wait_causes import wait_causes
 
-        holds = run.allocations if "allocations" in run.kept_tables else None
         causes = wait_causes(jobs, waits, run.activity, args.by, args.bin_s, holds)
+    if holds is not None and "activity" in run.kept_tables:
+        from rlix.runs.rank_moves import rank_moves
+
+        moves = rank_moves(jobs, holds, run.activity, args.by, args.bin_s)
     if args.plot:
         from rlix.runs.breakdown_plot import plot_breakdown
 
@@ -125,7 +131,8 @@ def main_jobs(args: argparse.Namespace) -> int:
         print(f"plot: {plot_breakdown(groups, args.plot, title)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"groups": _records(groups), "stage_waits_s": _records(stages),
-                          "wait_causes_s": None if causes is None else _records(causes)}))
+                          "wait_causes_s": None if causes is None else _records(causes),
+                          "rank_moves": None if moves is None else _records(moves)}))
         return 0
     seconds = {c: "{:,.0f}" for c in ("alone_s", "queueing_s", "run_s", "jct_s", "excess_s", "train_wait_s")}
     print(f"{args.run_dir}: {len(run.jobs)} jobs, policy {run.policy}; means per job, seconds; excess = JCT - "
@@ -149,7 +156,24 @@ def main_jobs(args: argparse.Namespace) -> int:
             print("\nno activity table in this run (it was run with --tables): what held the homes is unknown")
     else:
         print("\nno waits for training GPUs recorded")
+    _print_moves(moves)
     return 0
+
+
+def _print_moves(moves: Any) -> None:
+    from rlix.runs.text import format_table
+
+    if moves is None:
+        print("\nno allocations or activity table in this run (it was run with --tables): rollout "
+              "ranks' moves unknown")
+        return
+    print("\nrollout ranks' moves (a tenure: one hold of a rank's GPUs; per job: tenures, GPU-s of "
+          "rollout and of loads + offloads; the median tenure; shares of the group's: moves in rank "
+          "time, tenures that ran less rollout than their moves took, tenures whose GPUs a training "
+          "or init cluster took at once):")
+    print(format_table(moves, {"rank_tenures": "{:,.1f}", "median_tenure_s": "{:,.1f}", "rollout_gpu_s": "{:,.0f}",
+                               "moves_gpu_s": "{:,.0f}",
+                               **{c: "{:.0%}" for c in ("move_share", "unpaid_share", "cut_by_training")}}))
 
 
 def _records(frame: Any) -> list[dict[str, Any]]:
