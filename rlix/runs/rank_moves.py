@@ -33,16 +33,18 @@ RANK_MOVES_COLUMNS = ("group", "rank_tenures", "median_tenure_s", "rollout_gpu_s
                       "unpaid_share", "cut_by_training")
 _TENURE = ["pipeline_id", "dp_rank", "t_start"]
 _ALLOCATION_KEYS = ("pipeline_id", "cluster", "dp_rank", "gpu", "t_start", "t_end")
-#: a hold starting within this of a tenure's end took its GPUs "at once" (the record's times are floats)
-_AT_ONCE_S = 1e-6
+#: a hold starting within this of a tenure's end took its GPUs "at once": the simulator records
+#: both at one instant, a live driver a loop's latency apart
+_AT_ONCE_S = 0.1
 
 
 def _what_took(allocations: pd.DataFrame) -> pd.Series:
     """Per rollout GPU-row of `allocations` (indexed like it): 2 if the next hold on its GPU, started
-    at its end, is a training or init cluster's, 1 if a rollout rank's, 0 if none started then."""
+    at its end (within _AT_ONCE_S), is a training or init cluster's, 1 if a rollout rank's, 0 if
+    none started then."""
     rows = allocations.sort_values(["gpu", "t_start"], kind="stable")
     same_gpu = rows["gpu"].shift(-1) == rows["gpu"]
-    at_once = same_gpu & ((rows["t_start"].shift(-1) - rows["t_end"]).abs() <= _AT_ONCE_S)
+    at_once = same_gpu & (rows["t_start"].shift(-1) - rows["t_end"] <= _AT_ONCE_S)
     by_training = rows["cluster"].shift(-1) != ROLLOUT_CLUSTER
     code = np.where(at_once, np.where(by_training, 2, 1), 0)
     return pd.Series(code, index=rows.index).reindex(allocations.index)

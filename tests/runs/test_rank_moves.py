@@ -103,3 +103,11 @@ def test_the_command_prints_the_moves(tmp_path: Path, capsys: pytest.CaptureFixt
     (folder / "allocations.parquet").unlink()  # as a run with --tables leaves it
     assert main(["jobs", str(folder)]) == 0
     assert "rollout ranks' moves unknown" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("gap_s", "taken"), [(0.0, 2), (0.05, 2), (0.5, 0)])
+def test_taken_at_once_allows_a_live_drivers_latency(gap_s: float, taken: int) -> None:
+    allocs = allocations()
+    allocs.loc[allocs.cluster == "actor_train", "t_start"] = 10.0 + gap_s
+    table = tenures(allocs, activity()).set_index(["pipeline_id", "dp_rank", "t_start"])
+    assert table.loc[("A", 0, 0.0), "taken"] == taken
