@@ -116,14 +116,15 @@ def main_jobs(args: argparse.Namespace) -> int:
     groups, stages = breakdown(jobs, waits, args.by, args.bin_s)
     causes = moves = None
     holds = run.allocations if "allocations" in run.kept_tables else None
-    if waits is not None and "activity" in run.kept_tables:
+    activity = run.activity if "activity" in run.kept_tables else None
+    if waits is not None and activity is not None:
         from rlix.runs.wait_causes import wait_causes
 
-        causes = wait_causes(jobs, waits, run.activity, args.by, args.bin_s, holds)
-    if holds is not None and "activity" in run.kept_tables:
+        causes = wait_causes(jobs, waits, activity, args.by, args.bin_s, holds)
+    if holds is not None and activity is not None:
         from rlix.runs.rank_moves import rank_moves
 
-        moves = rank_moves(jobs, holds, run.activity, args.by, args.bin_s)
+        moves = rank_moves(jobs, holds, activity, args.by, args.bin_s)
     if args.plot:
         from rlix.runs.breakdown_plot import plot_breakdown
 

@@ -1,5 +1,5 @@
 """What rollout ranks' moves bought: each rank's loads and offloads against the rollout it ran
-(`rlix-sim jobs`, the third table).
+(`rlix-sim jobs`, its last table).
 
 A rollout rank's *tenure* is one hold of its GPUs: the `allocations` rows of the rollout cluster
 with one pipeline, dp_rank and start. Within it the `activity` table says how long those GPUs
