@@ -5,7 +5,8 @@ cpu-demo) `rlix.sim.compare` runs every policy plus each pipeline alone (on its 
 every GPU its mappings allow, for slowdowns and the ceiling), and this prints one row per
 scenario and policy: steps/h, experiments/h, mean and p95 JCT, mean and p95 queueing, mean and
 p95 slowdown, idle share (over the run, and while some job waits to start), recomputed over
-generated tokens, and the ceiling. Deterministic (the simulator's figures); the wall time is
+generated tokens, the ceiling, and the JCT floor (the mean JCT no policy beats) with each mean
+JCT over it. Deterministic (the simulator's figures); the wall time is
 the machine's.
 
     python bench/sharing.py                         # the table
@@ -48,14 +49,16 @@ def bench(scenarios: list[str], policies: list[str], quiet: bool, seeds: list[in
             bar.set_description(name if seed is None else f"{name} seed {seed}")
             comparison = compare(load_scenario(name), policies, seed=seed)
             for policy, summary in comparison.summaries.items():
-                per_seed.setdefault(policy, []).append(_row(name, policy, summary, comparison.ceiling_steps_per_hour()))
+                per_seed.setdefault(policy, []).append(
+                    _row(name, policy, summary, comparison.ceiling_steps_per_hour(), comparison.mean_jct_floor_s()))
             bar.update()
         rows += [_mean(runs) for runs in per_seed.values()]
     bar.close()
     return rows
 
 
-def _row(name: str, policy: str, summary: dict[str, Any], ceiling: float | None) -> dict[str, Any]:
+def _row(name: str, policy: str, summary: dict[str, Any], ceiling: float | None,
+         jct_floor_s: float | None) -> dict[str, Any]:
     overall = summary["overall"]
     row: dict[str, Any] = {"scenario": name, "policy": policy}
     row.update({key: overall_figure(overall, key) for key, _label, _fmt in COLUMNS})
@@ -63,6 +66,9 @@ def _row(name: str, policy: str, summary: dict[str, Any], ceiling: float | None)
     row["recomputed_share"] = (overall.get("recomputed_tokens") or 0) / generated if generated else None
     row["ceiling_steps_per_hour"] = ceiling
     row["of_ceiling"] = overall["steps_per_hour"] / ceiling if ceiling else None
+    row["mean_jct_floor_s"] = jct_floor_s
+    mean_jct_s = row.get("jobs.mean_jct_s")
+    row["jct_over_floor"] = mean_jct_s / jct_floor_s if jct_floor_s and mean_jct_s is not None else None
     row["finished"] = summary.get("finished", True)
     return row
 
@@ -112,9 +118,11 @@ def main() -> int:
     labels = {key: label for key, label, _fmt in COLUMNS}
     formats = {label: fmt for _key, label, fmt in COLUMNS}
     formats.update({"recomputed/generated": "{:.0%}", "ceiling": "{:.1f}", "of ceiling": "{:.0%}",
+                    "JCT floor s": "{:,.0f}", "JCT / floor": "{:.2f}x",
                     "steps/h min": "{:.1f}", "steps/h max": "{:.1f}", "seeds": "{:d}"})
     frame = frame.rename(columns={**labels, "recomputed_share": "recomputed/generated",
                                   "ceiling_steps_per_hour": "ceiling", "of_ceiling": "of ceiling",
+                                  "mean_jct_floor_s": "JCT floor s", "jct_over_floor": "JCT / floor",
                                   "steps_per_hour_min": "steps/h min", "steps_per_hour_max": "steps/h max",
                                   "num_seeds": "seeds"})
     print(format_table(frame, formats))

@@ -38,7 +38,11 @@ its arrival, the pool's GPUs doing the work no packing avoids (gang stages and t
 time of the rollouts), the gang stages on more than half the pool one after another, and,
 when every init is on more than half the pool, the inits one after another and then the last
 one's steps at its unshared rate (in practice: a pipeline's own weight moves can put it
-slightly above its unshared rate). Per
+slightly above its unshared rate). The JCT floor is the mean JCT no policy beats, the highest
+of: each job's unshared duration (the critical paths), the pool's GPUs serving the
+work no packing avoids shortest remaining first (the work in turn), and, when every init is on
+more than half the pool, the inits served so, each job then running its unshared time after
+them; each policy's mean JCT is given over it. Per
 pipeline, steps_per_h is over its own time in the run (arrival to last step).
 Example:
 
@@ -321,13 +325,14 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
     )
     parser.add_argument(
         "--no-alone", action="store_true",
-        help="skip the runs of each pipeline alone (no slowdowns, no ceiling)"
+        help="skip the runs of each pipeline alone (no slowdowns, no ceiling, no JCT floor)"
     )
     parser.add_argument(
         "--json",
         action="store_true",
         help="print {policy: {steps_per_hour, busy_share, idle_share, idle_share_all_active, idle_share_while_waiting,"
         " mean_step_s, preemptions, jobs: {experiments_per_hour, mean_jct_s, ...}, ceiling_steps_per_hour,"
-        " makespan_bounds_s: {critical path, work, ...}}}: the same ceiling and bounds under every policy",
+        " makespan_bounds_s: {critical path, work, ...}, mean_jct_floor_s, mean_jct_bounds_s: {critical paths,"
+        " work in turn, ...}}}: the same ceiling, floor and bounds under every policy",
     )
     parser.set_defaults(run=compare_main)

@@ -34,6 +34,20 @@ ceiling in practice, not a proof: more GPUs also mean more of a pipeline's own r
 (weight loads, its training preempting its own rollout), so a shared pipeline can run a little
 faster than unshared (up to 1.4% in the bundled scenarios: mixed-lora's lora-b under rlix).
 
+The *JCT floor* is the same reasoning for the mean JCT of a stream of jobs, the highest of:
+
+- the critical paths: the mean of each job's unshared duration;
+- the work in turn: the pool as one machine whose speed is its GPUs, each job's conserved
+  GPU-seconds (as above) its work on it, served shortest remaining work first, the least mean
+  any order of that work reaches (`rlix.sim.bounds.srpt_mean_flow_s`);
+- the inits in turn, when every job's inits take more than half the pool: they run one at a
+  time in the least-mean order, and each job still runs its unshared time after them.
+
+Each bounds the mean of any run (the critical paths with the caveat above): a floor in
+practice, which set against a policy's mean JCT says how much waiting and sharing cost. On a stream that leaves
+the pool idle between bursts it is the critical paths, which assume every job has all the
+GPUs it may use.
+
 Pipelines that differ only in id and arrival (a stream's jobs of one template) share their
 alone runs (rlix.sim.alone.signature).
 """
@@ -50,7 +64,7 @@ import pandas as pd
 from rlix.scenarios import Scenario
 from rlix.sim.alone import signature
 from rlix.sim.api import alone_on_home, alone_on_pool, simulate
-from rlix.sim.bounds import rollout_gpu_s_floor
+from rlix.sim.bounds import rollout_gpu_s_floor, srpt_mean_flow_s
 from rlix.sim.costs import CostModel
 
 OVERALL_COLUMNS = (
@@ -90,6 +104,7 @@ class Unshared:
     #: last of them ended
     init_stages: tuple[tuple[int, float], ...] = ()
     after_init_s: float = 0.0
+    finished: bool = True  # it ran its last step before the scenario's cut
 
     @property
     def steps_per_hour(self) -> float | None:
@@ -130,6 +145,30 @@ class Comparison:
         """The largest of the bounds (the critical path, the work, the wide gangs, the inits in
         turn); None without every pipeline's unshared run."""
         bounds = self.makespan_bounds_s()
+        return None if bounds is None else max(bounds.values())
+
+    def mean_jct_bounds_s(self) -> dict[str, float] | None:
+        """The mean JCTs no policy beats, by name (module docstring; "inits in turn" only where
+        every job's inits take more than half the pool); None unless every pipeline's unshared
+        run ran to its last step."""
+        runs = self.unshared
+        if not runs or set(runs) != set(self.arrival_s) or not all(run.finished for run in runs.values()):
+            return None
+        bounds = {"critical paths": sum(run.duration_s for run in runs.values()) / len(runs)}
+        if self.num_gpus:
+            work = [(self.arrival_s[pid], (run.gang_gpu_s + run.rollout_gpu_s) / self.num_gpus)
+                    for pid, run in runs.items()]
+            bounds["work in turn"] = srpt_mean_flow_s(work)
+            if all(run.init_stages and all(2 * gpus > self.num_gpus for gpus, _ in run.init_stages)
+                   for run in runs.values()):
+                inits = [(self.arrival_s[pid], sum(s for _, s in run.init_stages)) for pid, run in runs.items()]
+                after_s = sum(run.after_init_s for run in runs.values()) / len(runs)
+                bounds["inits in turn"] = srpt_mean_flow_s(inits) + after_s
+        return bounds
+
+    def mean_jct_floor_s(self) -> float | None:
+        """The highest of the mean-JCT bounds; None without them."""
+        bounds = self.mean_jct_bounds_s()
         return None if bounds is None else max(bounds.values())
 
     def ceiling_steps_per_hour(self) -> float | None:
@@ -187,10 +226,13 @@ class Comparison:
                 "preemptions": "preemptions"}
         ceiling = self.ceiling_steps_per_hour()
         bounds = self.makespan_bounds_s()
+        jct_bounds = self.mean_jct_bounds_s()
         return {
             policy: {**{name: overall_figure(s["overall"], key) for name, key in keys.items()},
                      "jobs": dict(s["overall"].get("jobs") or {}), "ceiling_steps_per_hour": ceiling,
-                     "makespan_bounds_s": None if bounds is None else dict(bounds)}
+                     "makespan_bounds_s": None if bounds is None else dict(bounds),
+                     "mean_jct_floor_s": self.mean_jct_floor_s(),
+                     "mean_jct_bounds_s": None if jct_bounds is None else dict(jct_bounds)}
             for policy, s in self.summaries.items()
         }
 
@@ -288,7 +330,7 @@ def _run_alone(
             finished = unshared.get("finish_s") is not None
             comparison.unshared[pid] = Unshared(
                 int(unshared["steps"]), float(pool["makespan_s"]), pool["gang_gpu_s"], pool["rollout_gpu_s"],
-                pool["gang_stages"], pool["init_stages"] if finished else (), pool["after_init_s"],
+                pool["gang_stages"], pool["init_stages"] if finished else (), pool["after_init_s"], finished,
             )
 
 

@@ -61,6 +61,22 @@ def _waiting_idle(overall: dict[str, Any]) -> str:
     return f"; {waiting['idle_share']:.1%} while jobs waited to start ({waiting['waiting_s']:,.0f} s)"
 
 
+def _print_jct_floor(comparison: Comparison) -> None:
+    """The mean JCT no policy beats, its bounds, and each policy's mean JCT over it."""
+    bounds = comparison.mean_jct_bounds_s()
+    if not bounds:
+        return
+    floor_s = max(bounds.values())
+    terms = ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in bounds.items())
+    ratios = ", ".join(
+        f"{policy} {summary['overall']['jobs']['mean_jct_s'] / floor_s:.2f}x"
+        for policy, summary in comparison.summaries.items()
+        if (summary["overall"].get("jobs") or {}).get("mean_jct_s") is not None
+    )
+    print(f"JCT floor: {floor_s:,.0f} s, the mean JCT no policy beats ({terms};"
+          f" the highest: {max(bounds, key=lambda name: bounds[name])}); mean JCT over it: {ratios}")
+
+
 def print_comparison(scenario: Any, comparison: Comparison) -> None:
     """The policies' table, the ceiling and the pipelines' table."""
     formats = {key: fmt for key, _label, fmt in OVERALL_COLUMNS}
@@ -85,6 +101,7 @@ def print_comparison(scenario: Any, comparison: Comparison) -> None:
         terms = ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in bounds.items())
         print(f"\nceiling: {ceiling:.2f} steps/h, all steps over the longest makespan no policy beats"
               f" ({terms}; the longest: {binding}); reached: {shares}")
+    _print_jct_floor(comparison)
     print()
     print(
         format_table(

@@ -1,7 +1,10 @@
-"""The rollout floor (rlix.sim.bounds) against a token-by-token decode computed here, any
-packing of sequences into iterations, and against the simulator's own busy rollout time."""
+"""The floors of rlix.sim.bounds: the rollout floor against a token-by-token decode computed
+here, any packing of sequences into iterations, and the simulator's own busy rollout time; the
+least mean flow on one machine against every schedule of small jobs, searched exhaustively."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -67,3 +70,59 @@ def test_a_simulated_rollout_is_never_busy_for_less_than_its_floor() -> None:
         busy_gpu_s = float((busy["t_end"] - busy["t_start"]).sum())
         floor = rollout_floor(alone, result.tables["rollouts"])
         assert 0 < floor <= busy_gpu_s, pid
+
+
+def least_total_flow(jobs: list[tuple[int, int]]) -> int:
+    """Every preemptive schedule of integer (release, work) jobs on one machine in unit slots
+    (which machine-second goes to which released job, or none), searched exhaustively: the
+    least sum of completion less release."""
+    from functools import cache
+
+    @cache
+    def best(now: int, left: tuple[int, ...]) -> int:
+        if not any(left):
+            return 0
+        ready = [i for i, (release, _) in enumerate(jobs) if release <= now and left[i]]
+        if not ready:
+            return best(now + 1, left)
+        options = []
+        for i in ready:
+            after = left[:i] + (left[i] - 1,) + left[i + 1:]
+            done = now + 1 - jobs[i][0] if after[i] == 0 else 0
+            options.append(done + best(now + 1, after))
+        return min(options)
+
+    return best(0, tuple(work for _, work in jobs))
+
+
+def no_preemption_total_flow(jobs: list[tuple[int, int]]) -> int:
+    """The least sum of completion less release over every order run without preemption."""
+    from itertools import permutations
+
+    totals = []
+    for order in permutations(jobs):
+        now = total = 0
+        for release, work in order:
+            now = max(now, release) + work
+            total += now - release
+        totals.append(total)
+    return min(totals)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(1, 4)), min_size=1, max_size=4))
+def test_shortest_remaining_first_is_the_least_mean_flow_on_one_machine(jobs: list[tuple[int, int]]) -> None:
+    from rlix.sim.bounds import srpt_mean_flow_s
+
+    mean_s = srpt_mean_flow_s([(float(r), float(w)) for r, w in jobs])
+    assert mean_s * len(jobs) == pytest.approx(least_total_flow(jobs))
+    assert mean_s * len(jobs) <= no_preemption_total_flow(jobs) + 1e-9
+
+
+def test_shortest_remaining_first_refuses_what_is_no_job() -> None:
+    from rlix.sim.bounds import srpt_mean_flow_s
+
+    for jobs in ([], [(0.0, -1.0)], [(math.nan, 1.0)], [(0.0, math.inf)]):
+        with pytest.raises(ValueError):
+            srpt_mean_flow_s(jobs)
+    assert srpt_mean_flow_s([(3.0, 0.0), (0.0, 2.0)]) == pytest.approx(1.0)  # zero work: done on arrival

@@ -65,6 +65,7 @@ def test_compare_prints_the_ceiling_and_the_share_each_policy_reached(
     assert main(["compare", "tiny", "--quiet", "--policies", "rlix,static", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "ceiling: " in out and "reached: rlix " in out
+    assert "JCT floor: " in out and "(critical paths " in out and "mean JCT over it: rlix " in out
     assert "(critical path " in out and "; the longest: critical path)" in out  # tiny: no wide gangs
     assert "idle (all active)" in out and "unshared_steps_per_h" in out
 
@@ -145,6 +146,30 @@ def test_inits_on_more_than_half_the_pool_run_in_turn_before_the_last_ones_steps
     assert "inits in turn" not in (comparison.makespan_bounds_s() or {})
 
 
+def test_the_jct_floor_by_hand() -> None:
+    """The three jobs above, with 1,200, 600 and 2,400 GPU-seconds of work on 12 GPUs (100, 50
+    and 200 s of the pool) and 100-s critical paths. Inits in turn, shortest remaining first:
+    b 0-60, a 60-120 (a has 60 left at 60 s, c 70), c 120-190; from their arrivals 60, 115
+    and 150 s, plus the mean 316.7 s each runs after its inits: 425 s. Work in turn: b 0-50, a
+    50-150, c 150-350: (50 + 145 + 310) / 3 = 168.3 s. A job whose unshared run was cut, and
+    there is no floor."""
+    from rlix.sim.compare import Comparison, Unshared
+
+    def job(work: float, inits: tuple[tuple[int, float], ...], after_s: float, finished: bool = True) -> Unshared:
+        return Unshared(10, 100.0, work, 0.0, inits, inits, after_s, finished)
+
+    unshared = {"a": job(1200.0, ((8, 60.0),), 300.0), "b": job(600.0, ((8, 60.0),), 250.0),
+                "c": job(2400.0, ((8, 50.0), (8, 20.0)), 400.0)}
+    comparison = Comparison({}, num_gpus=12, arrival_s={"a": 5.0, "b": 0.0, "c": 40.0}, unshared=unshared)
+    bounds = comparison.mean_jct_bounds_s() or {}
+    assert bounds == pytest.approx({"critical paths": 100.0, "work in turn": 505.0 / 3, "inits in turn": 425.0})
+    assert comparison.mean_jct_floor_s() == pytest.approx(425.0)
+    comparison.unshared = {**unshared, "c": job(2400.0, ((4, 50.0), (8, 20.0)), 400.0)}  # c's first fits beside
+    assert set(comparison.mean_jct_bounds_s() or {}) == {"critical paths", "work in turn"}
+    comparison.unshared = {**unshared, "c": job(2400.0, (), 400.0, finished=False)}
+    assert comparison.mean_jct_bounds_s() is None and comparison.mean_jct_floor_s() is None
+
+
 def test_no_policy_beats_the_inits_in_turn_on_four_jobs_sharing_twelve_gpus() -> None:
     """blog-4on12: four 8-GPU jobs on 12 GPUs. Their inits take turns, so the last job cannot
     start its steps before four inits have run; the bound binds there, and every policy's
@@ -156,6 +181,12 @@ def test_no_policy_beats_the_inits_in_turn_on_four_jobs_sharing_twelve_gpus() ->
     assert len(inits) == 4 and bounds["inits in turn"] > sum(inits) + 100.0
     for policy, summary in comparison.summaries.items():
         assert summary["makespan_s"] >= bounds["inits in turn"], policy
+    # The same for the mean JCT: the inits in turn bind, and no policy's mean is below them.
+    jct_bounds = comparison.mean_jct_bounds_s() or {}
+    assert max(jct_bounds, key=jct_bounds.__getitem__) == "inits in turn"
+    assert jct_bounds["inits in turn"] > jct_bounds["critical paths"] + 60.0
+    for policy, summary in comparison.summaries.items():
+        assert summary["overall"]["jobs"]["mean_jct_s"] >= jct_bounds["inits in turn"], policy
     data = load_scenario("blog-4on12").model_dump(mode="json", exclude_none=True)
     data["max_time_s"] = 400.0  # cut before any job's last step: the inits bound says nothing
     cut = compare(validate_scenario(data), ["rlix"])
@@ -176,3 +207,6 @@ def test_compare_json_has_job_figures(tmp_path: Path, capsys: pytest.CaptureFixt
         assert set(bounds) >= {"critical path", "work"}  # the longest of them sets the ceiling
         steps = figures[policy]["ceiling_steps_per_hour"] * max(bounds.values()) / 3600.0
         assert steps == pytest.approx(round(steps))
+        jct_bounds = figures[policy]["mean_jct_bounds_s"]
+        assert set(jct_bounds) >= {"critical paths", "work in turn"}
+        assert figures[policy]["mean_jct_floor_s"] == max(jct_bounds.values()) <= jobs["mean_jct_s"] * 1.001
