@@ -64,9 +64,9 @@ def _waiting_idle(overall: dict[str, Any]) -> str:
 def _print_jct_floor(comparison: Comparison) -> None:
     """The mean JCT no policy beats, its bounds, and each policy's mean JCT over it."""
     bounds = comparison.mean_jct_bounds_s()
-    if not bounds:
+    floor_s = max(bounds.values()) if bounds else 0.0
+    if not bounds or floor_s <= 0:
         return
-    floor_s = max(bounds.values())
     terms = ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in bounds.items())
     ratios = ", ".join(
         f"{policy} {summary['overall']['jobs']['mean_jct_s'] / floor_s:.2f}x"
@@ -78,7 +78,7 @@ def _print_jct_floor(comparison: Comparison) -> None:
 
 
 def print_comparison(scenario: Any, comparison: Comparison) -> None:
-    """The policies' table, the ceiling and the pipelines' table."""
+    """The policies' table, the ceiling, the JCT floor and the pipelines' table."""
     formats = {key: fmt for key, _label, fmt in OVERALL_COLUMNS}
     formats["max_slowdown"] = "{:.2f}x"
     frame = comparison.overall_frame().rename(
