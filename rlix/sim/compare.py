@@ -44,9 +44,9 @@ The *JCT floor* is the same reasoning for the mean JCT of a stream of jobs, the 
   time in the least-mean order, and each job still runs its unshared time after them.
 
 Each bounds the mean of any run (the critical paths with the caveat above): a floor in
-practice, which set against a policy's mean JCT says how much waiting and sharing cost. On a stream that leaves
-the pool idle between bursts it is the critical paths, which assume every job has all the
-GPUs it may use.
+practice, which set against a policy's mean JCT says how much waiting and sharing cost. On a
+stream that leaves the pool idle between bursts it is the critical paths, which assume every
+job has all the GPUs it may use.
 
 Pipelines that differ only in id and arrival (a stream's jobs of one template) share their
 alone runs (rlix.sim.alone.signature).
@@ -107,6 +107,11 @@ class Unshared:
     finished: bool = True  # it ran its last step before the scenario's cut
 
     @property
+    def conserved_gpu_s(self) -> float:
+        """The GPU-seconds no policy avoids: its gang stages and its rollout's decode floor."""
+        return self.gang_gpu_s + self.rollout_gpu_s
+
+    @property
     def steps_per_hour(self) -> float | None:
         return self.steps * 3600.0 / self.duration_s if self.duration_s > 0 else None
 
@@ -130,16 +135,22 @@ class Comparison:
         bounds = {"critical path": max(self.arrival_s[pid] + run.duration_s for pid, run in self.unshared.items())}
         if self.num_gpus:
             first_s = min(self.arrival_s.values())
-            work_gpu_s = sum(r.gang_gpu_s + r.rollout_gpu_s for r in self.unshared.values())
+            work_gpu_s = sum(r.conserved_gpu_s for r in self.unshared.values())
             bounds["work"] = first_s + work_gpu_s / self.num_gpus
             wide = [s for r in self.unshared.values() for gpus, s in r.gang_stages if 2 * gpus > self.num_gpus]
             if wide:
                 bounds["wide gangs"] = first_s + sum(wide)
-            inits = [stage for r in self.unshared.values() for stage in r.init_stages]
-            if all(r.init_stages for r in self.unshared.values()) and all(2 * gpus > self.num_gpus for gpus, _ in inits):
+            if self._inits_take_turns():
+                inits_s = sum(s for r in self.unshared.values() for _, s in r.init_stages)
                 after_s = min(r.after_init_s for r in self.unshared.values())
-                bounds["inits in turn"] = first_s + sum(s for _, s in inits) + after_s
+                bounds["inits in turn"] = first_s + inits_s + after_s
         return bounds
+
+    def _inits_take_turns(self) -> bool:
+        """Every pipeline ran to its last step alone and each of its inits takes more than half
+        the pool, so no two inits run at once (the bounds "inits in turn")."""
+        return all(run.finished and run.init_stages and all(2 * gpus > self.num_gpus for gpus, _ in run.init_stages)
+                   for run in self.unshared.values())
 
     def makespan_bound_s(self) -> float | None:
         """The largest of the bounds (the critical path, the work, the wide gangs, the inits in
@@ -156,11 +167,9 @@ class Comparison:
             return None
         bounds = {"critical paths": sum(run.duration_s for run in runs.values()) / len(runs)}
         if self.num_gpus:
-            work = [(self.arrival_s[pid], (run.gang_gpu_s + run.rollout_gpu_s) / self.num_gpus)
-                    for pid, run in runs.items()]
+            work = [(self.arrival_s[pid], run.conserved_gpu_s / self.num_gpus) for pid, run in runs.items()]
             bounds["work in turn"] = srpt_mean_flow_s(work)
-            if all(run.init_stages and all(2 * gpus > self.num_gpus for gpus, _ in run.init_stages)
-                   for run in runs.values()):
+            if self._inits_take_turns():
                 inits = [(self.arrival_s[pid], sum(s for _, s in run.init_stages)) for pid, run in runs.items()]
                 after_s = sum(run.after_init_s for run in runs.values()) / len(runs)
                 bounds["inits in turn"] = srpt_mean_flow_s(inits) + after_s
@@ -227,11 +236,12 @@ class Comparison:
         ceiling = self.ceiling_steps_per_hour()
         bounds = self.makespan_bounds_s()
         jct_bounds = self.mean_jct_bounds_s()
+        jct_floor_s = None if jct_bounds is None else max(jct_bounds.values())
         return {
             policy: {**{name: overall_figure(s["overall"], key) for name, key in keys.items()},
                      "jobs": dict(s["overall"].get("jobs") or {}), "ceiling_steps_per_hour": ceiling,
                      "makespan_bounds_s": None if bounds is None else dict(bounds),
-                     "mean_jct_floor_s": self.mean_jct_floor_s(),
+                     "mean_jct_floor_s": jct_floor_s,
                      "mean_jct_bounds_s": None if jct_bounds is None else dict(jct_bounds)}
             for policy, s in self.summaries.items()
         }
@@ -330,7 +340,7 @@ def _run_alone(
             finished = unshared.get("finish_s") is not None
             comparison.unshared[pid] = Unshared(
                 int(unshared["steps"]), float(pool["makespan_s"]), pool["gang_gpu_s"], pool["rollout_gpu_s"],
-                pool["gang_stages"], pool["init_stages"] if finished else (), pool["after_init_s"], finished,
+                pool["gang_stages"], pool["init_stages"], pool["after_init_s"], finished,
             )
 
 
