@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
 from pydantic import (
     ConfigDict,
     Field,
@@ -36,7 +35,7 @@ from rlix.scenarios.sections import (
     TopologyConfig,
     TraceRef,
 )
-from rlix.scenarios.source import SourceMap
+from rlix.scenarios.source import SourceMap, dump_yaml
 from rlix.scenarios.specs import pipeline_spec
 from rlix.scenarios.streams import expand
 
@@ -166,7 +165,7 @@ class Scenario(Section):
     def to_yaml(self) -> str:
         """The resolved scenario as YAML (every default written out; None fields left out)."""
         data = self.model_dump(mode="json", exclude_none=True)
-        return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+        return dump_yaml(data, sort_keys=False, default_flow_style=None, width=100)
 
     def field_error(self, path: Path, value: object, problem: str) -> ScenarioError:
         """A ScenarioError naming this scenario's file and the line of `path`.

@@ -21,6 +21,7 @@ import ray
 
 from rlix.executor.cli import main
 from tests.executor.child_env import child_env
+from tests.executor.demos import SHORT_DEMO_STEPS, short_demo_file
 
 RLIX_EXEC = [sys.executable, "-m", "rlix.executor.cli"]
 
@@ -138,8 +139,8 @@ def test_kill_obeys_ctrl_c_while_the_cluster_does_not_answer(tmp_path: Path) -> 
     assert "rlix-exec: interrupted" in err.splitlines()  # Ray's C++ threads may log after it
 
 
-def _start_run(tmp_path: Path, out: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([*RLIX_EXEC, "run", "cpu-demo", "--quiet", "--out", str(out)], env=child_env(tmp_path),
+def _start_run(tmp_path: Path, out: Path, scenario: str = "cpu-demo") -> subprocess.Popen[str]:
+    return subprocess.Popen([*RLIX_EXEC, "run", scenario, "--quiet", "--out", str(out)], env=child_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -166,7 +167,7 @@ def test_a_signal_stops_the_run_and_leaves_the_record(tmp_path: Path, signum: in
     from rlix.runs.verify import replay
 
     out = tmp_path / "run"
-    process = _start_run(tmp_path, out)
+    process = _start_run(tmp_path, out, str(short_demo_file(tmp_path)))
     _wait_for_record(tmp_path / ".run.live" / "journal.jsonl", process, 180)  # the run is under way
     time.sleep(2)
     sent = time.monotonic()
@@ -188,7 +189,7 @@ def test_a_signal_stops_the_run_and_leaves_the_record(tmp_path: Path, signum: in
         assert done.returncode == 0, done.stdout + done.stderr
         summary = json.loads((out / "summary.json").read_text())
         assert summary["finished"] is True
-        assert {p["steps"] for p in summary["pipelines"].values()} == {12, 24}
+        assert {p["steps"] for p in summary["pipelines"].values()} == {SHORT_DEMO_STEPS, 2 * SHORT_DEMO_STEPS}
         assert replay(out).identical
 
 

@@ -19,6 +19,7 @@ pytest.importorskip("ray")
 pytest.importorskip("transformers")
 
 from tests.executor.child_env import child_env  # noqa: E402
+from tests.executor.demos import SHORT_DEMO_STEPS, short_demo_file  # noqa: E402
 
 RLIX_EXEC = [sys.executable, "-m", "rlix.executor.cli"]
 
@@ -29,9 +30,10 @@ def _resume(home: Path, run: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _sigkilled_run(tmp_path: Path) -> tuple[Path, Path]:
-    """cpu-demo (a checkpoint every 4 steps) with its driver SIGKILLed after ft's first one."""
+    """The short cpu-demo (a checkpoint every 2 steps) with its driver SIGKILLed after ft's first one."""
     run, live = tmp_path / "run", tmp_path / ".run.live"
-    driver = subprocess.Popen([*RLIX_EXEC, "run", "cpu-demo", "--quiet", "--out", str(run)], env=child_env(tmp_path),
+    scenario = short_demo_file(tmp_path)
+    driver = subprocess.Popen([*RLIX_EXEC, "run", str(scenario), "--quiet", "--out", str(run)], env=child_env(tmp_path),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not list((live / "checkpoints" / "ft").glob("ckpt-*")):
@@ -82,7 +84,8 @@ def test_a_sigkilled_run_resumes_to_a_whole_run(tmp_path: Path) -> None:
     assert summary["finished"] is True
     steps = pd.read_parquet(run / "steps.parquet")
     per_adapter = steps.groupby(["pipeline_id", "adapter"]).step
-    assert per_adapter.nunique().to_dict() == {("ft", "base"): 12, ("lora", "a0"): 12, ("lora", "a1"): 12}
+    assert per_adapter.nunique().to_dict() == {("ft", "base"): SHORT_DEMO_STEPS, ("lora", "a0"): SHORT_DEMO_STEPS,
+                                              ("lora", "a1"): SHORT_DEMO_STEPS}
     assert (per_adapter.count() == per_adapter.nunique()).all()  # redone steps counted once
     num_allocations, num_attempts = check(run)  # nothing lost or consumed twice, staleness held
     assert num_allocations > 0 and num_attempts > 0
