@@ -84,6 +84,7 @@ class Scheduler:
         self.ledger = Ledger(self)
         self.now = 0.0
         self.next_seq = 0
+        self._admitted_order: tuple[tuple[int, int], tuple[PipelineState, ...]] = ((-1, -1), ())
         #: The rollout split of the last round: target GPUs and ideal (unrounded) GPUs.
         self.targets: dict[str, int] = {}
         self.ideal: dict[str, float] = {}
@@ -133,6 +134,16 @@ class Scheduler:
             raise EventError("pipeline_id", pipeline_id, "unknown pipeline") from None
 
     # --- helpers shared by the event handlers and the policies ----------------------------
+
+    def admitted_in_order(self) -> tuple[PipelineState, ...]:
+        """The admitted pipelines, oldest admission first. Kept between rounds: every admission
+        draws a sequence number and every removal shrinks `pipelines`, so the order is
+        recomputed only when one of those changed (a long queue's rounds sort it once)."""
+        key = (self.next_seq, len(self.pipelines))
+        if self._admitted_order[0] != key:
+            order = sorted((p for p in self.pipelines.values() if p.admitted), key=lambda p: p.admitted_seq)
+            self._admitted_order = (key, tuple(order))
+        return self._admitted_order[1]
 
     def new_seq(self) -> int:
         seq = self.next_seq

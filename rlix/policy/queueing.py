@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 
 
 def admitted_in_order(sched: Scheduler) -> list[PipelineState]:
-    return sorted((p for p in sched.pipelines.values() if p.admitted), key=lambda p: p.admitted_seq)
+    """The admitted pipelines, oldest admission first (a new list; the core keeps the order
+    between rounds, `Scheduler.admitted_in_order`)."""
+    return list(sched.admitted_in_order())
 
 
 def place_admitted(sched: Scheduler) -> None:
@@ -144,14 +146,46 @@ class JobQueue:
         self.confine = confine
         self.backfill = backfill
         self.started_s: dict[str, float] = {}
+        # Within one `runnable` call, the (size, unit, GPUs avoided) of sized homes that did not
+        # fit: the GPUs taken only grow during the call and fitting needs only enough free
+        # chunks, so a job like one that did not fit does not either (a long queue costs one
+        # placement per kind of job, not one per job).
+        self._no_room: set[tuple[int, int, int]] = set()
+        # The last answer, the state it was worked out from and until when it holds (`_unchanged`).
+        self._last: tuple[tuple[object, ...], frozenset[str]] | None = None
+        self._last_valid_until_s = -math.inf
+
+    def _state_key(self, sched: Scheduler, running: frozenset[str]) -> tuple[object, ...]:
+        """What the answer depends on besides the clock: the admissions and removals (every
+        admission draws a sequence number), the jobs running and the GPUs offline."""
+        return (sched.next_seq, len(sched.pipelines), running, frozenset(sched.cluster.offline))
+
+    def _unchanged(self, sched: Scheduler) -> frozenset[str] | None:
+        """The last answer if nothing it depends on changed since. Most rounds of a long queue
+        follow an event that starts and ends no job (rollout progress); working the queue out
+        again would give the same answer, since a job that could not start then cannot now.
+        The clock matters only to backfill, and only once a running job passes its expected
+        end (the reservation then orders the jobs overrunning their estimates differently), so
+        the answer is kept until the first such end."""
+        if self._last is None or sched.now >= self._last_valid_until_s:
+            return None
+        key, answer = self._last
+        return answer if self._state_key(sched, sched.runnable) == key else None
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
+        answer = self._unchanged(sched)
+        if answer is None:
+            answer = self._work_out(sched)
+        return answer
+
+    def _work_out(self, sched: Scheduler) -> frozenset[str]:
         admitted = admitted_in_order(sched)
         running = [p for p in admitted if p.pipeline_id in sched.runnable]
         taken: set[int] = set()
         for pipeline in running:
             taken |= pipeline.spec.footprint
         wanted: set[int] = set()  # GPUs that jobs waiting ahead want (explicit homes)
+        self._no_room.clear()
         head: PipelineState | None = None
         reservation: tuple[float, frozenset[int]] | None = None  # worked out when first needed
         for pipeline in admitted:
@@ -177,7 +211,13 @@ class JobQueue:
                 self._try_start(sched, pipeline, taken, frozenset(), running)
             else:
                 self._try_start(sched, pipeline, taken, reserved, running)
-        return frozenset(p.pipeline_id for p in running)
+        answer = frozenset(p.pipeline_id for p in running)
+        self._last = (self._state_key(sched, answer), answer)
+        self._last_valid_until_s = math.inf
+        if head is not None:  # a backfill reservation: until a running job passes its expected end
+            ends_s = (self.started_s.get(p.pipeline_id, sched.now) + _estimate(p) for p in running)
+            self._last_valid_until_s = min((end_s for end_s in ends_s if end_s > sched.now), default=math.inf)
+        return answer
 
     def _try_start(
         self, sched: Scheduler, pipeline: PipelineState, taken: set[int], avoid: set[int] | frozenset[int],
@@ -190,9 +230,14 @@ class JobQueue:
             if not spec.footprint.isdisjoint(taken) or not spec.footprint.isdisjoint(avoid):
                 return False
         else:
+            unit = placement_unit(spec)
+            kind = (spec.home_size, unit, id(avoid))
+            if kind in self._no_room:
+                return False
             usable = set(range(sched.topology.num_gpus)) - taken - set(avoid) - sched.cluster.offline
-            home = choose_home(spec.home_size, placement_unit(spec), usable, sched.topology)
+            home = choose_home(spec.home_size, unit, usable, sched.topology)
             if home is None:
+                self._no_room.add(kind)
                 return False
             place(sched, pipeline, home, self.confine)
         taken |= pipeline.spec.footprint

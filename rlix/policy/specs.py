@@ -208,7 +208,7 @@ class PipelineSpec:
     @property
     def footprint(self) -> frozenset[int]:
         """Every GPU any of the pipeline's clusters may use."""
-        return frozenset(g for c in self.clusters.values() for g in c.mapping)
+        return frozenset().union(*(c.mapping for c in self.clusters.values()))
 
     @property
     def placed(self) -> bool:

@@ -31,9 +31,11 @@ from rlix.policy import (
     PipelineSpec,
     PolicyConfig,
     Scheduler,
+    Tick,
     Topology,
 )
 from rlix.policy.decisions import Place
+from rlix.policy.queueing import JobQueue
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class GangJob:
     size: int = 0  # a sized home
     home: tuple[int, ...] = ()  # or an explicit one
     estimate: bool = True  # whether the core is told its duration
+    estimate_factor: float = 1.0  # the estimate the core is told, as a share of the duration
 
     def spec(self) -> PipelineSpec:
         if self.home:
@@ -51,7 +54,8 @@ class GangJob:
         else:
             clusters = {"actor_train": ClusterSpec(1, (), "home"), "actor_infer": ClusterSpec(1, (), "home")}
         return PipelineSpec(self.pipeline_id, PipelineKind.FULL_FINETUNE, clusters, home=self.home,
-                            home_size=self.size, runtime_estimate_s=self.duration_s if self.estimate else None)
+                            home_size=self.size,
+                            runtime_estimate_s=self.duration_s * self.estimate_factor if self.estimate else None)
 
 
 @dataclass
@@ -63,19 +67,26 @@ class QueueRun:
     moments: list[tuple[float, list[str], list[str]]]
 
 
-def run_queue(policy: str, topology: Topology, jobs: list[GangJob], config: PolicyConfig | None = None) -> QueueRun:
-    sched = Scheduler(topology, policy, config, check_invariants=True)
+def run_queue(policy: str, topology: Topology, jobs: list[GangJob], config: PolicyConfig | None = None,
+              ticks_s: tuple[float, ...] = (), sched: Scheduler | None = None) -> QueueRun:
+    """The jobs through a core (`sched`, else a new one under `policy`), with a Tick (a round
+    in which no job arrives or leaves) at each of `ticks_s`."""
+    sched = sched or Scheduler(topology, policy, config, check_invariants=True)
     by_id = {job.pipeline_id: job for job in jobs}
-    events: list[tuple[float, int, str, str]] = []  # (time, 0 end / 1 arrival, seq, job id)
+    events: list[tuple[float, int, str, str]] = []  # (time, 0 end / 1 arrival / 2 tick, seq, job id)
     for index, job in enumerate(jobs):
         heapq.heappush(events, (job.arrival_s, 1, f"{index:04d}", job.pipeline_id))
+    for tick_s in ticks_s:
+        heapq.heappush(events, (tick_s, 2, "", ""))
     run = QueueRun({}, {}, {}, [])
     arrived: list[str] = []
     while events:
         now = events[0][0]
         while events and events[0][0] == now:
             _, kind, _, pid = heapq.heappop(events)
-            if kind == 1:
+            if kind == 2:
+                decisions = sched.handle(Tick(now))
+            elif kind == 1:
                 arrived.append(pid)
                 decisions = sched.handle(PipelineRegistered(now, by_id[pid].spec()))
                 decisions += sched.handle(PipelineAdmitted(now, pid))
@@ -163,6 +174,53 @@ def test_backfill_never_delays_the_head(case: tuple[Topology, list[GangJob]]) ->
 def test_backfill_without_estimates_is_fifo(case: tuple[Topology, list[GangJob]]) -> None:
     topology, jobs = case
     assert run_queue("static-backfill", topology, jobs).start_s == run_queue("static", topology, jobs).start_s
+
+
+class _WorkedOutEachRound(JobQueue):
+    """The queue without its kept answer: worked out again in every round."""
+
+    def _unchanged(self, sched: Scheduler) -> frozenset[str] | None:
+        return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(sized_jobs(), st.lists(st.sampled_from([0.25, 0.5, 1.0, 1.5, 3.0]), min_size=8, max_size=8),
+       st.lists(st.integers(0, 200), max_size=40))
+def test_a_kept_answer_is_the_answer_worked_out_again(case: tuple[Topology, list[GangJob]], factors: list[float],
+                                                       ticks: list[int]) -> None:
+    """Rounds between arrivals and departures (ticks) reuse the queue's last answer; with
+    estimates off by up to 4x either way, so running jobs pass their expected ends between
+    rounds, every job starts when and where a queue worked out again each round starts it."""
+    topology, jobs = case
+    jobs = [GangJob(j.pipeline_id, j.arrival_s, j.duration_s, j.size, estimate=j.estimate, estimate_factor=f)
+            for j, f in zip(jobs, factors, strict=False)]
+    ticks_s = tuple(sorted({t / 2 for t in ticks}))
+    for policy in ("static", "static-backfill"):
+        got = run_queue(policy, topology, jobs, ticks_s=ticks_s)
+        want = run_queue(policy, topology, jobs, ticks_s=ticks_s, sched=_queue_worked_out_each_round(topology, policy))
+        assert (got.start_s, got.gpus) == (want.start_s, want.gpus)
+
+
+def _queue_worked_out_each_round(topology: Topology, policy: str) -> Scheduler:
+    sched = Scheduler(topology, policy, check_invariants=True)
+    queue = sched.policy.queue  # type: ignore[attr-defined]
+    sched.policy.queue = _WorkedOutEachRound(queue.confine, queue.backfill)  # type: ignore[attr-defined]
+    return sched
+
+
+def test_a_kept_answer_lapses_when_running_jobs_pass_their_expected_ends() -> None:
+    """4 GPUs. b (1 GPU, expected to end at 20) arrives before a (2 GPUs, expected at 10);
+    both run for 100 s. c wants 3 and waits: its reservation takes a's GPUs and the free GPU 3,
+    so d (1 GPU, 100 s) may not backfill there. Once both have overrun (t > 20) the reservation
+    releases them by arrival, b first, and then a: the head's GPUs become 0-2 and d starts on
+    GPU 3 at the next round, a tick at 25, with no job arriving or leaving in between."""
+    jobs = [GangJob("b", 0.0, 100.0, size=1, estimate_factor=0.2), GangJob("a", 0.0, 100.0, size=2, estimate_factor=0.1),
+            GangJob("c", 1.0, 10.0, size=3), GangJob("d", 2.0, 100.0, size=1)]
+    ticks_s = (5.0, 12.0, 15.0, 25.0, 30.0)
+    for sched in (None, _queue_worked_out_each_round(Topology(1, 4), "static-backfill")):
+        run = run_queue("static-backfill", Topology(1, 4), jobs, ticks_s=ticks_s, sched=sched)
+        assert run.gpus["b"] == (0,) and run.gpus["a"] == (1, 2)
+        assert run.start_s["d"] == 25.0 and run.gpus["d"] == (3,)
 
 
 def test_backfill_by_hand() -> None:
