@@ -34,6 +34,7 @@ import json
 import pstats
 import resource
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,10 +50,18 @@ def scenario_cut(
     days: float | None = None,
 ) -> Any:
     """The scenario with its max_time_s (or `days`) cut to `fraction` of it (policy and the
-    engine's progress_every overridden when given)."""
+    engine's progress_every overridden when given). A scenario without max_time_s (a stream
+    that runs until its last job ends) runs whole; it cannot be cut."""
     scenario = load_scenario(name)
     data = scenario.model_dump(mode="json", exclude_none=True)
-    data["max_time_s"] = (scenario.max_time_s if days is None else days * 86400.0) * fraction
+    length_s = scenario.max_time_s if days is None else days * 86400.0
+    if length_s is None:
+        if fraction != 1.0:
+            print(f"sim_speed.py: error: {name} runs until its last job ends (no max_time_s): "
+                  "--fraction needs --days", file=sys.stderr)
+            raise SystemExit(2)
+    else:
+        data["max_time_s"] = length_s * fraction
     if policy is not None:
         data["policy"] = {**data.get("policy", {}), "name": policy}
     if progress_every is not None:
@@ -107,7 +116,8 @@ def run(
     sim = new_simulation(scenario, sink=sink)
 
     def progress(now: float) -> None:
-        while pending and now >= pending[0] * max_time_s:
+        # Checkpoints are shares of max_time_s; a run to its last job's end has none.
+        while pending and max_time_s is not None and now >= pending[0] * max_time_s:
             report(figures(sim, pending.pop(0) * fraction, wall0, cpu0))
 
     try:

@@ -1,0 +1,33 @@
+"""bench/sim_speed.py on a scenario that runs until its last job ends (no max_time_s): it runs
+whole, its figures are the run's own, and a fraction of it is refused in one line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rlix.scenarios import load_scenario
+from rlix.sim import simulate
+from tests.bench.bench_module import load
+
+
+def test_a_stream_runs_whole_and_counts_what_the_run_records() -> None:
+    sim_speed = load("sim_speed")
+    reports: list[dict[str, Any]] = []
+    whole = sim_speed.run("tiny", 1.0, [0.25, 0.5], None, None, reports.append)
+    assert reports == [whole]  # no max_time_s: no checkpoints to pass, only the whole run
+    result = simulate(load_scenario("tiny"), plots=False)
+    assert whole["steps"] == result.summary["overall"]["steps"] > 0
+    assert whole["rollouts"] == result.summary["overall"]["trajectories"] > 0
+    assert whole["simulated_s"] == round(result.summary["makespan_s"], 1)
+
+
+def test_a_fraction_of_a_run_without_an_end_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    sim_speed = load("sim_speed")
+    with pytest.raises(SystemExit) as stop:
+        sim_speed.scenario_cut("tiny", 0.5)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["sim_speed.py: error: tiny runs until its last job ends (no max_time_s): --fraction needs --days"]
+    assert sim_speed.scenario_cut("tiny", 0.5, days=1.0).max_time_s == 43200.0
