@@ -27,7 +27,7 @@ from rlix.policy.gap_ratio import CycleTrigger, plan_gap_ratio
 from rlix.policy.homes import choose_home, placement_unit
 from rlix.policy.job_order import runnable_jobs
 from rlix.policy.lifecycle import place
-from rlix.policy.queueing import JobQueue, admitted_in_order, place_admitted
+from rlix.policy.queueing import JobQueue, place_admitted
 from rlix.policy.rollout import fill_free, plan_rlix
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ class SequentialPolicy(_ExclusivePolicy):
     name = "sequential"
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
-        admitted = admitted_in_order(sched)
+        admitted = sched.admitted_in_order()
         if not admitted:
             return frozenset()
         first = admitted[0]

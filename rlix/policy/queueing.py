@@ -41,16 +41,10 @@ if TYPE_CHECKING:
     from rlix.policy.state import PipelineState
 
 
-def admitted_in_order(sched: Scheduler) -> list[PipelineState]:
-    """The admitted pipelines, oldest admission first (a new list; the core keeps the order
-    between rounds, `Scheduler.admitted_in_order`)."""
-    return list(sched.admitted_in_order())
-
-
 def place_admitted(sched: Scheduler) -> None:
     """Place every admitted sized home not placed yet, in admission order, among the homes of
     every pipeline (placed or given) by the shared rule (`choose_shared_home`)."""
-    waiting = [p for p in admitted_in_order(sched) if not p.spec.placed]
+    waiting = [p for p in sched.admitted_in_order() if not p.spec.placed]
     if not waiting:
         return
     cover = HomeCover(sched, sched.pipelines.values())
@@ -146,14 +140,8 @@ class JobQueue:
         self.confine = confine
         self.backfill = backfill
         self.started_s: dict[str, float] = {}
-        # Within one `runnable` call, the (size, unit, GPUs avoided) of sized homes that did not
-        # fit: the GPUs taken only grow during the call and fitting needs only enough free
-        # chunks, so a job like one that did not fit does not either (a long queue costs one
-        # placement per kind of job, not one per job).
-        self._no_room: set[tuple[int, int, int]] = set()
         # The last answer, the state it was worked out from and until when it holds (`_unchanged`).
-        self._last: tuple[tuple[object, ...], frozenset[str]] | None = None
-        self._last_valid_until_s = -math.inf
+        self._last: tuple[tuple[object, ...], frozenset[str], float] | None = None
 
     def _state_key(self, sched: Scheduler, running: frozenset[str]) -> tuple[object, ...]:
         """What the answer depends on besides the clock: the admissions and removals (every
@@ -167,10 +155,12 @@ class JobQueue:
         The clock matters only to backfill, and only once a running job passes its expected
         end (the reservation then orders the jobs overrunning their estimates differently), so
         the answer is kept until the first such end."""
-        if self._last is None or sched.now >= self._last_valid_until_s:
+        if self._last is None:
             return None
-        key, answer = self._last
-        return answer if self._state_key(sched, sched.runnable) == key else None
+        key, answer, valid_until_s = self._last
+        if sched.now >= valid_until_s or self._state_key(sched, sched.runnable) != key:
+            return None
+        return answer
 
     def runnable(self, sched: Scheduler) -> frozenset[str]:
         answer = self._unchanged(sched)
@@ -179,20 +169,23 @@ class JobQueue:
         return answer
 
     def _work_out(self, sched: Scheduler) -> frozenset[str]:
-        admitted = admitted_in_order(sched)
+        admitted = sched.admitted_in_order()
         running = [p for p in admitted if p.pipeline_id in sched.runnable]
         taken: set[int] = set()
         for pipeline in running:
             taken |= pipeline.spec.footprint
         wanted: set[int] = set()  # GPUs that jobs waiting ahead want (explicit homes)
-        self._no_room.clear()
+        # The (size, unit, GPUs avoided) of sized homes that did not fit: the GPUs taken only
+        # grow during the call and fitting needs only enough free chunks, so a job like one
+        # that did not fit does not either (a long queue costs one placement per kind of job).
+        no_room: set[tuple[int, int, int]] = set()
         head: PipelineState | None = None
         reservation: tuple[float, frozenset[int]] | None = None  # worked out when first needed
         for pipeline in admitted:
             if pipeline.pipeline_id in sched.runnable:
                 continue
             if head is None:
-                if self._try_start(sched, pipeline, taken, wanted, running):
+                if self._try_start(sched, pipeline, taken, wanted, running, no_room):
                     continue
                 if pipeline.spec.placed:
                     wanted |= pipeline.spec.footprint
@@ -208,23 +201,23 @@ class JobQueue:
             shadow_s, reserved = reservation
             end_s = sched.now + _estimate(pipeline)
             if end_s < math.inf and end_s <= shadow_s:  # ends before the head could start
-                self._try_start(sched, pipeline, taken, frozenset(), running)
+                self._try_start(sched, pipeline, taken, frozenset(), running, no_room)
             else:
-                self._try_start(sched, pipeline, taken, reserved, running)
+                self._try_start(sched, pipeline, taken, reserved, running, no_room)
         answer = frozenset(p.pipeline_id for p in running)
-        self._last = (self._state_key(sched, answer), answer)
-        self._last_valid_until_s = math.inf
+        valid_until_s = math.inf
         if head is not None:  # a backfill reservation: until a running job passes its expected end
             ends_s = (self.started_s.get(p.pipeline_id, sched.now) + _estimate(p) for p in running)
-            self._last_valid_until_s = min((end_s for end_s in ends_s if end_s > sched.now), default=math.inf)
+            valid_until_s = min((end_s for end_s in ends_s if end_s > sched.now), default=math.inf)
+        self._last = (self._state_key(sched, answer), answer, valid_until_s)
         return answer
 
     def _try_start(
         self, sched: Scheduler, pipeline: PipelineState, taken: set[int], avoid: set[int] | frozenset[int],
-        running: list[PipelineState],
+        running: list[PipelineState], no_room: set[tuple[int, int, int]],
     ) -> bool:
         """Start `pipeline` if it fits the GPUs neither taken nor in `avoid` (placing a sized home
-        first fit); the GPUs it takes join `taken`."""
+        first fit); the GPUs it takes join `taken`, a size that did not fit joins `no_room`."""
         spec = pipeline.spec
         if spec.placed:
             if not spec.footprint.isdisjoint(taken) or not spec.footprint.isdisjoint(avoid):
@@ -232,12 +225,12 @@ class JobQueue:
         else:
             unit = placement_unit(spec)
             kind = (spec.home_size, unit, id(avoid))
-            if kind in self._no_room:
+            if kind in no_room:
                 return False
             usable = set(range(sched.topology.num_gpus)) - taken - set(avoid) - sched.cluster.offline
             home = choose_home(spec.home_size, unit, usable, sched.topology)
             if home is None:
-                self._no_room.add(kind)
+                no_room.add(kind)
                 return False
             place(sched, pipeline, home, self.confine)
         taken |= pipeline.spec.footprint

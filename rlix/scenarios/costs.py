@@ -31,7 +31,7 @@ from pydantic import Field, ValidationError
 
 from rlix.scenarios.errors import FieldProblem
 from rlix.scenarios.sections import Section
-from rlix.scenarios.source import load_yaml
+from rlix.scenarios.source import dump_yaml, load_yaml
 
 COSTS_KIND: Literal["rlix-costs"] = "rlix-costs"
 
@@ -106,7 +106,7 @@ def resolve_costs(value: Any, base_dir: str | None) -> Any:
 def write_costs_file(costs: CostsFile, path: str | Path) -> Path:
     """Write `costs` as YAML (the form `read_costs_file` reads back equal)."""
     path = Path(path)
-    text = yaml.safe_dump(costs.model_dump(mode="json"), sort_keys=False, default_flow_style=False)
+    text = dump_yaml(costs.model_dump(mode="json"), sort_keys=False, default_flow_style=False)
     path.write_text(f"# {COSTS_KIND}: fitted by `rlix-sim calibrate`; `costs` is what a scenario applies\n{text}",
                     encoding="utf-8")
     return path

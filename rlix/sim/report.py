@@ -65,7 +65,7 @@ def _print_jct_floor(comparison: Comparison) -> None:
     """The mean JCT no policy beats, its bounds, and each policy's mean JCT over it."""
     bounds = comparison.mean_jct_bounds_s()
     floor_s = max(bounds.values()) if bounds else 0.0
-    if not bounds or floor_s <= 0:
+    if floor_s <= 0:
         return
     terms = ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in bounds.items())
     ratios = ", ".join(

@@ -1,10 +1,13 @@
-"""Shorter versions of the bundled cpu-demo for tests that run `rlix-exec` end to end in a child
-process and stop, kill or resume it: the same two pipelines on the same four declared GPUs, with
-fewer steps and a checkpoint every two, so a test reaches its stop and its resume's end sooner."""
+"""Smaller versions of the bundled cpu-demo for the executor's live tests: `small_demo` (two
+declared GPUs, 4 steps) as scenario data, and `short_demo_file` (the same two pipelines on the
+same four GPUs, fewer steps, a checkpoint every two) as a file for tests that run `rlix-exec` in
+a child process and stop, kill or resume it, so they reach their stop and their resume's end
+sooner."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -19,10 +22,28 @@ def short_demo_file(folder: Path) -> Path:
     data = load_scenario("cpu-demo").model_dump(mode="json", exclude_none=True)
     for pipeline in data["pipelines"]:
         pipeline["steps"] = SHORT_DEMO_STEPS
-        pipeline["adapters"] = [{**adapter, "steps": SHORT_DEMO_STEPS} for adapter in pipeline.get("adapters", [])]
-        if not pipeline["adapters"]:
-            del pipeline["adapters"]
+        for adapter in pipeline.get("adapters", []):
+            adapter["steps"] = SHORT_DEMO_STEPS
     data["executor"]["checkpoint_every"] = 2
     path = folder / "short-demo.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
+
+
+def small_demo(trace: Path | None = None, costs: Path | None = None) -> dict[str, Any]:
+    """cpu-demo on two declared GPUs, 4 steps, the engine said as the executor runs it."""
+    data = load_scenario("cpu-demo").model_dump(mode="json", exclude_none=True)
+    ft, lora = data["pipelines"]
+    ft.update(home="0", steps=4, clusters={"actor_train": {"tp": 1, "gpus": "0"}, "actor_infer": {"tp": 1, "gpus": "0-1"}})
+    lora.update(home="1", steps=4, clusters={"actor_train": {"tp": 1, "gpus": "1"}, "actor_infer": {"tp": 1, "gpus": "1,0"}})
+    lora["adapters"] = [{**adapter, "steps": 4} for adapter in lora["adapters"]]
+    data["topology"]["gpus_per_node"] = 2
+    data["engine"] = {**data.get("engine", {}), "max_batch": 8, "balance": False, "migrate_on_expand": False}
+    if trace is not None:
+        for pipeline in data["pipelines"]:
+            pipeline["trace"] = {"path": str(trace)}
+            for adapter in pipeline.get("adapters", []):
+                adapter["trace"] = {"path": str(trace)}
+    if costs is not None:
+        data["costs"] = str(costs)
+    return data

@@ -10,38 +10,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from rlix.executor.live import execute
 from rlix.executor.run import plan
-from rlix.scenarios import load_scenario
 from rlix.scenarios.costs import read_costs_file
 from rlix.scenarios.load import validate_scenario
 from rlix.sim import simulate
 from rlix.sim.cli import main
+from tests.executor.demos import small_demo
 
 pytest.importorskip("transformers")
-
-
-def small_demo(trace: Path | None = None, costs: Path | None = None) -> dict[str, Any]:
-    """cpu-demo on two declared GPUs, 4 steps, the engine said as the executor runs it."""
-    data = load_scenario("cpu-demo").model_dump(mode="json", exclude_none=True)
-    ft, lora = data["pipelines"]
-    ft.update(home="0", steps=4, clusters={"actor_train": {"tp": 1, "gpus": "0"}, "actor_infer": {"tp": 1, "gpus": "0-1"}})
-    lora.update(home="1", steps=4, clusters={"actor_train": {"tp": 1, "gpus": "1"}, "actor_infer": {"tp": 1, "gpus": "1,0"}})
-    lora["adapters"] = [{**adapter, "steps": 4} for adapter in lora["adapters"]]
-    data["topology"]["gpus_per_node"] = 2
-    data["engine"] = {**data.get("engine", {}), "max_batch": 8, "balance": False, "migrate_on_expand": False}
-    if trace is not None:
-        for pipeline in data["pipelines"]:
-            pipeline["trace"] = {"path": str(trace)}
-            for adapter in pipeline.get("adapters", []):
-                adapter["trace"] = {"path": str(trace)}
-    if costs is not None:
-        data["costs"] = str(costs)
-    return data
 
 
 @pytest.fixture(scope="module")

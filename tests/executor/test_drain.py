@@ -102,7 +102,7 @@ def test_a_live_run_with_drains_finishes_checks_and_replays(ray_session: object,
     from rlix.executor.run import plan
     from rlix.runs.verify import check, replay
     from rlix.scenarios.load import validate_scenario
-    from tests.executor.test_calibration_live import small_demo
+    from tests.executor.demos import small_demo
 
     pytest.importorskip("transformers")
     data = small_demo()
