@@ -97,7 +97,7 @@ def build(num_gpus: int, num_pipelines: int, tp: int, policy: str, seed: int, do
         pipelines.sort(key=lambda p: (-p.num_active_gpus, p.pipeline_id))
         work.sort()
     for pipeline, remaining in zip(pipelines, work, strict=True):
-        pipeline.remaining = {"base": remaining}
+        pipeline.report_remaining("base", remaining)
         pipeline.rollout_request_pending = False  # answered: they are rolling out
     return sched
 

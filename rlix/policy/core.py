@@ -84,7 +84,8 @@ class Scheduler:
         self.ledger = Ledger(self)
         self.now = 0.0
         self.next_seq = 0
-        self._admitted_order: tuple[tuple[int, int], tuple[PipelineState, ...]] = ((-1, -1), ())
+        self._admitted_order: tuple[tuple[int, int], tuple[PipelineState, ...], frozenset[str]] = (
+            (-1, -1), (), frozenset())
         #: The rollout split of the last round: target GPUs and ideal (unrounded) GPUs.
         self.targets: dict[str, int] = {}
         self.ideal: dict[str, float] = {}
@@ -142,8 +143,13 @@ class Scheduler:
         key = (self.next_seq, len(self.pipelines))
         if self._admitted_order[0] != key:
             order = sorted((p for p in self.pipelines.values() if p.admitted), key=lambda p: p.admitted_seq)
-            self._admitted_order = (key, tuple(order))
+            self._admitted_order = (key, tuple(order), frozenset(p.pipeline_id for p in order))
         return self._admitted_order[1]
+
+    def admitted_ids(self) -> frozenset[str]:
+        """The ids of `admitted_in_order`, kept with it."""
+        self.admitted_in_order()
+        return self._admitted_order[2]
 
     def new_seq(self) -> int:
         seq = self.next_seq

@@ -53,6 +53,11 @@ def runnable_jobs(sched: Scheduler) -> frozenset[str]:
     """The jobs running (every one that ran before and is still admitted) plus those that may
     start now, in the configured order, while the home load allows."""
     config = sched.config
+    admitted_ids = sched.admitted_ids()
+    if admitted_ids <= sched.runnable:
+        # The common case once the queue is empty, and every round asks: the running jobs
+        # are the admitted ones, with nothing to order or place (a set test, not a scan).
+        return admitted_ids
     admitted = [p for p in sched.pipelines.values() if p.admitted]
     running = [p for p in admitted if p.pipeline_id in sched.runnable]
     waiting = [p for p in admitted if p.pipeline_id not in sched.runnable]

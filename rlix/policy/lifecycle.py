@@ -24,7 +24,6 @@ from rlix.policy.look_ahead import (
 from rlix.policy.specs import (
     MAX_WORK,
     ROLLOUT_CLUSTER,
-    TOTAL_KEY,
     PipelineSpec,
     Priority,
     is_int,
@@ -250,12 +249,9 @@ def on_progressed(sched: Scheduler, event: ev.RolloutProgressed) -> None:
     _check_work("remaining", remaining)
     if event.adapter is None and pipeline.spec.adapters:
         # A multi-LoRA pipeline may report one total instead of one figure per adapter.
-        pipeline.reported_total = float(remaining)
-        pipeline.remaining = {TOTAL_KEY: float(remaining)}
+        pipeline.report_remaining(None, float(remaining))
         return
-    adapter = _adapter(pipeline, event.adapter)
-    pipeline.remaining.pop(TOTAL_KEY, None)  # still the baseline of adapters yet to report
-    pipeline.remaining[adapter] = float(remaining)
+    pipeline.report_remaining(_adapter(pipeline, event.adapter), float(remaining))
 
 
 def on_ranks_progressed(sched: Scheduler, event: ev.RanksProgressed) -> None:

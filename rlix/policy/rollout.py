@@ -97,7 +97,7 @@ def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
     split what is left; one whose tail still gains from more ranks (`spreads`) takes part in
     the split instead, its busy ranks a floor."""
     budget = rollout_budget(sched, rollers)
-    demands = [p.demand for p in rollers]  # a property with branches: read once a round
+    demands = [p.demand for p in rollers]
     fixed, spread = _tail_targets(sched, rollers, demands, budget) if sched.config.keep_busy_tail else ({}, {})
     # Positional: keyword arguments cost about a third more, once per roller every round.
     # (pipeline_id, demand, tp, weight, num_active_gpus, max_ranks, order, floor)
@@ -138,15 +138,23 @@ def _tail_targets(
     spread: dict[str, int] = {}
     others = 0  # the first bundles of the pipelines not held
     spread_batch = sched.config.tail_spread_batch
+    # The ranks on reserved GPUs, found from the GPUs (a few) rather than from every busy rank
+    # of every pipeline in its tail (hundreds a round on a pool of hundreds of jobs).
+    on_reserved: dict[str, set[Rank]] = {}
+    if reserved:
+        owner_of = sched.cluster.owner
+        for gpu in reserved:
+            holder = owner_of[gpu]
+            if type(holder) is Rank:
+                on_reserved.setdefault(holder.pipeline_id, set()).add(holder)
     for pipeline, demand in zip(rollers, demands, strict=True):
         first_bundle = pipeline.tp if demand > 0 else 0
         if pipeline.in_tail:
-            if reserved:
-                active = pipeline.active
-                busy = sum(len(r.gpus) for r in map(active.__getitem__, active.keys() & pipeline.busy)
-                           if reserved.keys().isdisjoint(r.gpus))
-            else:
-                busy = pipeline.busy_gpus()
+            busy = pipeline.busy_gpus()
+            blocked = on_reserved.get(pipeline.pipeline_id)
+            if blocked:
+                active, busy_ranks = pipeline.active, pipeline.busy
+                busy -= sum(len(r.gpus) for r in blocked if r.dp_rank in busy_ranks and active.get(r.dp_rank) is r)
             if not (spread_batch and spreads(sched, pipeline, spread_batch)):
                 fixed[pipeline.pipeline_id] = max(busy, first_bundle)
                 continue
@@ -318,16 +326,25 @@ class _Donors:
         only = own_home_slots(self.sched, pipeline)
         if not only:
             return None
+        gpus, near = own_home(self.sched, pipeline)
+        # Only ranks holding GPUs of the own home can be taken, so only their pipelines are
+        # donors here; most calls find none (asked once per rank short, every round, on pools
+        # of hundreds of jobs). Filtering keeps the donors' order, so the answer is the same.
+        owner_of = self.sched.cluster.owner
+        holders = {h.pipeline_id for h in map(owner_of.__getitem__, gpus) if type(h) is Rank}
+        holders.discard(pipeline.pipeline_id)
+        if not holders:
+            return None
         targets = self.sched.targets
         above = [
             d for d in self.by_work()
-            if d is not pipeline and d.num_active_gpus > targets.get(d.pipeline_id, 0)
+            if d.pipeline_id in holders and d.num_active_gpus > targets.get(d.pipeline_id, 0)
         ]
         if not above:
             return None
         planner.any_donor = True
         try:
-            return planner.donor_fit(pipeline, above, only, own_home(self.sched, pipeline)[1])
+            return planner.donor_fit(pipeline, above, only, near)
         finally:
             planner.any_donor = False
 

@@ -112,6 +112,12 @@ class PipelineState:
     remaining: dict[str, float] = field(default_factory=dict)
     #: The last pipeline-wide total, kept when adapters report after it (their baseline).
     reported_total: float | None = None
+    #: Rollout work still to do: each adapter's last report; an adapter that has not reported
+    #: counts its share of the last pipeline-wide total, or else of the estimate. Kept as its
+    #: inputs change (start_rollout, report_remaining, end_rollout): a round reads it several
+    #: times per rolling pipeline (the split, donor order, lending order), hundreds of times
+    #: on a pool of hundreds of jobs.
+    demand: float = 0.0
     #: The last RanksProgressed of this rollout: trajectories running per dp_rank, and queued
     #: (None: no report since the rollout started).
     in_flight: dict[int, int] | None = None
@@ -199,6 +205,7 @@ class PipelineState:
         self.estimate = estimate
         self.remaining = {}
         self.reported_total = None
+        self.demand = self._work_left()
         self.in_flight = None
         self.in_tail = False
         self.gang_armed = True
@@ -213,6 +220,7 @@ class PipelineState:
         self.estimate = 0.0
         self.remaining = {}
         self.reported_total = None
+        self.demand = 0.0
         self.in_flight = None
         self.in_tail = False
 
@@ -259,10 +267,19 @@ class PipelineState:
     def admitted(self) -> bool:
         return self.admitted_seq >= 0
 
-    @property
-    def demand(self) -> float:
-        """Rollout work still to do: each adapter's last report; an adapter that has not
-        reported counts its share of the last pipeline-wide total, or else of the estimate."""
+    def report_remaining(self, adapter: str | None, remaining: float) -> None:
+        """A RolloutProgressed: `adapter`'s remaining work, or (None) one total for every
+        adapter of a multi-LoRA pipeline."""
+        if adapter is None:
+            self.reported_total = remaining
+            self.remaining = {TOTAL_KEY: remaining}
+        else:
+            self.remaining.pop(TOTAL_KEY, None)  # still the baseline of adapters yet to report
+            self.remaining[adapter] = remaining
+        self.demand = self._work_left()
+
+    def _work_left(self) -> float:
+        """`demand` worked out from its inputs."""
         if not self.rolling:
             return 0.0
         remaining = self.remaining
