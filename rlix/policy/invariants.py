@@ -14,12 +14,14 @@ does this itself with `check_invariants=True`).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from rlix.policy import events as ev
 from rlix.policy.decisions import AllowRollout, Decision, Expand, Grant, Revoke, Shrink
 from rlix.policy.errors import InvariantViolation
 from rlix.policy.invariants_loans import check_away_set, check_reclaims, check_warm, kept_homes
+from rlix.policy.specs import TOTAL_KEY
 from rlix.policy.state import ClusterHold, HoldStatus, Rank, RankStatus, Request
 
 if TYPE_CHECKING:
@@ -275,6 +277,17 @@ def _rollout_budget(sched: Scheduler, rollers: list[PipelineState], view: Reserv
     return sum(1 for g in union if g not in sched.cluster.offline and g not in held and g not in view.first_for)
 
 
+def _work_left(pipeline: PipelineState) -> float:
+    """A rolling pipeline's work left, adapter by adapter: its last report, or a share of the
+    last pipeline-wide total (or else of the estimate) for an adapter that has not reported."""
+    reports = pipeline.remaining
+    if TOTAL_KEY in reports:
+        return reports[TOTAL_KEY]
+    adapters = pipeline.spec.adapter_names
+    baseline = pipeline.estimate if pipeline.reported_total is None else pipeline.reported_total
+    return sum(reports[a] if a in reports else baseline / len(adapters) for a in adapters)
+
+
 def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
     """Invariant 6: targets fit the GPUs rollout may use, and no pipeline short of its target by
     a whole bundle has a bundle it could take: free, or held by donors (above target, not given
@@ -291,6 +304,10 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
     budget = _rollout_budget(sched, rollers, view)
     if sum(targets.get(p.pipeline_id, 0) for p in rollers) > budget:
         _fail(6, f"targets {targets} sum past the budget {budget}")
+    for p in rollers:
+        work = _work_left(p)
+        if not math.isclose(p.demand, work, rel_tol=1e-9, abs_tol=1e-9):
+            _fail(6, f"{p.pipeline_id}: counted {p.demand} rollout work left, its reports give {work}")
     demanding = [p for p in rollers if p.demand > 0]
     if sum(p.tp for p in demanding) <= budget:
         for p in demanding:
