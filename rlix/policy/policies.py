@@ -68,7 +68,7 @@ class Policy:
     def runnable(self, sched: Scheduler) -> frozenset[str]:
         pipelines = sched.pipelines.values()
         if all(p.placed for p in pipelines):  # the common case: no sized home waits
-            return frozenset(p.pipeline_id for p in pipelines if p.admitted)
+            return sched.admitted_ids()
         place_admitted(sched)
         return frozenset(p.pipeline_id for p in pipelines if p.admitted and p.placed)
 
