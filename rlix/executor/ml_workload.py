@@ -214,7 +214,7 @@ class MlWorkload:
 
     def __init__(self, setup: PipelineSetup) -> None:
         from rlix.executor.ml.registry import get_reward, get_task
-        from rlix.executor.ml.tiny_model import load_tokenizer
+        from rlix.executor.ml.tokenizer import load_tokenizer
 
         self.setup = setup
         self.params = {**DEFAULTS, **setup.params}

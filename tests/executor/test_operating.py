@@ -21,7 +21,7 @@ import ray
 
 from rlix.executor.cli import main
 from tests.executor.child_env import child_env
-from tests.executor.demos import SHORT_DEMO_STEPS, short_demo_file
+from tests.executor.demos import SHORT_DEMO_STEPS, short_demo_file, two_gpu_demo
 
 RLIX_EXEC = [sys.executable, "-m", "rlix.executor.cli"]
 
@@ -139,7 +139,7 @@ def test_kill_obeys_ctrl_c_while_the_cluster_does_not_answer(tmp_path: Path) -> 
     assert "rlix-exec: interrupted" in err.splitlines()  # Ray's C++ threads may log after it
 
 
-def _start_run(tmp_path: Path, out: Path, scenario: str = "cpu-demo") -> subprocess.Popen[str]:
+def _start_run(tmp_path: Path, out: Path, scenario: str) -> subprocess.Popen[str]:
     return subprocess.Popen([*RLIX_EXEC, "run", scenario, "--quiet", "--out", str(out)], env=child_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -198,7 +198,7 @@ def test_a_signal_as_soon_as_ray_is_up_stops_the_run_cleanly(tmp_path: Path) -> 
     busy machine) stops the run with its (empty) record instead of leaving the driver to
     Ray's handler, which aborts it with a stack dump."""
     out = tmp_path / "run"
-    process = _start_run(tmp_path, out)
+    process = _start_run(tmp_path, out, str(short_demo_file(tmp_path)))
     _wait_for_file(tmp_path / ".rlix" / "ray_address", process, 120)
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=90)
@@ -210,7 +210,7 @@ def test_a_signal_as_soon_as_ray_is_up_stops_the_run_cleanly(tmp_path: Path) -> 
 def test_kill_reaches_a_live_run_with_token_auth_on(tmp_path: Path) -> None:
     """Ray turns token auth on for a new local cluster; `kill` must join with it, not around it."""
     out = tmp_path / "run"
-    process = _start_run(tmp_path, out)
+    process = _start_run(tmp_path, out, str(short_demo_file(tmp_path)))
     try:
         _wait_for_file(tmp_path / ".rlix" / "ray_address", process, 120)
         assert json.loads((tmp_path / ".rlix" / "ray_address").read_text())["auth_mode"] == "token"
@@ -239,6 +239,7 @@ def test_a_dead_orchestrator_leaves_the_record_so_far(ray_session: Any, tmp_path
     from rlix.executor.run import plan
     from rlix.executor.session import NAMESPACE
     from rlix.runs.verify import replay
+    from rlix.scenarios.load import validate_scenario
 
     stop = threading.Event()
 
@@ -258,7 +259,7 @@ def test_a_dead_orchestrator_leaves_the_record_so_far(ray_session: Any, tmp_path
     killer = threading.Thread(target=kill_orchestrator, daemon=True)
     killer.start()
     try:
-        result = execute(plan("cpu-demo"), out_dir=tmp_path / "run", quiet=True, timeout_s=300)
+        result = execute(plan(validate_scenario(two_gpu_demo(12))), out_dir=tmp_path / "run", quiet=True, timeout_s=300)
     finally:  # a thread still calling Ray after the test would start Ray again on its own
         stop.set()
         killer.join()

@@ -4,25 +4,25 @@
 the byte tokenizer; everything downstream loads it with `AutoModelForCausalLM.from_pretrained`,
 so a real model folder goes through exactly the same code. The head size is 32 (not 16) because
 vLLM's attention kernels accept 32 and up; the tiny model can then also be served by vLLM.
+
+The model classes are imported where a model is built or loaded: `prepare_model`, which every
+run calls before Ray starts, needs only the config and the tokenizer, and transformers'
+modeling code costs seconds of CPU to import.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-)
+from transformers import AutoConfig, AutoTokenizer, Qwen2Config
 
 from rlix.executor.ml.tokenizer import EOS_TOKEN_ID, PAD_TOKEN_ID, save_byte_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 TINY_SPEC = "tiny"
 TINY_FOLDER_NAME = "tiny-qwen2"
@@ -53,6 +53,8 @@ def tiny_config() -> Qwen2Config:
 
 def build_tiny_model(folder: str | Path, seed: int = TINY_SEED) -> Path:
     """Build the tiny model and tokenizer deterministically and save both into `folder`."""
+    from transformers import Qwen2ForCausalLM
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     # fork_rng: building must not disturb the caller's random stream.
@@ -104,14 +106,11 @@ def load_causal_lm(
     folder: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32
 ) -> PreTrainedModel:
     """Load a causal LM through the normal `from_pretrained` path, on `device`, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
     # dtype is applied after loading: the keyword changed name across transformers versions.
     model = AutoModelForCausalLM.from_pretrained(str(folder))
     return model.to(device=device, dtype=dtype).eval()
-
-
-def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
-    """Load the tokenizer saved with a model folder."""
-    return AutoTokenizer.from_pretrained(str(folder))
 
 
 def _one_line(exc: BaseException) -> str:

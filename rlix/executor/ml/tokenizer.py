@@ -4,6 +4,10 @@ Token id b (0..255) is the byte b, so reward functions and tests can reason abou
 interchangeably. It is a `tokenizers` BPE model with no merges over GPT-2's byte-to-unicode
 alphabet (so every byte string round-trips), wrapped in `PreTrainedTokenizerFast` and saved with
 `save_pretrained`, so `AutoTokenizer.from_pretrained(folder)` loads it like any real tokenizer.
+
+`load_tokenizer` lives here, not with the model code, because a pipeline's driver process needs
+the tokenizer and not the model: importing transformers' modeling code costs seconds of CPU in
+each of them at every run's start.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 NUM_BYTES = 256
 EOS_TOKEN = "<|endoftext|>"
@@ -59,3 +63,8 @@ def build_byte_tokenizer() -> PreTrainedTokenizerFast:
 def save_byte_tokenizer(folder: str | Path) -> None:
     """Build the byte tokenizer and save it (tokenizer.json + config) into `folder`."""
     build_byte_tokenizer().save_pretrained(str(folder))
+
+
+def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerBase:
+    """Load the tokenizer saved with a model folder (the byte tokenizer or a real model's)."""
+    return AutoTokenizer.from_pretrained(str(folder))

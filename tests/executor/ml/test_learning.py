@@ -27,7 +27,7 @@ from rlix.executor.ml.lora import LoraSettings, MultiLoraTrainer  # noqa: E402
 from rlix.executor.ml.reference import ReferenceModel  # noqa: E402
 from rlix.executor.ml.registry import get_reward, get_task  # noqa: E402
 from rlix.executor.ml.rollout import make_backend  # noqa: E402
-from rlix.executor.ml.tiny_model import load_tokenizer  # noqa: E402
+from rlix.executor.ml.tokenizer import load_tokenizer  # noqa: E402
 
 SETTINGS = RolloutSettings(num_prompts=4, samples_per_prompt=4, max_new_tokens=16)
 NUM_STEPS = 12
