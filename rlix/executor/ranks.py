@@ -10,6 +10,11 @@ trajectories keep their generated prefix and go back to the front of the queue; 
 drains first lets the call it runs finish, for its `drain_s` at most); a worker that
 dies mid-call has the trajectories it held re-queued as they were when handed out, and is
 replaced on the same bundle; a revoked rank (its GPU was lost) re-queues the same way.
+
+A pipeline's end (`stop_all`) and an expansion the core decided before it heard of that end
+can meet in this actor: the end waits for an expansion under way, and one that comes after it
+began does nothing (the pipeline's GPUs are freed with its end). Otherwise the expansion could
+wake a worker the end had just killed, and report a fault the run never had.
 """
 
 from __future__ import annotations
@@ -58,12 +63,29 @@ class Ranks:
         #: adapter -> (version, [ObjectRef]) of the newest published weights.
         self.weights: dict[str, tuple[int, list[Any]]] = {}
         self.num_restarts = 0
+        #: Set when the pipeline's end begins: no worker is woken or started after it.
+        self.closing = False
+        self._num_expanding = 0
+        self._no_expansion = asyncio.Event()
+        self._no_expansion.set()
 
     # --- decisions ------------------------------------------------------------------------
 
     async def expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
+        if self.closing:
+            return
         if dp_rank in self.active:
             raise RuntimeError(f"rank {dp_rank} is already active")
+        self._num_expanding += 1
+        self._no_expansion.clear()
+        try:
+            await self._expand(dp_rank, gpus)
+        finally:
+            self._num_expanding -= 1
+            if self._num_expanding == 0:
+                self._no_expansion.set()
+
+    async def _expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
         worker = self.workers.get(dp_rank) or await self._new_worker(dp_rank, gpus)
         rank = Rank(dp_rank, gpus, worker)
         try:
@@ -122,6 +144,8 @@ class Ranks:
             await kill_and_confirm([worker], timeout_s=5.0)
 
     async def stop_all(self) -> None:
+        self.closing = True
+        await self._no_expansion.wait()
         await self._account_cpu()
         for dp_rank in list(self.active):
             await self.revoke(dp_rank)
@@ -218,8 +242,13 @@ class Ranks:
                 rank.in_flight = []
                 if attempts is None:
                     self._requeue_lost(rank, items)
-                    if rank.active:
-                        await self._replace_worker(rank)
+                    if not rank.active or self.closing:
+                        # Shrunk or ending meanwhile: the rank's next expansion, if any, starts
+                        # a new worker (the death is reported once, here).
+                        self.workers.pop(rank.dp_rank, None)
+                        self.num_restarts += 1
+                        break
+                    await self._replace_worker(rank)
                     continue
                 await self.p.attempts_done(attempts)
         except asyncio.CancelledError:
@@ -237,7 +266,7 @@ class Ranks:
         except ACTOR_GONE as exc:
             log.warning("%s rank %d: worker died mid-call (%s)", self.p.pipeline_id, rank.dp_rank, exc)
             self.p.fault("rollout_worker_died", f"rank {rank.dp_rank}: its worker died mid-call "
-                         f"({type(exc).__name__}); its {len(items)} trajectories re-queued, worker replaced")
+                         f"({type(exc).__name__}); its {len(items)} trajectories re-queued, the rank gets a new worker")
             return None
         self.p.activity(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "busy", "rollout", t0)
         return attempts

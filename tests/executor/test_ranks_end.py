@@ -1,0 +1,142 @@
+"""A pipeline's end and an expansion the core decided before it heard of that end, meeting in
+the pipeline actor: the end waits for an expansion under way, one that comes after the end
+began wakes nothing, and neither reports a fault (a live run reported the workers its own end
+had killed as dead). A worker that dies mid-call while its rank is being shrunk is reported
+once and replaced at the rank's next expansion. Fake workers in place of the Ray actors; no
+Ray cluster, no model."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from ray.exceptions import RayActorError
+
+from rlix.executor import ranks as ranks_module
+from rlix.executor.ranks import Ranks
+from rlix.executor.trajectories import RolloutQueue, Trajectory
+from tests.executor.test_drain import _Remote
+
+
+class Worker:
+    """Wakes in `wake_s`; dead once killed (every call then raises as Ray does)."""
+
+    def __init__(self, wake_s: float = 0.0, generate_s: float = 0.0) -> None:
+        self.wake_s, self.generate_s = wake_s, generate_s
+        self.dead = False
+        self.wakes = 0
+        self.wake, self.sleep = _Remote(self._wake), _Remote(self._call)
+        self.stop, self.cpu_account = _Remote(self._call), _Remote(self._account)
+        self.generate = _Remote(self._generate)
+
+    async def _wake(self, weights: dict[str, Any]) -> None:
+        await asyncio.sleep(self.wake_s)
+        await self._call()
+        self.wakes += 1
+
+    async def _call(self) -> None:
+        if self.dead:
+            raise RayActorError()
+
+    async def _account(self) -> dict[str, float]:
+        await asyncio.sleep(0.1)  # the end's first await: an expansion may come meanwhile
+        await self._call()
+        return {"cpu_s": 1.0}
+
+    async def _generate(self, items: list[Trajectory]) -> list[Any]:
+        await asyncio.sleep(self.generate_s)
+        await self._call()
+        return []
+
+
+@pytest.fixture
+def fakes(monkeypatch: pytest.MonkeyPatch) -> list[Worker]:
+    """Workers started by `Ranks` (at an expansion) land here; a kill marks workers dead."""
+    started: list[Worker] = []
+
+    async def new_worker(self: Ranks, dp_rank: int, gpus: tuple[int, ...]) -> Worker:
+        worker = Worker()
+        self.workers[dp_rank] = worker
+        started.append(worker)
+        return worker
+
+    async def kill(handles: Any, timeout_s: float = 30.0) -> list[Any]:
+        for handle in handles:
+            handle.dead = True
+        return []
+
+    monkeypatch.setattr(Ranks, "_new_worker", new_worker)
+    monkeypatch.setattr(ranks_module, "kill_and_confirm", kill)
+    return started
+
+
+def _ranks(faults: list[str], queue: RolloutQueue | None = None) -> Ranks:
+    loop = asyncio.get_running_loop()
+
+    async def attempts_done(attempts: list[Any]) -> None:
+        return None
+
+    pipeline = SimpleNamespace(
+        queue=queue or RolloutQueue(), setup=SimpleNamespace(max_batch_per_rank=8), now=loop.time,
+        activity=lambda *a: None, attempts_done=attempts_done, record=lambda attempts: None,
+        fault=lambda kind, detail: faults.append(detail), fail=lambda exc: None, worker_cpu=lambda account: None,
+        report_progress=lambda: None, pipeline_id="p")
+    return Ranks(pipeline)  # type: ignore[arg-type]
+
+
+def test_an_expansion_after_the_end_began_wakes_nothing(fakes: list[Worker]) -> None:
+    async def run() -> tuple[Ranks, list[str], Worker]:
+        faults: list[str] = []
+        ranks = _ranks(faults)
+        asleep = Worker()
+        ranks.workers = {0: Worker(), 1: asleep}
+        await ranks.expand(0, (0,))
+        end = asyncio.ensure_future(ranks.stop_all())
+        await asyncio.sleep(0.05)  # the end is taking the workers' accounts
+        await ranks.expand(1, (1,))
+        await end
+        await ranks.expand(1, (1,))  # and after it: nothing either
+        return ranks, faults, asleep
+
+    ranks, faults, asleep = asyncio.run(run())
+    assert faults == [] and fakes == [] and asleep.wakes == 0
+    assert not ranks.active and not ranks.workers
+
+
+def test_the_end_waits_for_an_expansion_under_way(fakes: list[Worker]) -> None:
+    async def run() -> tuple[Ranks, list[str], Worker]:
+        faults: list[str] = []
+        ranks = _ranks(faults)
+        waking = Worker(wake_s=0.2)
+        ranks.workers = {0: waking}
+        expansion = asyncio.ensure_future(ranks.expand(0, (0,)))
+        await asyncio.sleep(0.05)  # the worker is loading its weights
+        await asyncio.gather(expansion, ranks.stop_all())
+        return ranks, faults, waking
+
+    ranks, faults, waking = asyncio.run(run())
+    assert faults == [] and fakes == [] and waking.wakes == 1 and waking.dead
+    assert not ranks.active and not ranks.workers
+
+
+def test_a_death_during_a_shrink_is_reported_once_and_the_next_expansion_starts_a_worker(fakes: list[Worker]) -> None:
+    async def run() -> tuple[Ranks, list[str], Worker]:
+        faults: list[str] = []
+        queue = RolloutQueue()
+        queue.submit([Trajectory("p", "base", 0, i, i, prompt=None, prompt_tokens=4) for i in range(4)])
+        ranks = _ranks(faults, queue)
+        dying = Worker(generate_s=0.2)
+        ranks.workers = {0: dying}
+        await ranks.expand(0, (0,))
+        await asyncio.sleep(0.05)  # generating
+        dying.dead = True  # dies mid-call, as the shrink comes
+        await ranks.shrink(0)
+        await ranks.expand(0, (0,))
+        return ranks, faults, dying
+
+    ranks, faults, dying = asyncio.run(run())
+    assert len(faults) == 1 and "died mid-call" in faults[0], faults
+    assert len(fakes) == 1 and fakes[0].wakes == 1 and ranks.workers == {0: fakes[0]}
+    assert ranks.num_restarts == 1
