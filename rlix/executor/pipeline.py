@@ -107,11 +107,15 @@ class PipelineActor:
                 break
             value = await self._op(op, thread)
         self._num_threads -= 1
-        if self._num_threads == 0:
+        # Only the last thread ends the pipeline, once the orchestrator has heard of its end:
+        # another thread's report can return while the last one is still tearing down, and
+        # the pipeline must not end with a thread still counted on the orchestrator's side.
+        last = self._num_threads == 0
+        if last:
             await self._teardown()
             await self.flush()
         await self.orch.thread_finished.remote(self.pipeline_id, thread)
-        if self._num_threads == 0 and self._done is not None and not self._done.done():
+        if last and self._done is not None and not self._done.done():
             self._done.set_result(None)
 
     async def _op(self, op: ops.Op, thread: str) -> Any:
