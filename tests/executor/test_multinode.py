@@ -55,7 +55,9 @@ def test_tp2_ranks_stay_on_one_node_and_a_lost_node_is_revoked(two_nodes: tuple[
                         {"actor_infer": ClusterSpec(2, (0, 1, 2, 3)), "actor_train": ClusterSpec(1, (0, 1))})
     program = ProgramConfig("mn", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 2, 0),),
                             num_prompts=8, samples_per_prompt=2)
-    params = {"tokens_per_s": 20.0, "min_tokens": 60, "max_tokens": 100, "chunk_tokens": 4}
+    # Fast enough that the lone rank left finishes the steps in seconds, slow enough (1-2 s a
+    # trajectory) that both ranks are caught generating together.
+    params = {"tokens_per_s": 60.0, "min_tokens": 60, "max_tokens": 100, "chunk_tokens": 4}
     client.launch(PipelineSetup(spec, program, SyntheticWorkload, params, max_batch_per_rank=4))
 
     def both_ranks_generating() -> dict[str, Any] | None:

@@ -159,7 +159,7 @@ def test_rlix_exec_kill(client: Client, ray_session: Any, capsys: pytest.Capture
 
 
 def test_forced_shrink_and_dead_worker_lose_no_trajectory(client: Client) -> None:
-    roller = synthetic("roller", (0, 1), steps=2, num_prompts=8, tokens_per_s=20.0, min_tokens=60,
+    roller = synthetic("roller", (0, 1), steps=2, num_prompts=8, tokens_per_s=40.0, min_tokens=60,
                        max_tokens=100, chunk_tokens=4)
     client.launch(roller)
 
