@@ -38,6 +38,9 @@ START_TIMEOUT_S = 300.0
 #: How long the workers' CPU accounts are waited for when a pipeline ends (a summary figure,
 #: not worth holding the end of a run for).
 ACCOUNT_TIMEOUT_S = 10.0
+#: How long a pipeline's end waits for an expansion under way (a wake, or a new worker's
+#: start) before it ends the workers anyway.
+END_WAITS_FOR_EXPANSION_S = 30.0
 
 
 @dataclass
@@ -145,7 +148,10 @@ class Ranks:
 
     async def stop_all(self) -> None:
         self.closing = True
-        await self._no_expansion.wait()
+        try:
+            await asyncio.wait_for(self._no_expansion.wait(), END_WAITS_FOR_EXPANSION_S)
+        except TimeoutError:
+            log.warning("%s: an expansion still under way at the pipeline's end", self.p.pipeline_id)
         await self._account_cpu()
         for dp_rank in list(self.active):
             await self.revoke(dp_rank)
