@@ -79,3 +79,26 @@ def test_prepare_model_rejects_bad_specs(tmp_path: Path, tiny_model_path: Path) 
         prepare_model(str(tmp_path), tmp_path)
     except ModelSpecError as exc:
         assert "\n" not in str(exc)
+
+
+def test_the_model_check_and_a_pipelines_driver_never_import_the_model_code(tiny_model_path: Path) -> None:
+    """Every run checks its model before Ray starts, and each pipeline's driver process loads the
+    tokenizer: neither imports transformers' modeling code (seconds of CPU in each process on a
+    CPU machine); loading the model does. A fresh interpreter, so nothing the test session
+    imported counts."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from rlix.executor.ml.tiny_model import load_causal_lm, prepare_model\n"
+        "from rlix.executor.ml.tokenizer import load_tokenizer\n"
+        "from rlix.executor.ml_workload import MlWorkload\n"
+        f"folder = prepare_model({str(tiny_model_path)!r}, '.')\n"
+        "load_tokenizer(folder)\n"
+        "print('transformers.modeling_utils' in sys.modules)\n"
+        "load_causal_lm(folder)\n"
+        "print('transformers.modeling_utils' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split() == ["False", "True"]
