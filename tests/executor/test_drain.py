@@ -57,7 +57,7 @@ def _pipeline(queue: RolloutQueue, loop: asyncio.AbstractEventLoop) -> Any:
     return SimpleNamespace(
         queue=queue, setup=SimpleNamespace(max_batch_per_rank=8), now=loop.time, activity=lambda *a: None,
         attempts_done=attempts_done, record=lambda attempts: None, fault=lambda *a: None, fail=lambda exc: None,
-        pipeline_id="p")
+        worker_cpu=lambda account: None, report_progress=lambda: None, pipeline_id="p")
 
 
 async def _shrink_during_a_call(call_s: float, drain_s: float) -> tuple[list[str], float]:

@@ -8,7 +8,6 @@ Ray cluster, no model."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from ray.exceptions import RayActorError
 from rlix.executor import ranks as ranks_module
 from rlix.executor.ranks import Ranks
 from rlix.executor.trajectories import RolloutQueue, Trajectory
-from tests.executor.test_drain import _Remote
+from tests.executor.test_drain import _pipeline, _Remote
 
 
 class Worker:
@@ -73,17 +72,9 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> list[Worker]:
 
 
 def _ranks(faults: list[str], queue: RolloutQueue | None = None) -> Ranks:
-    loop = asyncio.get_running_loop()
-
-    async def attempts_done(attempts: list[Any]) -> None:
-        return None
-
-    pipeline = SimpleNamespace(
-        queue=queue or RolloutQueue(), setup=SimpleNamespace(max_batch_per_rank=8), now=loop.time,
-        activity=lambda *a: None, attempts_done=attempts_done, record=lambda attempts: None,
-        fault=lambda kind, detail: faults.append(detail), fail=lambda exc: None, worker_cpu=lambda account: None,
-        report_progress=lambda: None, pipeline_id="p")
-    return Ranks(pipeline)  # type: ignore[arg-type]
+    pipeline = _pipeline(queue or RolloutQueue(), asyncio.get_running_loop())
+    pipeline.fault = lambda kind, detail: faults.append(detail)
+    return Ranks(pipeline)
 
 
 def test_an_expansion_after_the_end_began_wakes_nothing(fakes: list[Worker]) -> None:

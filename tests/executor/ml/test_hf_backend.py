@@ -21,6 +21,7 @@ from rlix.executor.ml.rollout.base import (  # noqa: E402
 from rlix.executor.ml.rollout.hf import HfBackend  # noqa: E402
 from rlix.executor.ml.tiny_model import load_causal_lm  # noqa: E402
 from rlix.executor.ml.tokenizer import EOS_TOKEN_ID  # noqa: E402
+from tests.executor.child_env import printed_by_a_fresh_interpreter  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -195,9 +196,6 @@ def test_a_full_finetune_engine_never_imports_peft(tiny_model_path: Path) -> Non
     """A full-finetune pipeline's rollout worker starts without peft (seconds of its start on a
     CPU machine); a multi-LoRA one imports it as it starts. A fresh interpreter, so nothing the
     test session imported counts."""
-    import subprocess
-    import sys
-
     script = (
         "import sys\n"
         "from rlix.executor.ml_workload import MlEngine, DEFAULTS\n"
@@ -208,5 +206,4 @@ def test_a_full_finetune_engine_never_imports_peft(tiny_model_path: Path) -> Non
         "MlEngine(params, lora=True)\n"
         "print('peft' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert printed_by_a_fresh_interpreter(script) == ["False", "True"]

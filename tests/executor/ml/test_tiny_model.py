@@ -19,6 +19,7 @@ from rlix.executor.ml.tiny_model import (  # noqa: E402
     prepare_model,
 )
 from rlix.executor.ml.tokenizer import EOS_TOKEN_ID, PAD_TOKEN_ID  # noqa: E402
+from tests.executor.child_env import printed_by_a_fresh_interpreter  # noqa: E402
 
 
 def test_tokenizer_round_trip_through_auto_tokenizer(tiny_model_path: Path) -> None:
@@ -86,9 +87,6 @@ def test_the_model_check_and_a_pipelines_driver_never_import_the_model_code(tiny
     tokenizer: neither imports transformers' modeling code (seconds of CPU in each process on a
     CPU machine); loading the model does. A fresh interpreter, so nothing the test session
     imported counts."""
-    import subprocess
-    import sys
-
     script = (
         "import sys\n"
         "from rlix.executor.ml.tiny_model import load_causal_lm, prepare_model\n"
@@ -100,5 +98,4 @@ def test_the_model_check_and_a_pipelines_driver_never_import_the_model_code(tiny
         "load_causal_lm(folder)\n"
         "print('transformers.modeling_utils' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert printed_by_a_fresh_interpreter(script) == ["False", "True"]
