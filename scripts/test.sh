@@ -21,7 +21,8 @@ echo "== ruff"; .venv/bin/ruff check rlix tests bench
 echo "== mypy (rlix/policy, rlix/pipelines)"; .venv/bin/mypy
 echo "== pytest"
 set +e
-.venv/bin/python -m pytest "$@"
+# Two workers: the tests that start Ray on one, the rest beside them (tests/conftest.py).
+.venv/bin/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi

@@ -30,22 +30,39 @@ def _resume(home: Path, run: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _sigkilled_run(tmp_path: Path) -> tuple[Path, Path]:
-    """The short cpu-demo (a checkpoint every 2 steps) with its driver SIGKILLed after ft's first one."""
+    """The short cpu-demo (a checkpoint every 2 steps) with its driver SIGKILLed as soon as its
+    journal holds ft's first checkpointed step: the resume then starts ft from that checkpoint.
+    Not a fixed time after the checkpoint appears: ft's steps take a fraction of a second
+    here, and a CI run's ft had done all six before a 2-s wait ended (it was not resumed)."""
     run, live = tmp_path / "run", tmp_path / ".run.live"
     scenario = short_demo_file(tmp_path)
     driver = subprocess.Popen([*RLIX_EXEC, "run", str(scenario), "--quiet", "--out", str(run)], env=child_env(tmp_path),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
-    while not list((live / "checkpoints" / "ft").glob("ckpt-*")):
+    while _ft_steps_in_the_journal(live / "journal.jsonl") < 2 or not list((live / "checkpoints" / "ft").glob("ckpt-*")):
         assert driver.poll() is None, driver.communicate()[0]
-        assert time.monotonic() < deadline, "no checkpoint within 300 s"
-        time.sleep(0.2)
-    time.sleep(2.0)  # some steps past the checkpoint, to be lost and redone
+        assert time.monotonic() < deadline, "ft's first checkpointed step was not journaled within 300 s"
+        time.sleep(0.1)
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=30)
     assert not run.exists() and (live / "journal.jsonl").exists()
+    assert _ft_steps_in_the_journal(live / "journal.jsonl") < SHORT_DEMO_STEPS, "ft ended before the kill"
     _wait_for_the_cut_runs_workers(live)
     return run, live
+
+
+def _ft_steps_in_the_journal(journal: Path) -> int:
+    """ft's train steps in the journal's newest progress line (0 before there is one)."""
+    if not journal.exists():
+        return 0
+    for line in reversed(journal.read_text(encoding="utf-8").splitlines()):
+        try:
+            piece = json.loads(line)
+        except ValueError:  # the line being written
+            continue
+        if "progress" in piece:
+            return int(piece["progress"].get("steps", {}).get("ft", 0))
+    return 0
 
 
 def _wait_for_the_cut_runs_workers(live: Path) -> None:
