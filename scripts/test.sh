@@ -22,7 +22,7 @@ echo "== mypy (rlix/policy, rlix/pipelines)"; .venv/bin/mypy
 echo "== pytest"
 set +e
 # Two workers: the tests that start Ray on one, the rest beside them (tests/conftest.py).
-.venv/bin/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder "$@"
+.venv/bin/python -m pytest -n 2 --dist loadscope --no-loadscope-reorder "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi

@@ -307,6 +307,16 @@ class MlWorkload:
         adapter, `folder/<adapter>/`) and, for PPO, the critic in `folder/critic/`."""
         await self._save(trainers, folder, "save_final")
 
+    async def models_from_checkpoint(self, checkpoint: str, folder: str) -> None:
+        """A checkpoint holds the folders `save_models` writes, each with its process's RNG
+        states beside it (`save_checkpoint`); those and the checkpoint's metadata stay out."""
+        import shutil
+
+        from rlix.executor.checkpoints import CHECKPOINT_FILE
+
+        shutil.copytree(checkpoint, folder, ignore=shutil.ignore_patterns(RNG_FILE, CHECKPOINT_FILE),
+                        dirs_exist_ok=True)
+
     async def save_checkpoint(self, trainers: Mapping[str, Any], folder: str) -> dict[str, int]:
         """The same folders with RNG states; returns each adapter's weight version."""
         return await self._save(trainers, folder, "save_checkpoint")

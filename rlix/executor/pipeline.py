@@ -135,9 +135,11 @@ class PipelineActor:
 
     async def _teardown(self) -> None:
         await self.ranks.stop_all()
-        save = getattr(self.workload, "save_models", None)
-        if self.setup.models_dir is not None and save is not None:
-            await save(self.trainers, self.setup.models_dir)
+        models_dir, resume = self.setup.models_dir, self.setup.resume
+        if models_dir is not None and self.trainers:
+            await self.workload.save_models(self.trainers, models_dir)
+        elif models_dir is not None and self.setup.program.finished and resume and resume.checkpoint:
+            await self.workload.models_from_checkpoint(resume.checkpoint, models_dir)
         left = await kill_and_confirm(list(self.trainers.values()))
         if left:
             log.warning("pipeline %s: %d trainer(s) not confirmed dead", self.pipeline_id, len(left))

@@ -120,6 +120,9 @@ class SyntheticWorkload:
     async def save_models(self, trainers: Mapping[str, Any], folder: str) -> None:
         """Synthetic stages train nothing: there is no model to keep."""
 
+    async def models_from_checkpoint(self, checkpoint: str, folder: str) -> None:
+        """No model to keep."""
+
     async def save_checkpoint(self, trainers: Mapping[str, Any], folder: str) -> dict[str, int]:
         """Nothing to save but the step reached (in the checkpoint's metadata)."""
         return {}

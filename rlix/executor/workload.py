@@ -99,6 +99,10 @@ class Workload(Protocol):
         """Save what the pipeline trained into `folder` (its `models/<pipeline>/`), after its
         last step; a workload without models to keep does nothing."""
 
+    async def models_from_checkpoint(self, checkpoint: str, folder: str) -> None:
+        """Write into `folder` what `save_models` would have, from `checkpoint`, taken after the
+        pipeline's last step (a resumed pipeline with nothing left to train starts no trainer)."""
+
     async def save_checkpoint(self, trainers: Mapping[str, Any], folder: str) -> dict[str, int]:
         """Save what continuing needs into `folder` (weights, optimizer and RNG states) and
         return each adapter's weight version; a workload may save nothing."""

@@ -41,6 +41,12 @@ class ProgramConfig:
     def first_step(self, adapter: str) -> int:
         return dict(self.start_steps).get(adapter, 0)
 
+    @property
+    def finished(self) -> bool:
+        """Every adapter starts past its last step: a pipeline resumed from a checkpoint of its
+        last step, with nothing left to train."""
+        return all(self.first_step(a.name) >= a.num_steps for a in self.adapters)
+
     def checkpoints_after(self, step: int) -> bool:
         """Whether step `step` (0-based) of an adapter ends with a checkpoint."""
         return self.checkpoint_every > 0 and (step + 1) % self.checkpoint_every == 0

@@ -12,7 +12,8 @@ paced by the core (`AwaitAllowed`): with max_staleness k, rollout for step s sta
 version s - k exists, so k = 0 is on-policy and k >= 1 overlaps rollout with training.
 
 A pipeline resumed from a checkpoint starts each adapter at its `first_step` (the models are
-loaded from the checkpoint at init, and the core already knows the versions that exist).
+loaded from the checkpoint at init, and the core already knows the versions that exist). One
+resumed from a checkpoint of its last step has an empty program: it registers and ends.
 
 Multi-LoRA: one base, several adapters, each with its own producer, steps and staleness bound.
 The trainer takes whichever adapter batch is ready first (ties in adapter order) and runs old
@@ -44,10 +45,17 @@ from rlix.policy.specs import PipelineKind, Priority
 
 
 def program_for(config: ProgramConfig) -> Program:
-    """The program of a pipeline of `config.kind`."""
+    """The program of a pipeline of `config.kind`; none for a pipeline with nothing left to
+    train (it loads no model and holds no GPU: its driver keeps what the checkpoint holds)."""
+    if config.finished:
+        return nothing()
     if config.kind is PipelineKind.MULTI_LORA:
         return multi_lora(config)
     return full_finetune(config)
+
+
+def nothing() -> Program:
+    yield from ()
 
 
 def initialize(config: ProgramConfig) -> Program:

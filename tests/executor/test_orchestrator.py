@@ -7,6 +7,7 @@ match mappings, no trajectory lost, staleness bounds).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import ray
 
 from rlix.executor.api import Client, start_orchestrator
 from rlix.executor.synthetic import SyntheticWorkload
-from rlix.executor.workload import PipelineSetup
+from rlix.executor.workload import PipelineSetup, ResumeFrom
 from rlix.pipelines import AdapterConfig, ProgramConfig
 from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
 from rlix.policy.run_checks import check_run
@@ -192,3 +193,16 @@ def test_forced_shrink_and_dead_worker_lose_no_trajectory(client: Client) -> Non
     resumed = [r for r in rows if r["status"] == "completed" and r["preemptions"] > 0]
     assert resumed and any(r["recomputed_tokens"] > 0 for r in resumed), "resumed from their prefix"
     assert any(r["dp_rank"] in (0, 1) for r in requeued), "the preempted ranks re-queued work"
+
+
+def test_a_pipeline_resumed_past_its_last_step_ends_without_taking_a_gpu(client: Client) -> None:
+    """A resume from a checkpoint of the last step: no init, no rollout, finished at once."""
+    setup = synthetic("done", (0, 1), steps=2)
+    done = dataclasses.replace(setup, program=dataclasses.replace(setup.program, start_steps=(("base", 2),)),
+                               resume=ResumeFrom("a checkpoint of step 2"))
+    client.launch(done)
+    status = client.wait_done(timeout_s=60)
+    assert status["done"]["status"] == "finished", status
+    tables = checked_tables(client, specs_of(done))
+    assert not [r for r in tables["allocations"] if r["pipeline_id"] == "done"]
+    assert not [r for r in tables["steps"] if r["pipeline_id"] == "done"]

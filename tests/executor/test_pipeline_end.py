@@ -9,6 +9,8 @@ import asyncio
 from collections.abc import Generator
 from typing import Any
 
+import pytest
+
 from rlix.executor.pipeline import PipelineActor
 from tests.executor.test_drain import _Remote
 
@@ -48,3 +50,51 @@ def test_the_pipeline_ends_after_the_last_threads_report() -> None:
         return seen
 
     assert asyncio.run(run()) == ["early", "last"]
+
+
+def _torn_down(trainers: dict[str, Any], finished: bool, checkpoint: str | None) -> list[tuple[str, Any]]:
+    """What a pipeline's teardown asked its workload to write (fake ranks, trainers, workload;
+    the trainers' kill is patched out by the test)."""
+    from types import SimpleNamespace
+
+    from rlix.executor.workload import ResumeFrom
+    from rlix.pipelines import AdapterConfig, ProgramConfig
+    from rlix.policy.specs import PipelineKind
+
+    asked: list[tuple[str, Any]] = []
+
+    async def save_models(got: dict[str, Any], folder: str) -> None:
+        asked.append(("save_models", (sorted(got), folder)))
+
+    async def models_from_checkpoint(path: str, folder: str) -> None:
+        asked.append(("models_from_checkpoint", (path, folder)))
+
+    async def stop_all() -> None:
+        return None
+
+    start = 3 if finished else 2
+    program = ProgramConfig("p", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 3, 0),),
+                            start_steps=(("base", start),))
+    actor = PipelineActor.__new__(PipelineActor)
+    actor.pipeline_id = "p"
+    actor.setup = SimpleNamespace(models_dir="models/p", program=program,  # type: ignore[assignment]
+                                  resume=ResumeFrom(checkpoint))
+    actor.workload = SimpleNamespace(save_models=save_models,  # type: ignore[assignment]
+                                     models_from_checkpoint=models_from_checkpoint)
+    actor.ranks = SimpleNamespace(stop_all=stop_all)  # type: ignore[assignment]
+    actor.trainers = dict(trainers)
+    asyncio.run(actor._teardown())
+    return asked
+
+
+def test_a_pipeline_resumed_past_its_last_step_keeps_its_checkpoints_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It started no trainer: its models are the checkpoint's (no trainer started to save them)."""
+    async def killed(handles: list[Any]) -> list[Any]:
+        return []
+
+    monkeypatch.setattr("rlix.executor.pipeline.kill_and_confirm", killed)
+    assert _torn_down({}, finished=True, checkpoint="ckpt") == [("models_from_checkpoint", ("ckpt", "models/p"))]
+    assert _torn_down({}, finished=False, checkpoint="ckpt") == []  # ended before its init: nothing trained
+    assert _torn_down({}, finished=True, checkpoint=None) == []
+    assert _torn_down({"actor_train": None}, finished=False, checkpoint="ckpt") == [
+        ("save_models", (["actor_train"], "models/p"))]

@@ -94,3 +94,18 @@ def test_a_resumed_program_starts_each_adapter_at_its_first_step() -> None:
                          start_steps=(("a", 2),))
     published = [(op.adapter, op.version) for op in trace(program_for(lora)) if isinstance(op, ops.Publish)]
     assert sorted(published) == [("a", 3), ("b", 1), ("b", 2)]
+
+
+def test_a_program_resumed_past_its_last_step_is_empty() -> None:
+    """Nothing left to train: no init (no GPU held, no model loaded), no rollout."""
+    done = ProgramConfig("p", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 4, 1),), 4, 2,
+                         has_critic=True, start_steps=(("base", 4),))
+    assert done.finished and trace(program_for(done)) == []
+    lora = (AdapterConfig("a", 3, 0), AdapterConfig("b", 2, 0))
+    both = ProgramConfig("m", PipelineKind.MULTI_LORA, lora, 2, 2, start_steps=(("a", 3), ("b", 2)))
+    assert both.finished and trace(program_for(both)) == []
+    one_left = ProgramConfig("m", PipelineKind.MULTI_LORA, lora, 2, 2, start_steps=(("a", 3), ("b", 1)))
+    assert not one_left.finished
+    published = [(op.adapter, op.version) for op in trace(program_for(one_left)) if isinstance(op, ops.Publish)]
+    assert published == [("b", 2)]
+    assert not ProgramConfig("f", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 4, 1),), 4, 2).finished

@@ -79,3 +79,24 @@ def test_each_adapter_loads_with_peft(tiny_model_path: Path, tmp_path: Path) -> 
         with torch.no_grad():
             mine = token_log_probs(loaded, batch)
         assert torch.allclose(mine, trainer.run("old_log_probs", adapter, batch), atol=1e-6), adapter
+
+
+@pytest.mark.parametrize("adapters", [None, ["a0", "a1"]], ids=["full-finetune", "multi-lora"])
+def test_the_models_of_a_last_steps_checkpoint_are_what_the_trainers_would_save(
+        tiny_model_path: Path, tmp_path: Path, adapters: list[str] | None) -> None:
+    """A pipeline resumed past its last step starts no trainer: its models come from the
+    checkpoint, file for file what `save_models` writes, without the checkpoint's own files."""
+    trainer = _trained(tiny_model_path, adapters)
+    workload = MlWorkload.__new__(MlWorkload)
+    handles = {"actor_train": _Handle(trainer)}
+    asyncio.run(workload.save_models(handles, str(tmp_path / "saved")))
+    asyncio.run(workload.save_checkpoint(handles, str(tmp_path / "ckpt")))
+    (tmp_path / "ckpt" / "checkpoint.json").write_text("{}")
+    asyncio.run(workload.models_from_checkpoint(str(tmp_path / "ckpt"), str(tmp_path / "kept")))
+
+    def files(folder: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+    saved, kept = files(tmp_path / "saved"), files(tmp_path / "kept")
+    assert sorted(kept) == sorted(saved) and kept == saved
+    assert len(files(tmp_path / "ckpt")) == len(saved) + 2  # the RNG states and checkpoint.json stay out
