@@ -12,7 +12,10 @@ starts a fresh core there too, so the whole record replays exactly) and starts a
 - each pipeline that was running: from its newest checkpoint (its trainers load it at init,
   the core hears which weight versions exist, its program starts at the checkpoint's next
   step; without a checkpoint, from step 0). The steps it redoes leave the steps table; its
-  trajectories get new ids (those of the cut run stay in the rollouts table as they were);
+  trajectories get new ids (those of the cut run stay in the rollouts table as they were).
+  One whose newest checkpoint is of its last step (cut before it saved its models) has
+  nothing to train: its program is empty, it starts no trainer, and its models are copied
+  from that checkpoint (`Workload.models_from_checkpoint`);
 - pipelines that had not arrived: at their arrival time (the clock goes on from the cut);
 - pipelines that had ended (finished, failed, killed) stay ended.
 
