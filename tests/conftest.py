@@ -12,6 +12,13 @@ want the machine's cores (two Ray clusters at once on a 2-core machine would onl
 Every other test module is a unit of its own (its module fixtures computed once), taken by
 whichever worker is free: those tests are single-threaded Python, so the second core runs them
 beside the live ones. (Not xdist's `loadgroup`: with pytest 9.2 its group marks are lost.)
+
+Ray starts its worker processes (the live runs' trainers, rollout workers, pipeline actors) at
+nice 15, so a worker running the rest at nice 0 took the CPU from them: the live tests, the
+suite's critical path, ran up to twice as long beside it. The worker that starts with a test
+outside the Ray unit (it never gets that unit: the unit goes whole to the other worker, first)
+lowers itself to nice 19 and runs in the gaps the live runs leave. Its tests then see their CPU
+come and go, so under xdist hypothesis sets no deadline and skips the too-slow health check.
 """
 
 from __future__ import annotations
@@ -20,11 +27,20 @@ import os
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
-settings.register_profile("ci", derandomize=True, database=None)
+#: Under pytest-xdist, set before collection: a test's @settings inherit what is loaded then.
+UNDER_XDIST: dict[str, Any] = (
+    {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]} if "PYTEST_XDIST_WORKER" in os.environ else {})
+settings.register_profile("ci", derandomize=True, database=None, **UNDER_XDIST)
+settings.register_profile("xdist", **UNDER_XDIST)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+elif UNDER_XDIST:
+    settings.load_profile("xdist")
+
+#: The nice level of the worker that runs the tests outside the Ray unit (Ray's workers: 15).
+REST_NICE = 19
 
 #: The test files that start Ray (or a live run through the CLI): one unit of work, run first.
 RAY_TESTS = ("tests/executor/", "tests/notebooks/", "tests/studies/test_sweep.py", "tests/bench/test_exec_overhead.py")
@@ -51,3 +67,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return _unit(nodeid)
 
     return RayApart(config, log)
+
+
+_first_test_seen = False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    global _first_test_seen
+    if _first_test_seen or "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    _first_test_seen = True
+    if _unit(item.nodeid) != RAY_UNIT:
+        os.nice(REST_NICE - os.nice(0))
