@@ -45,8 +45,8 @@ from rlix.policy.specs import PipelineKind, Priority
 
 
 def program_for(config: ProgramConfig) -> Program:
-    """The program of a pipeline of `config.kind`; none for a pipeline with nothing left to
-    train (it loads no model and holds no GPU: its driver keeps what the checkpoint holds)."""
+    """The program of a pipeline of `config.kind`; an empty one for a pipeline with nothing
+    left to train (it loads no model and holds no GPU: its driver keeps the checkpoint's)."""
     if config.finished:
         return nothing()
     if config.kind is PipelineKind.MULTI_LORA:
