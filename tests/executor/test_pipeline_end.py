@@ -1,17 +1,23 @@
 """The end of a pipeline with several program threads: the pipeline actor ends only once the
 orchestrator has heard every thread finish. A thread whose report returned while the last
 thread was still tearing down ended a resumed live run as failed ("its program ended with
-threads still counted"). A fake orchestrator in place of the Ray actor; no Ray cluster."""
+threads still counted"). And what its teardown keeps: the trainers' models, or, for a pipeline
+resumed past its last step (no trainer started), its checkpoint's. Fakes in place of the Ray
+actors; no Ray cluster."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Generator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from rlix.executor.pipeline import PipelineActor
+from rlix.executor.workload import ResumeFrom
+from rlix.pipelines import AdapterConfig, ProgramConfig
+from rlix.policy.specs import PipelineKind
 from tests.executor.test_drain import _Remote
 
 
@@ -55,12 +61,6 @@ def test_the_pipeline_ends_after_the_last_threads_report() -> None:
 def _torn_down(trainers: dict[str, Any], finished: bool, checkpoint: str | None) -> list[tuple[str, Any]]:
     """What a pipeline's teardown asked its workload to write (fake ranks, trainers, workload;
     the trainers' kill is patched out by the test)."""
-    from types import SimpleNamespace
-
-    from rlix.executor.workload import ResumeFrom
-    from rlix.pipelines import AdapterConfig, ProgramConfig
-    from rlix.policy.specs import PipelineKind
-
     asked: list[tuple[str, Any]] = []
 
     async def save_models(got: dict[str, Any], folder: str) -> None:
