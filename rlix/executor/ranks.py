@@ -130,7 +130,12 @@ class Ranks:
             try:
                 await rank.worker.sleep.remote()
             except ACTOR_GONE:
-                self.workers.pop(dp_rank, None)
+                # Dead since its last call (its loop was waiting for work, so nothing was
+                # lost); had the loop seen the death, it would have reported it and let go.
+                if self.workers.pop(dp_rank, None) is not None:
+                    self.num_restarts += 1
+                    self.p.fault("rollout_worker_died", f"rank {dp_rank}: its worker was found dead when the rank "
+                                 "was shrunk (it held no trajectories); the rank's next expansion starts a new one")
         self.p.activity(ROLLOUT_CLUSTER, dp_rank, rank.gpus, "loading", "offload", t0)
 
     async def revoke(self, dp_rank: int) -> None:

@@ -1,9 +1,9 @@
 """A pipeline's end and an expansion the core decided before it heard of that end, meeting in
 the pipeline actor: the end waits for an expansion under way, one that comes after the end
 began wakes nothing, and neither reports a fault (a live run reported the workers its own end
-had killed as dead). A worker that dies mid-call while its rank is being shrunk is reported
-once and replaced at the rank's next expansion. Fake workers in place of the Ray actors; no
-Ray cluster, no model."""
+had killed as dead). A worker that dies mid-call while its rank is being shrunk, or between
+calls and is found dead by the shrink, is reported once and replaced at the rank's next
+expansion. Fake workers in place of the Ray actors; no Ray cluster, no model."""
 
 from __future__ import annotations
 
@@ -131,3 +131,24 @@ def test_a_death_during_a_shrink_is_reported_once_and_the_next_expansion_starts_
     assert len(faults) == 1 and "died mid-call" in faults[0], faults
     assert len(fakes) == 1 and fakes[0].wakes == 1 and ranks.workers == {0: fakes[0]}
     assert ranks.num_restarts == 1
+
+
+def test_a_death_found_by_a_shrink_of_an_idle_rank_is_reported_once(fakes: list[Worker]) -> None:
+    """A worker killed between two calls (its rank waiting for work) is first found dead by
+    the shrink's sleep: a fault the run survived, noted once (a CI run's summary missed it)."""
+    async def run() -> tuple[Ranks, list[str]]:
+        faults: list[str] = []
+        ranks = _ranks(faults)  # an empty queue: the rank's loop waits for work
+        dying = Worker()
+        ranks.workers = {0: dying}
+        await ranks.expand(0, (0,))
+        await asyncio.sleep(0.05)
+        dying.dead = True
+        await ranks.shrink(0)
+        await ranks.expand(0, (0,))
+        await ranks.shrink(0)  # the new worker lives: nothing more to report
+        return ranks, faults
+
+    ranks, faults = asyncio.run(run())
+    assert len(faults) == 1 and "found dead when the rank was shrunk" in faults[0], faults
+    assert len(fakes) == 1 and fakes[0].wakes == 1 and ranks.num_restarts == 1
