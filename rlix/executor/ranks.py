@@ -132,8 +132,7 @@ class Ranks:
             except ACTOR_GONE:
                 # Dead since its last call (its loop was waiting for work, so nothing was
                 # lost); had the loop seen the death, it would have reported it and let go.
-                if self.workers.pop(dp_rank, None) is not None:
-                    self.num_restarts += 1
+                if self._let_go(dp_rank):
                     self.p.fault("rollout_worker_died", f"rank {dp_rank}: its worker was found dead when the rank "
                                  "was shrunk (it held no trajectories); the rank's next expansion starts a new one")
         self.p.activity(ROLLOUT_CLUSTER, dp_rank, rank.gpus, "loading", "offload", t0)
@@ -256,8 +255,7 @@ class Ranks:
                     if not rank.active or self.closing:
                         # Shrunk or ending meanwhile: the rank's next expansion, if any, starts
                         # a new worker (the death is reported once, here).
-                        self.workers.pop(rank.dp_rank, None)
-                        self.num_restarts += 1
+                        self._let_go(rank.dp_rank)
                         break
                     await self._replace_worker(rank)
                     continue
@@ -281,6 +279,14 @@ class Ranks:
             return None
         self.p.activity(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "busy", "rollout", t0)
         return attempts
+
+    def _let_go(self, dp_rank: int) -> bool:
+        """Forget the rank's dead worker (its next expansion starts a new one, a restart); False
+        if it was already let go."""
+        if self.workers.pop(dp_rank, None) is None:
+            return False
+        self.num_restarts += 1
+        return True
 
     def _requeue_lost(self, rank: Rank, items: list[Trajectory]) -> None:
         """Trajectories whose worker is gone: re-queued as they were when handed out."""
