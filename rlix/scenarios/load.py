@@ -99,8 +99,10 @@ def validate_scenario(
 
 
 def _scenario_error(exc: ValidationError, source: SourceMap) -> ScenarioError:
-    """pydantic's first error as a ScenarioError at its field path and line."""
-    error = exc.errors(include_url=False)[0]
+    """pydantic's first error as a ScenarioError at its field path and line; an unknown field
+    first of all, as a misspelt field is also reported missing, and its name is the news."""
+    errors = exc.errors(include_url=False)
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(error["loc"])
     cause = error.get("ctx", {}).get("error")
     if isinstance(cause, FieldProblem):

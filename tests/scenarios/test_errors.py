@@ -32,6 +32,8 @@ CASES: list[tuple[str, list[tuple[str | None, str]], str, str]] = [
     ("TP bundle across nodes", [("{tp: 2, gpus: 0-7}", f"{{tp: 2, gpus: 1-6}}  {MARK}")],
      "pipelines[0].clusters.actor_infer.gpus=(3, 4)", "spans nodes"),
     ("missing home", [P0_ITEM, ("    home: 0-3\n", "")], "pipelines[0].home", "needs a home"),
+    # A misspelt required field is both unknown and missing: the misspelling is the news.
+    ("misspelt home", [("    home: 0-3\n", f"    homee: 0-3  {MARK}\n")], "pipelines[0].homee", "did you mean 'home'"),
     ("empty home", [("    home: 0-3\n", f"    home: []  {MARK}\n")], "pipelines[0].home", "names no GPU"),
     ("home size past the pool", [("    home: 0-3\n", f"    home: 12  {MARK}\n"),
                                  ("actor_train: {tp: 1, gpus: 0-3}", "actor_train: {tp: 1, gpus: home}"),
