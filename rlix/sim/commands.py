@@ -10,7 +10,7 @@ from typing import Any
 
 from rlix.policy import POLICIES
 from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
-from rlix.traces.options import UsageError, positive_number
+from rlix.traces.options import UsageError, non_negative_int, positive_number
 
 RUN_HELP = """\
 Replay a scenario on the simulated cluster under one policy and write the run folder:
@@ -107,7 +107,7 @@ def _add_common(parser: argparse.ArgumentParser, default_scenario: str | None = 
         default=[],
         help="map a job log column, e.g. arrival=Submit or id=JobID (repeatable; --column maps the trace)",
     )
-    parser.add_argument("--seed", type=int, help="override the scenario's seed")
+    parser.add_argument("--seed", type=non_negative_int, help="override the scenario's seed")
     parser.add_argument(
         "--costs", metavar="FILE",
         help="a calibrated cost file (rlix-sim calibrate) replacing the scenario's costs:",

@@ -82,6 +82,16 @@ def test_unknown_tables_are_refused_in_one_line(tmp_path: Path, capsys: pytest.C
     assert not (tmp_path / "run").exists()
 
 
+def test_a_negative_seed_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Named as the option it came from, not as the scenario file's field it would override."""
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "tiny", "--seed", "-1", "--out", str(tmp_path / "run")])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --seed: must be 0 or more" in err and "tiny.yaml" not in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_run_length_is_set_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     assert main(["run", "tiny", "--duration-s", "40", "--tables", "steps", "--no-alone", "--quiet",
