@@ -142,6 +142,10 @@ def _scenario(args: argparse.Namespace) -> Any:
         raise UsageError("--column needs --trace")
     if args.jobs_column and not args.jobs:
         raise UsageError("--jobs-column needs --jobs")
+    # Checked here so the error names the option, not the scenario line it overrides.
+    for option, path in (("--trace", args.trace), ("--jobs", args.jobs), ("--costs", getattr(args, "costs", None))):
+        if path is not None and not Path(path).is_file():
+            raise UsageError(f"{option}: no such file: {path}")
     return resolve_scenario(
         args.scenario,
         getattr(args, "policy", None),
