@@ -132,7 +132,9 @@ class Ranks:
             except ACTOR_GONE:
                 # Dead since its last call (its loop was waiting for work, so nothing was
                 # lost); had the loop seen the death, it would have reported it and let go.
-                if self._let_go(dp_rank):
+                # The pipeline's end kills every worker, a rank still being shrunk included:
+                # no fault then.
+                if self._let_go(dp_rank) and not self.closing:
                     self.p.fault("rollout_worker_died", f"rank {dp_rank}: its worker was found dead when the rank "
                                  "was shrunk (it held no trajectories); the rank's next expansion starts a new one")
         self.p.activity(ROLLOUT_CLUSTER, dp_rank, rank.gpus, "loading", "offload", t0)
@@ -273,6 +275,8 @@ class Ranks:
                 await self._sync(rank)
                 attempts: list[Attempt] = await rank.worker.generate.remote(items)
         except ACTOR_GONE as exc:
+            if self.closing:  # the pipeline's end killed it (a rank draining for a shrink)
+                return None
             log.warning("%s rank %d: worker died mid-call (%s)", self.p.pipeline_id, rank.dp_rank, exc)
             self.p.fault("rollout_worker_died", f"rank {rank.dp_rank}: its worker died mid-call "
                          f"({type(exc).__name__}); its {len(items)} trajectories re-queued, the rank gets a new worker")

@@ -3,7 +3,7 @@ the pipeline actor: the end waits for an expansion under way, one that comes aft
 began wakes nothing, and neither reports a fault (a live run reported the workers its own end
 had killed as dead). A worker that dies mid-call while its rank is being shrunk, or between
 calls and is found dead by the shrink, is reported once and replaced at the rank's next
-expansion. Fake workers in place of the Ray actors; no Ray cluster, no model."""
+expansion; a worker the end itself kills while its rank is being shrunk is no fault. Fake workers in place of the Ray actors; no Ray cluster, no model."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from tests.executor.test_drain import _pipeline, _Remote
 class Worker:
     """Wakes in `wake_s`; dead once killed (every call then raises as Ray does)."""
 
-    def __init__(self, wake_s: float = 0.0, generate_s: float = 0.0) -> None:
-        self.wake_s, self.generate_s = wake_s, generate_s
+    def __init__(self, wake_s: float = 0.0, generate_s: float = 0.0, sleep_s: float = 0.0) -> None:
+        self.wake_s, self.generate_s, self.sleep_s = wake_s, generate_s, sleep_s
         self.dead = False
         self.wakes = 0
-        self.wake, self.sleep = _Remote(self._wake), _Remote(self._call)
+        self.wake, self.sleep = _Remote(self._wake), _Remote(self._sleep)
         self.stop, self.cpu_account = _Remote(self._call), _Remote(self._account)
         self.generate = _Remote(self._generate)
 
@@ -38,6 +38,10 @@ class Worker:
     async def _call(self) -> None:
         if self.dead:
             raise RayActorError()
+
+    async def _sleep(self) -> None:
+        await asyncio.sleep(self.sleep_s)
+        await self._call()
 
     async def _account(self) -> dict[str, float]:
         await asyncio.sleep(0.1)  # the end's first await: an expansion may come meanwhile
@@ -152,3 +156,37 @@ def test_a_death_found_by_a_shrink_of_an_idle_rank_is_reported_once(fakes: list[
     ranks, faults = asyncio.run(run())
     assert len(faults) == 1 and "found dead when the rank was shrunk" in faults[0], faults
     assert len(fakes) == 1 and fakes[0].wakes == 1 and ranks.num_restarts == 1
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_worker_the_end_kills_while_its_rank_is_shrunk_is_no_fault(
+    fakes: list[Worker], monkeypatch: pytest.MonkeyPatch, busy: bool
+) -> None:
+    """The end kills every worker while a shrink is still under way: the shrink's sleep call
+    (`busy` False: the rank waited for work), or the call the rank was draining (`busy`: it
+    was generating), then fails. Neither is a worker that died (a CI run's summary listed one).
+    The kill takes a while to be confirmed, as Ray's does, so the end still knows the worker."""
+    async def slow_kill(handles: Any, timeout_s: float = 30.0) -> list[Any]:
+        for handle in handles:
+            handle.dead = True
+        await asyncio.sleep(0.3)
+        return []
+
+    monkeypatch.setattr(ranks_module, "kill_and_confirm", slow_kill)
+
+    async def run() -> tuple[Ranks, list[str]]:
+        faults: list[str] = []
+        queue = RolloutQueue()
+        if busy:
+            queue.submit([Trajectory("p", "base", 0, i, i, prompt=None, prompt_tokens=4) for i in range(4)])
+        ranks = _ranks(faults, queue)
+        ranks.workers = {0: Worker(generate_s=0.4, sleep_s=0.4)}
+        await ranks.expand(0, (0,))
+        await asyncio.sleep(0.05)
+        shrink = asyncio.ensure_future(ranks.shrink(0, drain_s=1.0 if busy else 0.0))
+        await asyncio.sleep(0.05)
+        await asyncio.gather(shrink, ranks.stop_all())
+        return ranks, faults
+
+    ranks, faults = asyncio.run(run())
+    assert faults == [] and not ranks.workers
