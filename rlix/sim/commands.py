@@ -145,7 +145,7 @@ def _scenario(args: argparse.Namespace) -> Any:
     # Checked here so the error names the option, not the scenario line it overrides.
     for option, path in (("--trace", args.trace), ("--jobs", args.jobs), ("--costs", getattr(args, "costs", None))):
         if path is not None and not Path(path).is_file():
-            raise UsageError(f"{option}: no such file: {path}")
+            raise UsageError(f"{option}: {'not a file' if Path(path).exists() else 'no such file'}: {path}")
     return resolve_scenario(
         args.scenario,
         getattr(args, "policy", None),
