@@ -94,6 +94,8 @@ class Ranks:
         try:
             await self._wake(rank)
         except ACTOR_GONE:  # the sleeping worker died meanwhile: replace it once
+            if self.closing:  # the end stopped waiting for this expansion and killed it
+                return
             self.workers.pop(dp_rank, None)
             self.num_restarts += 1
             self.p.fault("rollout_worker_died", f"rank {dp_rank}: its sleeping worker died; replaced")

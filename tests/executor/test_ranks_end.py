@@ -190,3 +190,23 @@ def test_a_worker_the_end_kills_while_its_rank_is_shrunk_is_no_fault(
 
     ranks, faults = asyncio.run(run())
     assert faults == [] and not ranks.workers
+
+
+def test_an_expansion_the_end_gives_up_on_is_no_fault_and_starts_no_worker(
+    fakes: list[Worker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end waits for an expansion under way only so long, then kills the workers: the
+    wake it cut short is no death to report, and no worker is started in its place."""
+    monkeypatch.setattr(ranks_module, "END_WAITS_FOR_EXPANSION_S", 0.1)
+
+    async def run() -> tuple[Ranks, list[str]]:
+        faults: list[str] = []
+        ranks = _ranks(faults)
+        ranks.workers = {0: Worker(wake_s=0.5)}
+        expansion = asyncio.ensure_future(ranks.expand(0, (0,)))
+        await asyncio.sleep(0.05)
+        await asyncio.gather(expansion, ranks.stop_all())
+        return ranks, faults
+
+    ranks, faults = asyncio.run(run())
+    assert faults == [] and fakes == [] and not ranks.active
