@@ -68,6 +68,8 @@ class Ranks:
         self.num_restarts = 0
         #: Set when the pipeline's end begins: no worker is woken or started after it.
         self.closing = False
+        #: Set when the end kills the workers: a call that fails after it found no death.
+        self.workers_killed = False
         self._num_expanding = 0
         self._no_expansion = asyncio.Event()
         self._no_expansion.set()
@@ -94,11 +96,11 @@ class Ranks:
         try:
             await self._wake(rank)
         except ACTOR_GONE:  # the sleeping worker died meanwhile: replace it once
-            if self.closing:  # the end stopped waiting for this expansion and killed it
+            if self.closing:  # the end stopped waiting for this expansion: no worker replaced
                 return
             self.workers.pop(dp_rank, None)
             self.num_restarts += 1
-            self.p.fault("rollout_worker_died", f"rank {dp_rank}: its sleeping worker died; replaced")
+            self._worker_died(f"rank {dp_rank}: its sleeping worker died; replaced")
             rank.worker = await self._new_worker(dp_rank, gpus)
             await self._wake(rank)
         self.active[dp_rank] = rank
@@ -134,11 +136,9 @@ class Ranks:
             except ACTOR_GONE:
                 # Dead since its last call (its loop was waiting for work, so nothing was
                 # lost); had the loop seen the death, it would have reported it and let go.
-                # The pipeline's end kills every worker, a rank still being shrunk included:
-                # no fault then.
-                if self._let_go(dp_rank) and not self.closing:
-                    self.p.fault("rollout_worker_died", f"rank {dp_rank}: its worker was found dead when the rank "
-                                 "was shrunk (it held no trajectories); the rank's next expansion starts a new one")
+                if self._let_go(dp_rank):
+                    self._worker_died(f"rank {dp_rank}: its worker was found dead when the rank was shrunk (it "
+                                      "held no trajectories); the rank's next expansion starts a new one")
         self.p.activity(ROLLOUT_CLUSTER, dp_rank, rank.gpus, "loading", "offload", t0)
 
     async def revoke(self, dp_rank: int) -> None:
@@ -161,6 +161,7 @@ class Ranks:
         except TimeoutError:
             log.warning("%s: an expansion still under way at the pipeline's end", self.p.pipeline_id)
         await self._account_cpu()
+        self.workers_killed = True
         for dp_rank in list(self.active):
             await self.revoke(dp_rank)
         await kill_and_confirm(list(self.workers.values()))
@@ -182,8 +183,8 @@ class Ranks:
             if isinstance(found, dict):
                 self.p.worker_cpu(found)
             elif isinstance(found, ACTOR_GONE):  # died asleep and never woken: no work was lost
-                self.p.fault("rollout_worker_died", f"rank {dp_rank}: its sleeping worker had died "
-                             "(found when the pipeline ended; it held no trajectories)")
+                self._worker_died(f"rank {dp_rank}: its sleeping worker had died "
+                                  "(found when the pipeline ended; it held no trajectories)")
 
     # --- workers and weights --------------------------------------------------------------
 
@@ -277,14 +278,20 @@ class Ranks:
                 await self._sync(rank)
                 attempts: list[Attempt] = await rank.worker.generate.remote(items)
         except ACTOR_GONE as exc:
-            if self.closing:  # the pipeline's end killed it (a rank draining for a shrink)
-                return None
-            log.warning("%s rank %d: worker died mid-call (%s)", self.p.pipeline_id, rank.dp_rank, exc)
-            self.p.fault("rollout_worker_died", f"rank {rank.dp_rank}: its worker died mid-call "
-                         f"({type(exc).__name__}); its {len(items)} trajectories re-queued, the rank gets a new worker")
+            self._worker_died(f"rank {rank.dp_rank}: its worker died mid-call ({type(exc).__name__}); its "
+                              f"{len(items)} trajectories re-queued, the rank gets a new worker", exc)
             return None
         self.p.activity(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "busy", "rollout", t0)
         return attempts
+
+    def _worker_died(self, detail: str, cause: BaseException | None = None) -> None:
+        """A rollout worker found dead: a fault the run survived. Not once the end has killed
+        the workers: every call still under way then fails (a rank being shrunk or draining,
+        an expansion the end stopped waiting for), and none of those is a death."""
+        if self.workers_killed:
+            return
+        log.warning("%s %s%s", self.p.pipeline_id, detail, f" ({cause})" if cause is not None else "")
+        self.p.fault("rollout_worker_died", detail)
 
     def _let_go(self, dp_rank: int) -> bool:
         """Forget the rank's dead worker (its next expansion starts a new one, a restart); False
