@@ -3,7 +3,8 @@ the pipeline actor: the end waits for an expansion under way, one that comes aft
 began wakes nothing, and neither reports a fault (a live run reported the workers its own end
 had killed as dead). A worker that dies mid-call while its rank is being shrunk, or between
 calls and is found dead by the shrink, is reported once and replaced at the rank's next
-expansion; a worker the end itself kills while its rank is being shrunk is no fault. Fake workers in place of the Ray actors; no Ray cluster, no model."""
+expansion; a worker the end itself kills while its rank is being shrunk is no fault. Fake
+workers in place of the Ray actors; no Ray cluster, no model."""
 
 from __future__ import annotations
 
