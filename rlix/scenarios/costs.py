@@ -84,9 +84,24 @@ def read_costs_file(path: str | Path) -> CostsFile:
     try:
         return CostsFile.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in error["loc"]) or "the file"
-        raise ValueError(f"the cost file {path}: {where}: {error['msg']}") from None
+        raise ValueError(f"the cost file {path}: {_file_problem(exc, data)}") from None
+
+
+def _file_problem(exc: ValidationError, data: Any) -> str:
+    """pydantic's first error in a cost file, an unknown field first: a constant written at
+    the top level is both unknown there and leaves `costs:` missing, and where it goes is the
+    news."""
+    errors = exc.errors(include_url=False)
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    where = ".".join(str(part) for part in error["loc"]) or "the file"
+    if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
+        known = ", ".join(CostsFile.model_fields)
+        return f"{where}: unknown field (a cost file holds {known}; constants go under `costs:`)"
+    if error["type"] == "missing":
+        return f"{where}: required field missing"
+    if not isinstance(data, dict):
+        return f"a cost file is a YAML mapping (kind:, costs:, ...), not a {type(data).__name__}"
+    return f"{where}: {error['msg'][:1].lower()}{error['msg'][1:]}"
 
 
 def resolve_costs(value: Any, base_dir: str | None) -> Any:

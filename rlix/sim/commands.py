@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,9 @@ def _progress(enabled: bool, label: str, total: float | None) -> Any:
 
 
 def _scenario(args: argparse.Namespace) -> Any:
+    from rlix.scenarios.errors import ScenarioError
     from rlix.sim.api import resolve_scenario
+    from rlix.sim.stages import pipeline_costs
 
     if args.column and not args.trace:
         raise UsageError("--column needs --trace")
@@ -146,17 +149,44 @@ def _scenario(args: argparse.Namespace) -> Any:
     for option, path in (("--trace", args.trace), ("--jobs", args.jobs), ("--costs", getattr(args, "costs", None))):
         if path is not None and not Path(path).is_file():
             raise UsageError(f"{option}: {'not a file' if Path(path).exists() else 'no such file'}: {path}")
-    return resolve_scenario(
-        args.scenario,
-        getattr(args, "policy", None),
-        args.trace,
-        dict(args.column) or None,
-        args.seed,
-        jobs=args.jobs,
-        jobs_columns=dict(args.jobs_column) or None,
-        costs=getattr(args, "costs", None),
-        max_time_s=_duration_s(args),
-    )
+    try:
+        scenario = resolve_scenario(
+            args.scenario,
+            getattr(args, "policy", None),
+            args.trace,
+            dict(args.column) or None,
+            args.seed,
+            jobs=args.jobs,
+            jobs_columns=dict(args.jobs_column) or None,
+            costs=getattr(args, "costs", None),
+            max_time_s=_duration_s(args),
+        )
+        pipeline_costs(scenario)  # checked now, before any run, and naming --costs if it gave them
+        return scenario
+    except ScenarioError as exc:
+        option = _override_behind(exc.path, args)
+        if option is None:
+            raise
+        # A file an option named is bad: the option and the file, not the scenario line it replaced.
+        path = str(getattr(args, option[2:]))
+        where = "" if path in exc.problem else f"{path}: "
+        raise UsageError(f"{option}: {where}{exc.problem}") from None
+
+
+#: Scenario fields an option replaces: (field path pattern, the option, its argparse name).
+_OVERRIDES = (
+    (re.compile(r"(pipelines\[\d+\]\.(adapters\[\d+\]\.)?)?trace(\.|$)"), "--trace", "trace"),
+    (re.compile(r"jobs(\.|$)"), "--jobs", "jobs"),
+    (re.compile(r"costs(\.|$)"), "--costs", "costs"),
+)
+
+
+def _override_behind(path: str, args: argparse.Namespace) -> str | None:
+    """The option whose value is at field `path` of the resolved scenario, if one is."""
+    for pattern, option, name in _OVERRIDES:
+        if getattr(args, name, None) is not None and pattern.match(path):
+            return option
+    return None
 
 
 def _duration_s(args: argparse.Namespace) -> float | None:
@@ -180,11 +210,15 @@ def run_main(args: argparse.Namespace) -> int:
         sink = open_sink(out, args.tables or ALL_TABLES, args.format, overwrite)
     except RunError as error:
         raise UsageError(str(error)) from error
+    try:  # traces read and engines built before the progress bar, so an error is a line of its own
+        sim = new_simulation(scenario, sink=sink)
+    except BaseException:
+        sink.discard()
+        raise
     update, close = _progress(
         not args.quiet, f"{scenario.name} [{scenario.policy.name}]", scenario.max_time_s
     )
     try:
-        sim = new_simulation(scenario, sink=sink)
         sim.run(sim.scenario.max_time_s, update)
     except BaseException:
         sink.discard()

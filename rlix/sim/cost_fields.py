@@ -32,6 +32,14 @@ _NUMERIC_MIN_ZERO = {
 _FRACTIONS = {"gpu_memory_utilization", "prefill_mfu", "train_mfu", "forward_mfu"}
 
 
+class CostFieldError(ValueError):
+    """A cost override is unknown or out of range; `key` names the field."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
+
+
 def model_by_name(name: str) -> ModelShape:
     if name not in MODELS:
         raise ValueError(f"unknown model size {name!r} (known: {', '.join(MODELS)})")

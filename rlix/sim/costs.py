@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rlix.scenarios.models import ModelShape
-from rlix.sim.cost_fields import check_field, model_by_name
+from rlix.sim.cost_fields import CostFieldError, check_field, model_by_name
 
 GIB = 2**30
 
@@ -213,14 +214,20 @@ class CostModel:
         changes: dict[str, Any] = {}
         for key, value in overrides.items():
             if key not in fields:
-                raise ValueError(f"unknown cost field {key!r} (known: {', '.join(sorted(fields))})")
-            changes[key] = check_field(key, value)
+                close = difflib.get_close_matches(key, fields, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise CostFieldError(key, f"unknown cost field {key!r}{hint} (known: {', '.join(sorted(fields))})")
+            try:
+                changes[key] = check_field(key, value)
+            except ValueError as exc:
+                raise CostFieldError(key, str(exc)) from None
         if not changes:
             return self
         result = dataclasses.replace(self, **changes)
         floor_tp1 = result.linear_profile_tp1_s[0][1]
         if not floor_tp1 / 2 <= result.linear_floor_tp2_s < floor_tp1:
-            raise ValueError(
+            raise CostFieldError(
+                "linear_floor_tp2_s",
                 f"cost field 'linear_floor_tp2_s' must lie in [half, all) of the TP1 floor {floor_tp1!r}, "
                 f"got {result.linear_floor_tp2_s!r}"
             )

@@ -37,13 +37,7 @@ from rlix.sim.batches import Batch, BatchSampler
 from rlix.sim.costs import CostModel
 from rlix.sim.engine import RolloutGroup
 from rlix.sim.rollout import PipelineRollout
-from rlix.sim.stages import (
-    checkpoint_seconds,
-    publish_seconds,
-    stage_seconds,
-    startup_order,
-    startup_pipelines,
-)
+from rlix.sim.stages import checkpoint_seconds, pipeline_costs, publish_seconds, stage_seconds
 
 #: Ticks let the core retry backed-off decisions and end rebalance hold-offs even when no
 #: other event comes (simulated seconds).
@@ -113,14 +107,7 @@ class Simulation:
             for pid, spec in self.specs.items():
                 self.specs[pid] = dataclasses.replace(spec, rollout_migrates=True)
         self.pipelines = {p.id: p for p in scenario.pipelines}
-        gpu = scenario.topology_config.gpu
-        self.costs: dict[str, CostModel] = {
-            p.id: CostModel.for_model(
-                p.model, gpu, {**scenario.costs, "startup_pipelines": startup_pipelines(self.pipelines, p.id),
-                               "startup_order": startup_order(self.pipelines, p.id)}
-            )
-            for p in scenario.pipelines
-        }
+        self.costs: dict[str, CostModel] = pipeline_costs(scenario)
         self._samplers: dict[str, BatchSampler] = {}
         self.samplers = {
             (p.id, a): self._sampler(ref) for p in scenario.pipelines for a, ref in _traces(p)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rlix.sim.cost_fields import CostFieldError
 from rlix.sim.costs import CostModel
 
 #: ASSUMPTION: a LoRA adapter of rank 16 on the attention and MLP projections: 2 x 16 x
@@ -80,3 +81,21 @@ def startup_order(pipelines: Mapping[str, Any], pipeline_id: str) -> float:
     arrival = pipelines[pipeline_id].arrival_s
     together = [pid for pid, p in pipelines.items() if p.arrival_s == arrival]
     return float(together.index(pipeline_id))
+
+
+def pipeline_costs(scenario: Any) -> dict[str, CostModel]:
+    """Each pipeline's cost model: its model and GPU, the scenario's `costs:` and its start-up
+    place. A bad constant in `costs:` is a ScenarioError at its line."""
+    pipelines = {p.id: p for p in scenario.pipelines}
+    gpu = scenario.topology_config.gpu
+    try:
+        return {
+            pid: CostModel.for_model(
+                p.model, gpu, {**scenario.costs, "startup_pipelines": startup_pipelines(pipelines, pid),
+                               "startup_order": startup_order(pipelines, pid)})
+            for pid, p in pipelines.items()
+        }
+    except CostFieldError as exc:
+        if exc.key not in scenario.costs:
+            raise
+        raise scenario.field_error(("costs", exc.key), scenario.costs[exc.key], str(exc)) from None

@@ -22,13 +22,15 @@ workers, every listener on loopback); --address joins an existing Ray cluster.
 
 A grid axis is KEY=V1,V2,...: KEY is policy, seed, or a dotted path into the scenario
 (topology.num_nodes, pipelines.0.steps, pipelines.*.max_staleness for every pipeline,
-policy.config.min_rebalance_interval_s). A sweep file (--file) may give `scenario:` and
+policy.config.min_rebalance_interval_s, costs.load_s: any cost constant, set or not). Every
+point is checked before any runs. A sweep file (--file) may give `scenario:` and
 `grid: {KEY: [V1, V2]}` instead. Examples:
 
   rlix-sim sweep tiny --grid policy=rlix,static --grid seed=0,1,2 --out sweeps/tiny
   rlix-sim sweep agentic-4x32 --grid policy=rlix,gap-ratio,static \\
       --grid pipelines.*.max_staleness=0,1 --workers 2 --out sweeps/staleness
   rlix-sim sweep cluster-1024 --grid seed=0,1 --tables steps --out sweeps/days   # bounded memory
+  rlix-sim sweep lab-day --grid policy=rlix,gap-ratio --grid costs.load_s=1,2,4 --out sweeps/wake
 """
 
 

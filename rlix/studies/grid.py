@@ -22,6 +22,7 @@ from rlix.scenarios import Scenario
 from rlix.scenarios.errors import ScenarioError
 from rlix.scenarios.load import validate_scenario
 from rlix.scenarios.source import load_yaml
+from rlix.sim.stages import pipeline_costs
 from rlix.traces.options import UsageError
 
 
@@ -85,7 +86,9 @@ def _apply(base: Scenario, values: dict[str, Any]) -> Scenario:
         else:
             _set(data, key.split("."), value, key)
     try:
-        return validate_scenario(data, base.source)
+        scenario = validate_scenario(data, base.source)
+        pipeline_costs(scenario)  # a cost constant's name and range, before any point runs
+        return scenario
     except ScenarioError as error:
         raise UsageError(f"grid point {values}: {error}") from None
 
@@ -104,7 +107,7 @@ def _set(node: Any, path: list[str], value: Any, key: str) -> None:
         raise UsageError(f"--grid {key}: {head!r} names no field of the scenario")
     if rest:
         _set(node[head], rest, value, key)
-    elif head in node or head in _SETTABLE_NEW:
+    elif head in node or head in _SETTABLE_NEW or key.startswith("costs."):  # any cost constant
         node[head] = value
     else:
         raise UsageError(f"--grid {key}: {head!r} names no field of the scenario")

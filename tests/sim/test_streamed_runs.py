@@ -13,6 +13,7 @@ import pytest
 
 from rlix.runs import replay, stream
 from rlix.runs.verify import check
+from rlix.scenarios import ScenarioError, load_scenario
 from rlix.sim import rollout, simulate
 from rlix.sim.cli import main
 from rlix.traces.tables import read_table
@@ -102,6 +103,41 @@ def test_a_bad_override_names_its_option(
     err = capsys.readouterr().err
     assert words in err and "tiny.yaml" not in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("option, name, content, words", [
+    ("--costs", "costs.yaml", "load_s: 2\n", "--costs: the cost file {path}: load_s: unknown field (a cost file holds"),
+    ("--costs", "costs.yaml", "costs: {load_s: -1}\n", "--costs: {path}: cost field 'load_s' must be positive"),
+    ("--costs", "costs.yaml", "costs: {lod_s: 1}\n", "--costs: {path}: unknown cost field 'lod_s'; did you mean 'load_s'?"),
+    ("--jobs", "jobs.csv", "x\n1\n", "--jobs: {path}: the job log has no column id"),
+])
+def test_a_bad_file_behind_an_option_is_named_as_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, name: str, content: str, words: str
+) -> None:
+    """What is wrong inside the file, named as the option that gave it, in one line and
+    before any run."""
+    path = tmp_path / name
+    path.write_text(content)
+    scenario = "lab-day" if option == "--jobs" else "tiny"
+    assert main(["run", scenario, option, str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert words.format(path=path) in err and ".yaml:" not in err.replace(str(path), "")
+    assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_bad_cost_constant_in_a_scenario_is_an_error_at_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cost model's checks (range, name) reported like the schema's: file, line, field."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(load_scenario("tiny").to_yaml().replace("costs: {}", "costs: {load_s: -1.0}"))
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("costs:"))
+    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:{line}: costs.load_s=-1.0: cost field 'load_s' must be positive" in err
+    assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+    with pytest.raises(ScenarioError, match="costs.load_s"):
+        simulate(str(path))
 
 
 def test_the_run_length_is_set_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from rlix.scenarios import load_scenario, parse_scenario
+from rlix.scenarios import load_scenario
 from rlix.sim import simulate
 from rlix.sim.cli import main
 from rlix.studies import parse_grid, run_sweep
@@ -71,15 +70,18 @@ def test_streamed_points_give_the_same_rows_and_keep_only_the_tables_named(local
 
 
 def test_a_failed_point_is_recorded_and_the_rest_goes_on(local_ray: None, tmp_path: Path) -> None:
-    data = load_scenario("tiny").model_dump(mode="json", exclude_none=True)
-    data["costs"] = {"linear_floor_tp2_s": 0.003}
-    base = parse_scenario(yaml.safe_dump(data))
-    grid = parse_grid(["costs.linear_floor_tp2_s=0.003,1.0"])  # 1.0 s is refused by the cost model
-    result = run_sweep(base, grid, tmp_path / "sweep")
-    status = dict(zip(result.rows["costs.linear_floor_tp2_s"], result.rows["status"], strict=True))
-    assert status == {0.003: "ok", 1.0: "failed"}
-    assert "linear_floor_tp2_s" in result.rows.set_index("status").loc["failed", "error"]
-    assert run_sweep(base, grid, tmp_path / "sweep").num_run == 1  # resume tries the failed one again
+    from rlix.traces import load_bundled
+
+    good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
+    load_bundled("math_small").to_csv(good, index=False)
+    bad.write_text("a,b\n1,2\n")  # a file that exists, its columns read only when the point runs
+    grid = parse_grid([f"pipelines.0.trace={{path: {good}}},{{path: {bad}}}"])
+    result = run_sweep(load_scenario("tiny"), grid, tmp_path / "sweep")
+    status = {str(point["path"]): s for point, s in zip(result.rows["pipelines.0.trace"], result.rows["status"],
+                                                         strict=True)}
+    assert status == {str(good): "ok", str(bad): "failed"}
+    assert "response_tokens" in result.rows.set_index("status").loc["failed", "error"]
+    assert run_sweep(load_scenario("tiny"), grid, tmp_path / "sweep").num_run == 1  # resume tries the failed one again
 
 
 @pytest.mark.parametrize(("grid", "words"), [
@@ -87,6 +89,8 @@ def test_a_failed_point_is_recorded_and_the_rest_goes_on(local_ray: None, tmp_pa
     (["pipelines.7.steps=1"], "is not an index"),
     (["pipelines.*.steps=zero"], "grid point"),
     (["policy=nosuch"], "grid point"),
+    (["costs.linear_floor_tp2_s=0.003,1.0"], "linear_floor_tp2_s"),  # the cost model refuses 1.0 s
+    (["costs.lod_s=1"], "did you mean 'load_s'"),
     (["steps"], "KEY=V1,V2"),
 ])
 def test_bad_axes_are_refused_before_anything_runs(grid: list[str], words: str, tmp_path: Path) -> None:
@@ -102,6 +106,12 @@ def test_grid_values_read_as_yaml_and_exponents_as_numbers() -> None:
     assert grid.axes["policy.config.job_order"] == ["shortest", "arrival"]
     points = grid.points(load_scenario("tiny"))
     assert [p.scenario.policy.config.alike_reserve_homes for p in points[::2]] == [2, 1e9, 0.25]
+
+
+def test_a_grid_sets_any_cost_constant() -> None:
+    """tiny's `costs:` is empty: a constant it does not set is still a field a grid may sweep."""
+    points = parse_grid(["costs.load_s=1,4"]).points(load_scenario("tiny"))
+    assert [p.scenario.costs for p in points] == [{"load_s": 1.0}, {"load_s": 4.0}]
 
 
 def test_sweep_files_read_exponents_as_numbers(tmp_path: Path) -> None:
