@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlix.policy import POLICIES
+from rlix.runs.progress import sim_progress
 from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
 from rlix.traces.options import UsageError, non_negative_int, positive_number
 
@@ -116,26 +117,6 @@ def _add_common(parser: argparse.ArgumentParser, default_scenario: str | None = 
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _progress(enabled: bool, label: str, total: float | None) -> Any:
-    if not enabled:
-        return None, lambda: None
-    from tqdm import tqdm
-
-    bar = tqdm(
-        total=None if total is None else round(total),
-        desc=label,
-        unit="sim s",
-        leave=False,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
-
-    def update(t: float) -> None:
-        bar.update(max(0, round(t) - bar.n))
-
-    return update, bar.close
-
-
 def _scenario(args: argparse.Namespace) -> Any:
     from rlix.scenarios.errors import ScenarioError
     from rlix.sim.api import resolve_scenario
@@ -215,9 +196,8 @@ def run_main(args: argparse.Namespace) -> int:
     except BaseException:
         sink.discard()
         raise
-    update, close = _progress(
-        not args.quiet, f"{scenario.name} [{scenario.policy.name}]", scenario.max_time_s
-    )
+    update, close = (None, lambda: None) if args.quiet else sim_progress(
+        f"{scenario.name} [{scenario.policy.name}]", scenario.max_time_s)
     try:
         sim.run(sim.scenario.max_time_s, update)
     except BaseException:
@@ -270,7 +250,7 @@ def compare_main(args: argparse.Namespace) -> int:
             for other in bars.values():
                 other[1]()
             bars.clear()
-            bars[label] = _progress(True, f"{scenario.name} [{label}]", scenario.max_time_s)
+            bars[label] = sim_progress(f"{scenario.name} [{label}]", scenario.max_time_s)
         bars[label][0](t)
 
     try:

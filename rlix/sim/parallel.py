@@ -1,4 +1,5 @@
-"""Simulations side by side in local processes, with a progress bar on stderr.
+"""Simulations side by side in local processes, with their progress on stderr (a bar, or lines
+in a log: rlix.runs.progress).
 
 What the benches that run one setting over many seeds or variants share (bench/move_costs.py,
 bench/job_order.py, bench/finish_together.py); a sweep across machines is `rlix-sim sweep`.
@@ -6,12 +7,11 @@ bench/job_order.py, bench/finish_together.py); a sweep across machines is `rlix-
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
-from tqdm import tqdm
+from rlix.runs.progress import count_progress
 
 R = TypeVar("R")
 
@@ -21,11 +21,11 @@ def run_all(
 ) -> list[R]:
     """`fn(*job)` for every job in `workers` processes, results in the order of `jobs`; the bar
     counts finished jobs unless `quiet`. `fn` must be importable (a module-level function)."""
-    bar = tqdm(total=len(jobs), unit=unit, disable=quiet, file=sys.stderr)
+    update, close = count_progress(len(jobs), unit, quiet=quiet)
     results: list[R] = []
     with ProcessPoolExecutor(max_workers=workers) as pool:
         for result in pool.map(fn, *zip(*jobs, strict=True)) if jobs else ():
             results.append(result)
-            bar.update()
-    bar.close()
+            update(len(results))
+    close()
     return results

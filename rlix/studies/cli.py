@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from rlix.runs.progress import count_progress
 from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
 from rlix.scenarios.source import load_yaml
 from rlix.traces.options import UsageError
@@ -82,23 +83,12 @@ def run(args: argparse.Namespace) -> int:
     grid = parse_grid(args.grid, spec.get("grid"))
     base = load_scenario(scenario_ref)
     grid.points(base)  # a bad axis is one line before anything else is shown
-    bar = None
-    if not args.quiet:
-        from tqdm import tqdm
-
-        bar = tqdm(total=grid.num_points, unit="point", desc="sweep")
-
-    def progress(done: int, total: int) -> None:
-        if bar is not None:
-            bar.n = done
-            bar.refresh()
-
+    update, close = count_progress(grid.num_points, "point", "sweep", quiet=args.quiet)
     try:
         result = run_sweep(base, grid, args.out, address=args.address, workers=args.workers,
-                           keep_runs=args.runs, progress=progress, tables=args.tables)
+                           keep_runs=args.runs, progress=lambda done, total: update(done), tables=args.tables)
     finally:
-        if bar is not None:
-            bar.close()
+        close()
     if not args.no_plots:
         plot_sweep(result.rows, list(grid.axes), args.out / "plots")
     print(f"sweep {args.out}: {len(result.rows)} points ({result.num_run} run, {result.num_skipped} "

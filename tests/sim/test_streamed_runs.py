@@ -156,3 +156,15 @@ def test_simulate_wants_a_folder_for_chosen_tables() -> None:
 
     with pytest.raises(RunError, match="give out="):
         simulate("tiny", tables={"steps"})
+
+
+def test_a_run_logs_plain_progress_lines_where_stderr_is_no_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Captured stderr is not a terminal: plain lines, no bar redrawn in place."""
+    assert main(["run", "tiny", "--duration-s", "600", "--tables", "steps", "--no-alone",
+                 "--out", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    progress = [line for line in err.splitlines() if line.startswith("tiny [rlix]: ")]
+    assert progress and progress[0].startswith("tiny [rlix]: 60 sim s (10%) after ")
+    assert "\r" not in err and "sim s/s" not in err
