@@ -236,9 +236,8 @@ def compare_main(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
-        raise UsageError(
-            f"--policies: unknown {unknown} (known: {', '.join(sorted(POLICIES))})"
-        )
+        problem = f"unknown {', '.join(unknown)}" if unknown else "give at least one"
+        raise UsageError(f"--policies: {problem} (known: {', '.join(sorted(POLICIES))})")
     out = Path(args.out) if args.out else Path("runs") / scenario.name / "compare"
     _check_compare_out(out, policies)
     bars: dict[str, Any] = {}

@@ -210,3 +210,14 @@ def test_compare_json_has_job_figures(tmp_path: Path, capsys: pytest.CaptureFixt
         jct_bounds = figures[policy]["mean_jct_bounds_s"]
         assert set(jct_bounds) >= {"critical paths", "work in turn"}
         assert figures[policy]["mean_jct_floor_s"] == max(jct_bounds.values()) <= jobs["mean_jct_s"] * 1.001
+
+
+@pytest.mark.parametrize("policies, words", [
+    ("", "--policies: give at least one (known: gap-ratio, rlix"),
+    ("rlix,foo,bar", "--policies: unknown foo, bar (known: "),
+])
+def test_bad_policies_are_named_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policies: str, words: str
+) -> None:
+    assert main(["compare", "tiny", "--policies", policies, "--out", str(tmp_path / "c")]) == 2
+    assert words in capsys.readouterr().err and not (tmp_path / "c").exists()
