@@ -29,6 +29,7 @@ import dataclasses
 import os
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,7 +39,7 @@ from typing import Any
 
 import rlix
 from rlix.executor.journal import JOURNAL_FILE, JournalWriter
-from rlix.executor.run import ExecutorInputError, Plan, cache_dir
+from rlix.executor.run import ExecutorInputError, Plan, cache_dir, describe
 from rlix.runs.recorder import Recorder
 
 #: How often the driver polls the orchestrator (progress bars, kills, its copy of the record).
@@ -117,6 +118,8 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
                                  "and pass its --address (a local run is one node)")
     scenario = the_plan.scenario
     ex = scenario.executor
+    if not quiet:  # after the checks above, so a bad input stays one error line
+        print(("resuming " if cut is not None else "") + describe(the_plan, out_dir), file=sys.stderr, flush=True)
     import ray
 
     started = not ray.is_initialized()

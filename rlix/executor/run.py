@@ -118,3 +118,21 @@ def _ml_params(ex: Any, params: dict[str, Any]) -> Any:
         "task": task_name, "reward": ex.reward, "task_object": task, "reward_fn": reward_fn,
     })
     return MlWorkload
+
+
+def describe(the_plan: Plan, out: str | Path | None) -> str:
+    """What is about to run, in one line: which pipelines on how many GPUs, under which policy,
+    and the model trained (a scenario's model sizes, 7b and the like, are the simulator's cost
+    classes; the executor trains the model its `executor:` section names)."""
+    from rlix.scenarios.sections import ExecutorConfig
+
+    scenario = the_plan.scenario
+    topology = the_plan.topology
+    executor = scenario.executor or ExecutorConfig()
+    model = executor.model
+    what = "a small Qwen2-style model built here" if model == "tiny" else "from that directory"
+    ids = ", ".join(s.pipeline_id for s in the_plan.setups)
+    return (f"{scenario.name}: {len(the_plan.setups)} pipelines ({ids}) on {topology.num_nodes * topology.gpus_per_node} "
+            f"GPUs under {scenario.policy.name}; model {model!r} ({what}; the scenario's sizes, "
+            f"{'/'.join(sorted({p.model for p in scenario.pipelines}))}, set only the simulator's costs), "
+            f"{executor.backend} rollouts" + (f"; run folder {out}" if out is not None else ""))

@@ -70,3 +70,14 @@ def test_a_terminal_gets_a_bar_per_pipeline(setups: list[Any]) -> None:
     assert progress.bars["ft"].postfix == "running, reward 0.250"
     progress.close()
     assert "\r" in terminal.getvalue()  # redrawn in place
+
+
+def test_the_run_says_what_it_trains_before_it_starts() -> None:
+    """A scenario's model sizes are the simulator's cost classes: the line says what the
+    executor trains instead."""
+    from rlix.executor.run import describe
+
+    line = describe(plan(load_scenario("agentic-4x32")), "runs/x")
+    assert line.startswith("agentic-4x32: 4 pipelines (agent0, agent1, agent2, agent3) on 32 GPUs under rlix; ")
+    assert "model 'tiny' (a small Qwen2-style model built here; the scenario's sizes, 7b, set only" in line
+    assert line.endswith("hf rollouts; run folder runs/x")
