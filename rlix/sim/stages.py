@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlix.sim.cost_fields import CostFieldError
-from rlix.sim.costs import CostModel
+from rlix.sim.costs import GPUS, CostModel
 
 #: ASSUMPTION: a LoRA adapter of rank 16 on the attention and MLP projections: 2 x 16 x
 #: (d_in + d_out) parameters per adapted matrix, 7 matrices per layer, BF16.
@@ -85,9 +85,13 @@ def startup_order(pipelines: Mapping[str, Any], pipeline_id: str) -> float:
 
 def pipeline_costs(scenario: Any) -> dict[str, CostModel]:
     """Each pipeline's cost model: its model and GPU, the scenario's `costs:` and its start-up
-    place. A bad constant in `costs:` is a ScenarioError at its line."""
+    place. A GPU type without figures or a bad constant in `costs:` is a ScenarioError at its
+    line."""
     pipelines = {p.id: p for p in scenario.pipelines}
     gpu = scenario.topology_config.gpu
+    if gpu not in GPUS:  # a label the executor never reads; the simulator needs its figures
+        raise scenario.field_error(("topology", "gpu"), gpu,
+                                   f"no cost figures for this GPU in the simulator (known: {', '.join(GPUS)})")
     try:
         return {
             pid: CostModel.for_model(

@@ -125,18 +125,25 @@ def test_a_bad_file_behind_an_option_is_named_as_the_option(
     assert err.count("\n") == 1 and not (tmp_path / "run").exists()
 
 
-def test_a_bad_cost_constant_in_a_scenario_is_an_error_at_its_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("old, new, field, words", [
+    ("costs: {}", "costs: {load_s: -1.0}", "costs", "costs.load_s=-1.0: cost field 'load_s' must be positive"),
+    ("gpu: h100", "gpu: h200", "topology", "topology.gpu='h200': no cost figures for this GPU in the simulator"),
+])
+def test_what_the_cost_model_refuses_is_an_error_at_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, field: str, words: str
 ) -> None:
-    """The cost model's checks (range, name) reported like the schema's: file, line, field."""
+    """The cost model's checks (a constant's range and name, the GPU type) reported like the
+    schema's: file, line, field."""
     path = tmp_path / "tiny.yaml"
-    path.write_text(load_scenario("tiny").to_yaml().replace("costs: {}", "costs: {load_s: -1.0}"))
-    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("costs:"))
+    text = load_scenario("tiny").to_yaml()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith(f"{field}:"))
     assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert f"{path}:{line}: costs.load_s=-1.0: cost field 'load_s' must be positive" in err
+    assert f"{path}:{line}: {words}" in err
     assert err.count("\n") == 1 and not (tmp_path / "run").exists()
-    with pytest.raises(ScenarioError, match="costs.load_s"):
+    with pytest.raises(ScenarioError, match=words.split("=")[0]):
         simulate(str(path))
 
 
