@@ -132,7 +132,7 @@ def describe(the_plan: Plan, out: str | Path | None) -> str:
     model = executor.model
     what = "a small Qwen2-style model built here" if model == "tiny" else "from that directory"
     ids = ", ".join(s.pipeline_id for s in the_plan.setups)
-    return (f"{scenario.name}: {len(the_plan.setups)} pipelines ({ids}) on {topology.num_nodes * topology.gpus_per_node} "
+    return (f"{scenario.name}: {len(the_plan.setups)} pipelines ({ids}) on {topology.num_gpus} "
             f"GPUs under {scenario.policy.name}; model {model!r} ({what}; the scenario's sizes, "
             f"{'/'.join(sorted({p.model for p in scenario.pipelines}))}, set only the simulator's costs), "
             f"{executor.backend} rollouts" + (f"; run folder {out}" if out is not None else ""))

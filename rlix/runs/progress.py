@@ -14,6 +14,9 @@ from typing import Any, TextIO
 #: (update, close): update(x) with x the simulated seconds or the count done so far.
 Progress = tuple[Callable[[float], None], Callable[[], None]]
 
+#: What a quiet command shows: nothing.
+_nothing: Progress = (lambda x: None, lambda: None)
+
 
 def is_terminal(stream: Any) -> bool:
     try:
@@ -22,10 +25,13 @@ def is_terminal(stream: Any) -> bool:
         return False
 
 
-def sim_progress(label: str, total_s: float | None, stream: TextIO | None = None) -> Progress:
+def sim_progress(label: str, total_s: float | None, stream: TextIO | None = None,
+                 quiet: bool = False) -> Progress:
     """Simulated seconds: a bar, or a line at each tenth of `total_s` (each simulated hour
     when the run has no set length)."""
     stream = sys.stderr if stream is None else stream
+    if quiet:
+        return _nothing
     if is_terminal(stream):
         from tqdm import tqdm
 
@@ -45,7 +51,7 @@ def count_progress(total: int, unit: str, label: str = "", quiet: bool = False,
     """A count of `total` things done (runs, sweep points): a bar, or a line at each tenth."""
     stream = sys.stderr if stream is None else stream
     if quiet:
-        return (lambda done: None), lambda: None
+        return _nothing
     if is_terminal(stream):
         from tqdm import tqdm
 
@@ -63,13 +69,14 @@ def count_progress(total: int, unit: str, label: str = "", quiet: bool = False,
 def _lines(stream: TextIO, every: float, text: Callable[[float], str]) -> Callable[[float], None]:
     """An update that writes `text(x)` once x has passed the next multiple of `every`."""
     start_s = time.monotonic()
-    next_at = [every]
+    next_at = every
 
     def update(x: float) -> None:
-        if x < next_at[0]:
+        nonlocal next_at
+        if x < next_at:
             return
-        while next_at[0] <= x:
-            next_at[0] += every
+        while next_at <= x:
+            next_at += every
         print(f"{text(x)} after {time.monotonic() - start_s:.1f} s", file=stream, flush=True)
 
     return update

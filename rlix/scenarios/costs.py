@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError
 
-from rlix.scenarios.errors import FieldProblem
+from rlix.scenarios.errors import FieldProblem, first_error, plain_message
 from rlix.scenarios.sections import Section
 from rlix.scenarios.source import dump_yaml, load_yaml
 
@@ -88,20 +88,19 @@ def read_costs_file(path: str | Path) -> CostsFile:
 
 
 def _file_problem(exc: ValidationError, data: Any) -> str:
-    """pydantic's first error in a cost file, an unknown field first: a constant written at
+    """What is wrong with a cost file, in a line: an unknown field first (a constant written at
     the top level is both unknown there and leaves `costs:` missing, and where it goes is the
-    news."""
-    errors = exc.errors(include_url=False)
-    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    news)."""
+    if not isinstance(data, dict):
+        return f"a cost file is a YAML mapping (kind:, costs:, ...), not a {type(data).__name__}"
+    error = first_error(exc)
     where = ".".join(str(part) for part in error["loc"]) or "the file"
     if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
         known = ", ".join(CostsFile.model_fields)
         return f"{where}: unknown field (a cost file holds {known}; constants go under `costs:`)"
     if error["type"] == "missing":
         return f"{where}: required field missing"
-    if not isinstance(data, dict):
-        return f"a cost file is a YAML mapping (kind:, costs:, ...), not a {type(data).__name__}"
-    return f"{where}: {error['msg'][:1].lower()}{error['msg'][1:]}"
+    return f"{where}: {plain_message(error)}"
 
 
 def resolve_costs(value: Any, base_dir: str | None) -> Any:

@@ -13,6 +13,7 @@ model being validated, which the loader joins to pydantic's location and turns i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 #: A field path as pydantic reports locations: field names and list indices.
 Path = tuple[str | int, ...]
@@ -39,6 +40,19 @@ def format_value(value: object) -> str:
     if len(text) > _MAX_VALUE_CHARS:
         text = text[: _MAX_VALUE_CHARS - 3] + "..."
     return text
+
+
+def first_error(exc: Any) -> dict[str, Any]:
+    """The pydantic error (of a ValidationError `exc`) to report: an unknown field first of
+    all, as a misspelt field is also reported missing, and its name is the news."""
+    errors = exc.errors(include_url=False)
+    return next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+
+
+def plain_message(error: dict[str, Any]) -> str:
+    """pydantic's message for `error`, as the rest of a one-line error (lower case first)."""
+    message = str(error["msg"])
+    return message[:1].lower() + message[1:]
 
 
 class ScenarioError(ValueError):

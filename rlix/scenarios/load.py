@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rlix.scenarios.errors import NO_VALUE, FieldProblem, ScenarioError
+from rlix.scenarios.errors import NO_VALUE, FieldProblem, ScenarioError, first_error, plain_message
 from rlix.scenarios.schema import Scenario
 from rlix.scenarios.source import SourceMap, read_yaml
 
@@ -99,10 +99,9 @@ def validate_scenario(
 
 
 def _scenario_error(exc: ValidationError, source: SourceMap) -> ScenarioError:
-    """pydantic's first error as a ScenarioError at its field path and line; an unknown field
-    first of all, as a misspelt field is also reported missing, and its name is the news."""
-    errors = exc.errors(include_url=False)
-    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    """pydantic's first error (`first_error`: an unknown field first) as a ScenarioError at its
+    field path and line."""
+    error = first_error(exc)
     loc = tuple(error["loc"])
     cause = error.get("ctx", {}).get("error")
     if isinstance(cause, FieldProblem):
@@ -115,8 +114,7 @@ def _scenario_error(exc: ValidationError, source: SourceMap) -> ScenarioError:
         return source.error(loc, NO_VALUE, "required field missing" + (f": {hint}" if hint else ""))
     if kind == "extra_forbidden":
         return source.error(loc, error["input"], _unknown_field(loc))
-    message = error["msg"]
-    return source.error(loc, error["input"], message[:1].lower() + message[1:])
+    return source.error(loc, error["input"], plain_message(error))
 
 
 def _unknown_field(loc: tuple[str | int, ...]) -> str:

@@ -120,7 +120,7 @@ def _add_common(parser: argparse.ArgumentParser, default_scenario: str | None = 
 def _scenario(args: argparse.Namespace) -> Any:
     from rlix.scenarios.errors import ScenarioError
     from rlix.sim.api import resolve_scenario
-    from rlix.sim.stages import pipeline_costs
+    from rlix.sim.stages import scenario_costs
 
     if args.column and not args.trace:
         raise UsageError("--column needs --trace")
@@ -142,31 +142,31 @@ def _scenario(args: argparse.Namespace) -> Any:
             costs=getattr(args, "costs", None),
             max_time_s=_duration_s(args),
         )
-        pipeline_costs(scenario)  # checked now, before any run, and naming --costs if it gave them
+        scenario_costs(scenario)  # checked now, before any run, and naming --costs if it gave them
         return scenario
     except ScenarioError as exc:
-        option = _override_behind(exc.path, args)
-        if option is None:
+        name = _override_behind(exc.path, args)
+        if name is None:
             raise
         # A file an option named is bad: the option and the file, not the scenario line it replaced.
-        path = str(getattr(args, option[2:]))
+        path = str(getattr(args, name))
         where = "" if path in exc.problem else f"{path}: "
-        raise UsageError(f"{option}: {where}{exc.problem}") from None
+        raise UsageError(f"--{name}: {where}{exc.problem}") from None
 
 
-#: Scenario fields an option replaces: (field path pattern, the option, its argparse name).
-_OVERRIDES = (
-    (re.compile(r"(pipelines\[\d+\]\.(adapters\[\d+\]\.)?)?trace(\.|$)"), "--trace", "trace"),
-    (re.compile(r"jobs(\.|$)"), "--jobs", "jobs"),
-    (re.compile(r"costs(\.|$)"), "--costs", "costs"),
-)
+#: Scenario fields a file option replaces, by the option's name (--trace, --jobs, --costs).
+_OVERRIDES = {
+    "trace": re.compile(r"(pipelines\[\d+\]\.(adapters\[\d+\]\.)?)?trace(\.|$)"),
+    "jobs": re.compile(r"jobs(\.|$)"),
+    "costs": re.compile(r"costs(\.|$)"),
+}
 
 
 def _override_behind(path: str, args: argparse.Namespace) -> str | None:
-    """The option whose value is at field `path` of the resolved scenario, if one is."""
-    for pattern, option, name in _OVERRIDES:
+    """The name of the option whose file is at field `path` of the resolved scenario, if any."""
+    for name, pattern in _OVERRIDES.items():
         if getattr(args, name, None) is not None and pattern.match(path):
-            return option
+            return name
     return None
 
 
@@ -191,20 +191,17 @@ def run_main(args: argparse.Namespace) -> int:
         sink = open_sink(out, args.tables or ALL_TABLES, args.format, overwrite)
     except RunError as error:
         raise UsageError(str(error)) from error
-    try:  # traces read and engines built before the progress bar, so an error is a line of its own
-        sim = new_simulation(scenario, sink=sink)
-    except BaseException:
-        sink.discard()
-        raise
-    update, close = (None, lambda: None) if args.quiet else sim_progress(
-        f"{scenario.name} [{scenario.policy.name}]", scenario.max_time_s)
     try:
-        sim.run(sim.scenario.max_time_s, update)
+        sim = new_simulation(scenario, sink=sink)  # before the bar, so an error is a line of its own
+        update, close = sim_progress(f"{scenario.name} [{scenario.policy.name}]", scenario.max_time_s,
+                                     quiet=args.quiet)
+        try:
+            sim.run(sim.scenario.max_time_s, update)
+        finally:
+            close()
     except BaseException:
         sink.discard()
         raise
-    finally:
-        close()
     if not args.quiet:
         # Tables, summary, timeline and plots: seconds for most runs, minutes for a day of a
         # large cluster, with no simulated clock to show.

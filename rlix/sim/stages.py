@@ -83,23 +83,30 @@ def startup_order(pipelines: Mapping[str, Any], pipeline_id: str) -> float:
     return float(together.index(pipeline_id))
 
 
-def pipeline_costs(scenario: Any) -> dict[str, CostModel]:
-    """Each pipeline's cost model: its model and GPU, the scenario's `costs:` and its start-up
-    place. A GPU type without figures or a bad constant in `costs:` is a ScenarioError at its
-    line."""
-    pipelines = {p.id: p for p in scenario.pipelines}
+def scenario_costs(scenario: Any) -> dict[str, CostModel]:
+    """The cost model of each model size the scenario's pipelines use, on its GPU, with its
+    `costs:`: what a simulation of it needs, checked. A GPU type without figures or a bad
+    constant in `costs:` is a ScenarioError at its line."""
     gpu = scenario.topology_config.gpu
     if gpu not in GPUS:  # a label the executor never reads; the simulator needs its figures
         raise scenario.field_error(("topology", "gpu"), gpu,
                                    f"no cost figures for this GPU in the simulator (known: {', '.join(GPUS)})")
     try:
-        return {
-            pid: CostModel.for_model(
-                p.model, gpu, {**scenario.costs, "startup_pipelines": startup_pipelines(pipelines, pid),
-                               "startup_order": startup_order(pipelines, pid)})
-            for pid, p in pipelines.items()
-        }
+        return {model: CostModel.for_model(model, gpu, scenario.costs)
+                for model in dict.fromkeys(p.model for p in scenario.pipelines)}
     except CostFieldError as exc:
         if exc.key not in scenario.costs:
             raise
         raise scenario.field_error(("costs", exc.key), scenario.costs[exc.key], str(exc)) from None
+
+
+def pipeline_costs(scenario: Any) -> dict[str, CostModel]:
+    """Each pipeline's cost model: its model size's (`scenario_costs`) at its start-up place
+    (`startup_pipelines`, `startup_order`)."""
+    by_model = scenario_costs(scenario)
+    pipelines = {p.id: p for p in scenario.pipelines}
+    return {
+        pid: by_model[p.model].with_overrides({"startup_pipelines": startup_pipelines(pipelines, pid),
+                                               "startup_order": startup_order(pipelines, pid)})
+        for pid, p in pipelines.items()
+    }

@@ -22,7 +22,7 @@ from rlix.scenarios import Scenario
 from rlix.scenarios.errors import ScenarioError
 from rlix.scenarios.load import validate_scenario
 from rlix.scenarios.source import load_yaml
-from rlix.sim.stages import pipeline_costs
+from rlix.sim.stages import scenario_costs
 from rlix.traces.options import UsageError
 
 
@@ -87,7 +87,7 @@ def _apply(base: Scenario, values: dict[str, Any]) -> Scenario:
             _set(data, key.split("."), value, key)
     try:
         scenario = validate_scenario(data, base.source)
-        pipeline_costs(scenario)  # a cost constant's name and range, before any point runs
+        scenario_costs(scenario)  # a cost constant's name and range, before any point runs
         return scenario
     except ScenarioError as error:
         raise UsageError(f"grid point {values}: {error}") from None
