@@ -7,7 +7,7 @@ delays the early jobs, which raises the mean JCT. This bench runs rlix on each s
 gamma (the scenario's other settings as they are) and prints both figures, means over seeds, with
 a plot of steps/h against mean JCT per scenario. Deterministic simulator figures.
 
-    python bench/finish_together.py                                   # the four studies, gammas 0,2,4,8,16, 8 seeds
+    python bench/finish_together.py                                   # the four studies, gammas 0,4,8,12,16, 8 seeds
     python bench/finish_together.py --scenarios blog-4on12 --gammas 0,4 --seeds 2 --json
     python bench/finish_together.py --plot finish_together.png
     python bench/finish_together.py --scenarios agentic-4x32 --gammas 8 --set keep_busy_tail=false
@@ -27,7 +27,7 @@ from rlix.sim.report import format_table
 from rlix.traces.options import non_negative_int, non_negative_number, positive_int
 
 DEFAULT_SCENARIOS = ("agentic-4x32", "blog-4on12", "math-rlvr", "mixed-lora")
-DEFAULT_GAMMAS = (0.0, 2.0, 4.0, 8.0, 16.0)
+DEFAULT_GAMMAS = (0.0, 4.0, 8.0, 12.0, 16.0)
 
 
 def run_one(name: str, gamma: float, seed: int | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

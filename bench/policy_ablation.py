@@ -10,9 +10,10 @@ that migrates them, takes part in the split; off is 0), and `max_drain_s` (4 s b
 rank at home cut for a grant finishes what it runs, taking nothing new, for as long as the
 gang it delays holds its cluster and at most 4 s; `-drain` cuts it at once), and `keep_warm`
 (on by default: a pipeline's rollout ranks stay loaded between its rollouts on GPUs no other
-home covers while no one else needs them), and `finish_together` (4 in the studies of jobs
+home covers while no one else needs them), and `finish_together` (12 in the studies of jobs
 submitted together, off elsewhere: each job's rollout share weighed by its projected time left,
-so the jobs that finish last get what the early ones can spare; `-finish_together` is 0), and
+at least `finish_floor`, so the jobs that finish last get what the early ones can spare, and a
+job so weighed is not held at its busy ranks in its tail; `-finish_together` is 0), and
 `wake_ahead` (on by default: an away pipeline that comes back to roll out has its ranks loaded
 on its own home its load time before it is expected, so its rollout starts on them). For each
 scenario: rlix as it is, with each rule switched the other way (-rule: off, +rule: on), with all of them off,

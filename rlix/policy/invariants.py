@@ -380,10 +380,14 @@ def _takeable(sched: Scheduler, view: ReservationView, rank: Rank, pipeline_id: 
 
 def _busy_in_tail(sched: Scheduler, rank: Rank) -> bool:
     """The rank runs trajectories of a pipeline with nothing queued, by its last report: a
-    rebalance leaves it be (PolicyConfig.keep_busy_tail)."""
+    rebalance leaves it be (PolicyConfig.keep_busy_tail), unless the finish rule weighs the
+    pipeline by its time left and its tails are long (its state says so: `tail_held`)."""
     pipeline = sched.pipelines[rank.pipeline_id]
     report = pipeline.in_flight
-    return bool(pipeline.rolling and report is not None and pipeline.queued == 0 and report.get(rank.dp_rank, 0))
+    return bool(
+        pipeline.tail_held and pipeline.rolling and report is not None and pipeline.queued == 0
+        and report.get(rank.dp_rank, 0)
+    )
 
 
 def check_rebalance_keeps_targets(sched: Scheduler, decisions: list[Decision]) -> None:

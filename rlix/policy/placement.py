@@ -144,7 +144,7 @@ class RoundPlanner:
                 continue
             ranks: Iterable[Rank] = donor.active.values()
             if keep_tail and donor.in_flight:
-                ranks = _idle_first(donor)  # without the busy ranks a pipeline in its tail keeps
+                ranks = _idle_first(donor)  # without the busy ranks a held tail keeps
             for donor_rank in ranks:
                 slot = donor_rank.slot
                 if forbidden and slot_mask[slot] & forbidden:
@@ -333,8 +333,9 @@ class RoundPlanner:
 
 def _idle_first(donor: PipelineState) -> Iterable[Rank]:
     """A donor's active ranks, those running fewer trajectories first (by its last report):
-    taking an idle rank re-queues nothing. In its tail the busy ones are kept (not taken), so
-    only the idle ones come, in their order; otherwise the busy ones follow, fewest first (the
+    taking an idle rank re-queues nothing. In its tail, if it is held there (`tail_held`:
+    rlix.policy.finish may release it), the busy ones are kept (not taken), so only the idle
+    ones come, in their order; otherwise the busy ones follow, fewest first (the
     stable sort by count, without sorting the idle ones: donor_fit runs once per rank moved).
     Only with a report (`in_flight`), which `busy` then matches."""
     cached = donor.donor_order_cache
@@ -343,7 +344,7 @@ def _idle_first(donor: PipelineState) -> Iterable[Rank]:
     in_flight = donor.in_flight or {}
     busy = donor.busy
     order = [rank for n, rank in donor.active.items() if n not in busy]
-    if busy and not donor.in_tail:
+    if busy and not (donor.in_tail and donor.tail_held):
         running = [rank for n, rank in donor.active.items() if n in busy]
         order += sorted(running, key=lambda rank: in_flight[rank.dp_rank])
     donor.donor_order_cache = order
@@ -351,6 +352,6 @@ def _idle_first(donor: PipelineState) -> Iterable[Rank]:
 
 
 def _kept(rank: Rank, sched: Scheduler) -> bool:
-    """A busy rank of a pipeline in its tail: a rebalance does not cut it (keep_busy_tail)."""
+    """A busy rank of a pipeline held in its tail: a rebalance does not cut it (keep_busy_tail)."""
     pipeline = sched.pipelines[rank.pipeline_id]
-    return pipeline.in_tail and rank.dp_rank in pipeline.busy
+    return pipeline.in_tail and pipeline.tail_held and rank.dp_rank in pipeline.busy

@@ -321,7 +321,9 @@ class PolicyConfig:
     #: A pipeline in its tail (nothing queued, as its driver reports: RanksProgressed) keeps
     #: exactly its busy ranks: they are not cut for another pipeline's share (their trajectories
     #: would be re-queued and recomputed, and an on-policy step waits for its last ones), it is
-    #: lent no more (it cannot use them), and its idle ranks are the ones given away.
+    #: lent no more (it cannot use them), and its idle ranks are the ones given away. A job
+    #: weighed by `finish_together` whose tails last longer than `min_rebalance_interval_s` is
+    #: not held (rlix.policy.finish), but is still lent no free GPUs in its tail.
     keep_busy_tail: bool = True
     #: A rolling pipeline's share is at least the GPUs of its home it can use (its rollout
     #: bundles inside its home, at most one bundle per trajectory left), when these floors fit
@@ -386,11 +388,16 @@ class PolicyConfig:
     #: rlix only.
     stack_by_departure: bool = True
     #: gamma > 0: the split weighs each rolling pipeline by (its projected time left / the
-    #: longest projected time left) ** gamma (rlix.policy.finish), so jobs expected to finish
-    #: early yield rollout GPUs to the ones that finish last. For a study judged by its
-    #: makespan (steps per hour); in a stream of jobs it favours the longest, against the mean
-    #: JCT. 0: off. rlix only.
+    #: longest projected time left) ** gamma, at least `finish_floor` (rlix.policy.finish), so
+    #: jobs expected to finish early yield rollout GPUs to the ones that finish last; a job so
+    #: weighed whose tails last long is not held at its busy ranks in its tail
+    #: (`keep_busy_tail`): the weights say whose ranks are worth more. For a study judged by
+    #: its makespan (steps per hour); in a stream of jobs it favours the longest, against the
+    #: mean JCT. 0: off. rlix only.
     finish_together: float = 0.0
+    #: With `finish_together`, the least split weight (before the spec's `weight`): a job well
+    #: ahead of the last keeps this share of a last job's claim, so it still finishes soon.
+    finish_floor: float = 0.08
     #: An away pipeline expected back whose last absence ended in a rollout request has its
     #: rollout ranks loaded on the free bundles of its own home its load time before it is
     #: expected (rlix.policy.wake_ahead), so an on-policy step does not wait for the load
@@ -398,6 +405,8 @@ class PolicyConfig:
     wake_ahead: bool = True
 
     def validate(self) -> None:
+        if not (is_number(self.finish_floor) and 0 < self.finish_floor <= 1):
+            raise SpecError("config.finish_floor", self.finish_floor, "must be a number in (0, 1]")
         for name in ("retry_backoff_s", "rebalance_margin_bundles", "min_rebalance_interval_s", "max_home_load",
                      "loan_payback", "max_drain_s", "finish_together", "alike_reserve_homes"):
             value = getattr(self, name)

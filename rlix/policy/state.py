@@ -182,6 +182,9 @@ class PipelineState:
     #: The pipeline's weight in the rollout split this round: the spec's, times the finish
     #: factor when `PolicyConfig.finish_together` is on (rlix.policy.finish).
     split_weight: float = 1.0
+    #: In its tail it is held at its busy ranks (PolicyConfig.keep_busy_tail); false while the
+    #: split weighs it by its projected time left and its tails last long (rlix.policy.finish).
+    tail_held: bool = True
 
     # Copied from the spec: read on every hot path.
     pipeline_id: str = field(init=False)

@@ -102,7 +102,12 @@ class PolicyTunables(Section):
     finish_together: float = Field(_POLICY_DEFAULTS.finish_together, ge=0, allow_inf_nan=False)
     """gamma > 0: each job's rollout share is weighed by (its projected time left / the longest)
     ** gamma, so the jobs that finish last get the GPUs the early ones can spare: for a study
-    judged by its makespan; in a stream of jobs it would serve the longest first. 0: off (rlix only)."""
+    judged by its makespan; in a stream of jobs it would serve the longest first. A job so
+    weighed whose tails last longer than min_rebalance_interval_s is not held at its busy ranks
+    in its tail (keep_busy_tail): the weights say whose ranks are worth more. 0: off (rlix only)."""
+    finish_floor: float = Field(_POLICY_DEFAULTS.finish_floor, gt=0, le=1, allow_inf_nan=False)
+    """With finish_together, the least weight a job's share is given, so a job well ahead of
+    the last still finishes soon (rlix only)."""
 
     wake_ahead: bool = _POLICY_DEFAULTS.wake_ahead
     """A job away between steps whose last absence ended in a rollout has its rollout ranks

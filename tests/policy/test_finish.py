@@ -1,7 +1,8 @@
 """Finishing together (PolicyConfig.finish_together, rlix.policy.finish): the split weighs each
-rolling pipeline by (projected time left / longest) ** gamma. Time left worked out by hand from
-the versions' times, the weights of a round, the split that follows through the core, and the
-spec's step counts checked and carried through the run record."""
+rolling pipeline by (projected time left / longest) ** gamma, at least finish_floor, and holds
+no such pipeline's tail at its busy ranks. Time left worked out by hand from the versions'
+times, the weights of a round, the split that follows through the core, a tail given up by
+hand, and the spec's step counts checked and carried through the run record."""
 
 from __future__ import annotations
 
@@ -10,18 +11,22 @@ import dataclasses
 import pytest
 
 from rlix.policy import (
+    ClusterReleased,
     ClusterRequested,
     ClusterSpec,
     PipelineKind,
     PipelineSpec,
     PolicyConfig,
     Priority,
+    RanksProgressed,
+    RolloutProgressed,
     Scheduler,
+    Shrink,
     SpecError,
     Topology,
     TrainStepFinished,
 )
-from rlix.policy.finish import FLOOR, time_left_s
+from rlix.policy.finish import time_left_s
 from rlix.runs.codec import spec_from_dict, spec_to_dict
 from tests.policy.drive import Driver
 
@@ -101,8 +106,65 @@ def test_the_floor_keeps_a_nearly_done_pipeline_in_the_split() -> None:
     b = driver.sched.pipelines["B"]
     period = (309.0 - 0.0) / 8
     assert time_left_s(b) == pytest.approx(period)
-    assert period / 800.0 < FLOOR
-    assert b.split_weight == pytest.approx(FLOOR ** 2)
+    floor = PolicyConfig().finish_floor
+    assert (period / 800.0) ** 2 < floor
+    assert b.split_weight == pytest.approx(floor)
+
+
+def b_tail(driver: Driver, now: float) -> None:
+    """B rolls out on all 8 GPUs of the node and reports its 6 trajectories left running one a
+    rank on ranks 0-5, nothing queued: its tail."""
+    driver.send(ClusterRequested(now, "B", "actor_infer", Priority.ROLLOUT, 100.0))
+    driver.apply_all()
+    assert driver.held("B") == 8
+    driver.send(RolloutProgressed(now + 1.0, "B", 6))
+    driver.send(RanksProgressed(now + 1.0, "B", tuple((rank, int(rank < 6)) for rank in range(8)), 0))
+
+
+def tail_then_newcomer(b_steps: int | None, last_tail_s: float = 150.0) -> tuple[Driver, list[str]]:
+    """B (10 steps, 240 s left, or no step count) has had one rollout whose tail lasted
+    `last_tail_s`, and is in the tail of the next (b_tail); A (800 s left) then asks for
+    rollout with as much work. Gamma 4: B weighs max(0.3 ** 4, floor). The no-reversal
+    interval is the default 90 s; no rebalance went before to hold anything back."""
+    driver = Driver(Topology(1, 8), PolicyConfig(finish_together=4.0))
+    driver.add(spec("A", 10), spec("B", b_steps))
+    versions(driver, {("A", None): [100.0, 200.0], ("B", None): [0.0, 20.0, 120.0, 140.0, 160.0, 300.0]})
+    b_tail(driver, 300.0)
+    driver.send(ClusterReleased(301.0 + last_tail_s, "B", "actor_infer"))
+    driver.apply_all()
+    assert driver.sched.pipelines["B"].tail_s == pytest.approx(last_tail_s)
+    b_tail(driver, 400.0 + last_tail_s)
+    lines = driver.send(ClusterRequested(402.0 + last_tail_s, "A", "actor_infer", Priority.ROLLOUT, 8.0))
+    return driver, lines
+
+
+def test_a_tail_weighed_by_its_time_left_gives_busy_ranks_to_the_job_that_ends_last() -> None:
+    """By hand: weights 1 (A) and 0.08 (B) on equal work: A's share is 8 / 1.08 = 7.4 GPUs, so
+    B keeps one bundle and gives its 2 idle ranks and 5 of its busy ones (re-queuing their
+    trajectories)."""
+    driver, _lines = tail_then_newcomer(10)
+    b = driver.sched.pipelines["B"]
+    assert not b.tail_held and b.split_weight == pytest.approx(0.08)
+    assert driver.sched.targets == {"A": 7, "B": 1}
+    cut = [d for d in driver.outstanding.values() if isinstance(d, Shrink) and d.pipeline_id == "B"]
+    assert [d.dp_rank for d in cut] == [6, 7, 0, 1, 2, 3, 4]  # idle first, then the busy ones
+
+
+@pytest.mark.parametrize(("b_steps", "last_tail_s"), [(None, 150.0), (10, 60.0)])
+def test_a_tail_without_a_projection_or_long_tails_keeps_its_busy_ranks(
+    b_steps: int | None, last_tail_s: float
+) -> None:
+    """B without a step count has no time left and keeps its spec's weight; B with tails
+    shorter than the 90-s no-reversal interval is weighed, but its tail would end before a
+    rebalance could move the ranks again. Either is held at its busy ranks (keep_busy_tail),
+    giving A its 2 idle ones."""
+    driver, _lines = tail_then_newcomer(b_steps, last_tail_s)
+    b = driver.sched.pipelines["B"]
+    assert b.tail_held
+    assert b.split_weight == (1.0 if b_steps is None else pytest.approx(0.08))
+    assert driver.sched.targets == {"A": 2, "B": 6}
+    cut = [d for d in driver.outstanding.values() if isinstance(d, Shrink) and d.pipeline_id == "B"]
+    assert sorted(d.dp_rank for d in cut) == [6, 7]
 
 
 def test_the_split_follows_the_weights_through_the_core() -> None:
@@ -137,6 +199,12 @@ def test_a_per_adapter_count_must_name_each_adapter() -> None:
 def test_a_bad_gamma_is_refused(bad: object) -> None:
     with pytest.raises(SpecError, match="finish_together"):
         Scheduler(Topology(1, 8), "rlix", PolicyConfig(finish_together=bad))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan"), "0.1"])
+def test_a_bad_floor_is_refused(bad: object) -> None:
+    with pytest.raises(SpecError, match="finish_floor"):
+        Scheduler(Topology(1, 8), "rlix", PolicyConfig(finish_together=4.0, finish_floor=bad))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("num_steps", [None, 12, {"x": 3, "y": 5}])
