@@ -332,6 +332,44 @@ class SchedulerMachine(RuleBasedStateMachine):
             cluster, priority = data.draw(st.sampled_from(self._requestable(pid)))
             self.send(ClusterRequested(self.now, pid, cluster, priority, estimate))
 
+    @precondition(lambda self: any(p.rolling and p.active for p in self.sched.pipelines.values()))
+    @rule(data=st.data(), tail_s=st.sampled_from([5.0, 200.0]), estimate=st.integers(1, 300),
+          num_steps=st.integers(1, 3))
+    def whole_tails(self, data: st.DataObject, tail_s: float, estimate: int, num_steps: int) -> None:
+        """A rolling pipeline's steps, each a tail from its first report with nothing queued to
+        the end of its rollout `tail_s` later, a new version of every adapter then (and as the
+        first tail begins, of those with none yet: an off-policy step's training may end during
+        a rollout), its next rollout and the driver catching up: so that tails and step periods
+        are measured, and finishing together weighs pipelines and releases their tails
+        (rlix.policy.finish) while they run on busy ranks."""
+        pid = data.draw(st.sampled_from(sorted(p for p, s in self.sched.pipelines.items() if s.rolling and s.active)))
+        self._new_versions(pid, only_first=True)
+        for _ in range(num_steps):
+            pipeline = self.sched.pipelines.get(pid)
+            if pipeline is None or not pipeline.rolling:
+                return
+            self.send(RanksProgressed(self.now, pid, tuple((rank, 1) for rank in sorted(pipeline.active)), 0))
+            self.now += tail_s
+            self.send(Tick(self.now))
+            if pid not in self.sched.pipelines or not self.sched.pipelines[pid].rolling:
+                return
+            self.send(ClusterReleased(self.now, pid, ROLLOUT_CLUSTER))
+            self._new_versions(pid)
+            if pid not in self.sched.pipelines or (ROLLOUT_CLUSTER, 6) not in self._requestable(pid):
+                return
+            self.send(ClusterRequested(self.now, pid, ROLLOUT_CLUSTER, 6, estimate))
+            self.apply_all()
+
+    def _new_versions(self, pid: str, only_first: bool = False) -> None:
+        """A new version of each adapter of the pipeline (with `only_first`, of those that have
+        none yet)."""
+        if pid not in self.sched.pipelines:
+            return
+        pipeline = self.sched.pipelines[pid]
+        for adapter, version in sorted(pipeline.versions.items()):
+            if not (only_first and adapter in pipeline.first_version_at):
+                self.send(TrainStepFinished(self.now, pid, version + 1, None if adapter == "base" else adapter))
+
     @rule(dt=st.sampled_from([0.0, 0.5, 3.0, 10.0]))
     def tick(self, dt: float) -> None:
         self.now += dt
@@ -393,7 +431,8 @@ class SchedulerMachine(RuleBasedStateMachine):
     def donor_orders_current(self) -> None:
         """A donor order the core keeps between rounds (PipelineState.donor_order_cache) is
         the one its pipeline's ranks give now: idle ranks in the order they joined, then,
-        outside its tail, busy ones by fewest trajectories in flight."""
+        outside its tail or where it is not held (finishing together), busy ones by fewest
+        trajectories in flight."""
         if not hasattr(self, "sched"):
             return
         for p in self.sched.pipelines.values():
@@ -402,7 +441,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             counts = p.in_flight or {}
             idle = [r for n, r in p.active.items() if not counts.get(n)]
             busy = [r for n, r in p.active.items() if counts.get(n)]
-            expected = idle if p.in_tail or not busy else idle + sorted(busy, key=lambda r: counts[r.dp_rank])
+            expected = idle if (p.in_tail and p.tail_held) or not busy else idle + sorted(busy, key=lambda r: counts[r.dp_rank])
             assert [r.dp_rank for r in p.donor_order_cache] == [r.dp_rank for r in expected]
 
 
