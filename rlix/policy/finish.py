@@ -65,7 +65,8 @@ def time_left_s(pipeline: PipelineState) -> float | None:
 
 
 def set_split_weights(sched: Scheduler, rollers: list[PipelineState]) -> None:
-    """Each rolling pipeline's `split_weight` for this round (module docstring)."""
+    """Each rolling pipeline's `split_weight` for this round, and whether its tail is held
+    (`tail_held`; module docstring)."""
     gamma = sched.config.finish_together
     if not gamma:
         return
@@ -76,12 +77,11 @@ def set_split_weights(sched: Scheduler, rollers: list[PipelineState]) -> None:
     interval_s = sched.config.min_rebalance_interval_s
     for pipeline in rollers:
         mine = left.get(pipeline.pipeline_id)
+        weighed = mine is not None and longest > 0.0
         # nan (no tail measured yet) compares false: held
-        held = mine is None or longest <= 0.0 or not pipeline.tail_s > interval_s
+        held = not (weighed and pipeline.tail_s > interval_s)
         if held != pipeline.tail_held:
             pipeline.tail_held = held
             pipeline.donor_order_cache = None  # its busy ranks are kept, or given, from now on
-        if mine is None or longest <= 0.0:
-            pipeline.split_weight = pipeline.spec.weight
-        else:
-            pipeline.split_weight = pipeline.spec.weight * max((mine / longest) ** gamma, floor)
+        factor = max((mine / longest) ** gamma, floor) if weighed and mine is not None else 1.0
+        pipeline.split_weight = pipeline.spec.weight * factor

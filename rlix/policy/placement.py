@@ -344,7 +344,7 @@ def _idle_first(donor: PipelineState) -> Iterable[Rank]:
     in_flight = donor.in_flight or {}
     busy = donor.busy
     order = [rank for n, rank in donor.active.items() if n not in busy]
-    if busy and not (donor.in_tail and donor.tail_held):
+    if busy and not donor.held_in_tail:
         running = [rank for n, rank in donor.active.items() if n in busy]
         order += sorted(running, key=lambda rank: in_flight[rank.dp_rank])
     donor.donor_order_cache = order
@@ -354,4 +354,4 @@ def _idle_first(donor: PipelineState) -> Iterable[Rank]:
 def _kept(rank: Rank, sched: Scheduler) -> bool:
     """A busy rank of a pipeline held in its tail: a rebalance does not cut it (keep_busy_tail)."""
     pipeline = sched.pipelines[rank.pipeline_id]
-    return pipeline.in_tail and pipeline.tail_held and rank.dp_rank in pipeline.busy
+    return pipeline.held_in_tail and rank.dp_rank in pipeline.busy

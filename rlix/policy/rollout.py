@@ -149,7 +149,7 @@ def _tail_targets(
                 on_reserved.setdefault(holder.pipeline_id, set()).add(holder)
     for pipeline, demand in zip(rollers, demands, strict=True):
         first_bundle = pipeline.tp if demand > 0 else 0
-        if pipeline.in_tail and pipeline.tail_held:
+        if pipeline.held_in_tail:
             busy = pipeline.busy_gpus()
             blocked = on_reserved.get(pipeline.pipeline_id)
             if blocked:

@@ -262,6 +262,11 @@ class PipelineState:
                 self.busy = self.busy - {dp_rank}
                 self.in_tail = False
 
+    @property
+    def held_in_tail(self) -> bool:
+        """In its tail and held there: a rebalance keeps its busy ranks (keep_busy_tail)."""
+        return self.in_tail and self.tail_held
+
     def busy_gpus(self) -> int:
         """GPUs of the active ranks that run trajectories (by the last report)."""
         return self.tp * self.num_busy_active

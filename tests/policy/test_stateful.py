@@ -61,7 +61,7 @@ CONFIGS = [
     PolicyConfig(retry_backoff_s=0.0, min_rebalance_interval_s=0.0),
     PolicyConfig(retry_backoff_s=3.0, rebalance_margin_bundles=0.5, min_rebalance_interval_s=5.0),
     PolicyConfig(finish_together=12.0, min_rebalance_interval_s=0.0),
-    PolicyConfig(finish_together=2.0, finish_floor=1.0),  # equal weights, weighed tails not held
+    PolicyConfig(finish_together=2.0, finish_floor=1.0),  # equal weights; long weighed tails not held
 ]
 
 
