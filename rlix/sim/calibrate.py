@@ -19,7 +19,7 @@ simulator ran with). What each constant is fitted from:
   driver actor starting), its trainer's init (the init busy span in `activity`), and the rest
   of its init holding (priority 0 in `allocations`): its rollout ranks' workers starting one
   after another, worker_start_s each; launch and init against the pipelines started together
-  (rlix.sim.stages.startup_pipelines), fixed when one count was seen.
+  (rlix.sim.stages.startup_places), fixed when one count was seen.
 
 Every fit (rlix.sim.calibrate_fits) is least squares (numpy) with non-negative constants, each
 constant with the root-mean-square residual of its fit, in seconds.

@@ -18,7 +18,7 @@ import pandas as pd
 from rlix.policy.specs import ROLLOUT_CLUSTER, WEIGHTS_CLUSTER, PipelineKind
 from rlix.runs.errors import RunError
 from rlix.runs.reader import Run
-from rlix.sim.stages import startup_order, startup_pipelines
+from rlix.sim.stages import startup_places
 
 #: Step-table columns of forward passes and of training steps.
 FORWARD_COLUMNS = ("old_log_probs_s", "ref_log_probs_s", "values_s")
@@ -251,12 +251,13 @@ def startup_samples(d: RunData) -> pd.DataFrame:
     waits = d.run.waits
     asked = waits[waits["priority"] == 0].groupby("pipeline_id", observed=True)["t_request"].min()
     rows = []
+    places = startup_places(pipelines)
     for pid, hold in holds.iterrows():
         if pid in specs:
             arrival = pipelines[str(pid)].arrival_s
             hold_s = float(hold["t_end"] - hold["t_start"])
-            rows.append({"pipeline_id": str(pid), "pipelines": startup_pipelines(pipelines, str(pid)),
-                         "order": startup_order(pipelines, str(pid)), "ranks": specs[pid].rollout.num_ranks,
+            rows.append({"pipeline_id": str(pid), "pipelines": places[str(pid)][0],
+                         "order": places[str(pid)][1], "ranks": specs[pid].rollout.num_ranks,
                          "multi_lora": specs[pid].kind is PipelineKind.MULTI_LORA,
                          "launch_s": float(asked.get(pid, hold["t_start"])) - arrival,
                          "init_s": float(busy_s.get(pid, hold_s)), "hold_s": hold_s})

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 #: The constants of operations that share the cores while the run works: rescaled by f(C).
 #: Start-up (launch, init, worker start) is left as fitted: it is modelled apart (fixed, or per
-#: pipeline started together: rlix.sim.stages.startup_pipelines) and its spans are not in C.
+#: pipeline started together: rlix.sim.stages.startup_places) and its spans are not in C.
 SCALED = (
     "decode_iteration_s", "decode_per_sequence_s", "prefill_per_token_s",
     "forward_fixed_s", "forward_per_token_s", "train_fixed_s", "train_per_token_s",

@@ -14,7 +14,7 @@ The choice (docs/calibration.md): the slope is reported, not applied. In the liv
 measured so far the spans are latency-bound (actor calls, worker wake-ups, process starts),
 not compute-bound: the fitted slope explains a few percent of the spread at most, and the
 work that does share the cores, process start-up, is modelled where it happens (start-up time
-per pipeline started together, rlix.sim.stages.startup_pipelines). The constants are
+per pipeline started together, rlix.sim.stages.startup_places). The constants are
 then fitted at the load the calibration run had, which the predicted runs share.
 """
 

@@ -65,22 +65,20 @@ def checkpoint_seconds(costs: CostModel, full_model: bool, has_critic: bool) -> 
     return num_bytes / costs.storage_bytes_per_s
 
 
-def startup_pipelines(pipelines: Mapping[str, Any], pipeline_id: str) -> float:
-    """Pipelines a live run starts together with `pipeline_id` (arriving at the same time, it
-    included). Each starts its driver actor, then its trainer and its ranks' worker processes
-    one after another, sharing the cores: a measured start-up (launch, the trainer's init) may
-    grow with this number (CostModel.launch_per_pipeline_s, init_per_pipeline_s: fitted when
-    the calibration runs started different numbers together)."""
-    arrival = pipelines[pipeline_id].arrival_s
-    return float(sum(1 for p in pipelines.values() if p.arrival_s == arrival))
+def startup_places(pipelines: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """Each pipeline's start-up place: how many pipelines a live run starts together with it
+    (arriving at the same time, it included), and its place among them in scenario order.
 
-
-def startup_order(pipelines: Mapping[str, Any], pipeline_id: str) -> float:
-    """`pipeline_id`'s place among the pipelines arriving with it, in scenario order: a live
-    driver launches them one after another in that order (CostModel.launch_stagger_s)."""
-    arrival = pipelines[pipeline_id].arrival_s
-    together = [pid for pid, p in pipelines.items() if p.arrival_s == arrival]
-    return float(together.index(pipeline_id))
+    Each starts its driver actor, then its trainer and its ranks' worker processes one after
+    another, sharing the cores: a measured start-up (launch, the trainer's init) may grow with
+    the first number (CostModel.launch_per_pipeline_s, init_per_pipeline_s: fitted when the
+    calibration runs started different numbers together). A live driver launches them one after
+    another in that order (CostModel.launch_stagger_s)."""
+    together: dict[float, list[str]] = {}
+    for pid, pipeline in pipelines.items():
+        together.setdefault(pipeline.arrival_s, []).append(pid)
+    return {pid: (float(len(group)), float(place))
+            for group in together.values() for place, pid in enumerate(group)}
 
 
 def scenario_costs(scenario: Any) -> dict[str, CostModel]:
@@ -102,11 +100,11 @@ def scenario_costs(scenario: Any) -> dict[str, CostModel]:
 
 def pipeline_costs(scenario: Any) -> dict[str, CostModel]:
     """Each pipeline's cost model: its model size's (`scenario_costs`) at its start-up place
-    (`startup_pipelines`, `startup_order`)."""
+    (`startup_places`)."""
     by_model = scenario_costs(scenario)
     pipelines = {p.id: p for p in scenario.pipelines}
+    places = startup_places(pipelines)
     return {
-        pid: by_model[p.model].with_overrides({"startup_pipelines": startup_pipelines(pipelines, pid),
-                                               "startup_order": startup_order(pipelines, pid)})
+        pid: by_model[p.model].with_overrides({"startup_pipelines": places[pid][0], "startup_order": places[pid][1]})
         for pid, p in pipelines.items()
     }
