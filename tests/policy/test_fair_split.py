@@ -1,8 +1,10 @@
 """Known weaknesses of a proportional split, and what the split does about them.
 
 - Multi-LoRA: an adapter that has not reported keeps its share of the estimate.
-- When not every pipeline fits one bundle, holders keep theirs and the largest shares get the
-  rest (a newcomer waits for a holder's rollout to end rather than take its bundle); a TP-4
+- When not every pipeline fits one bundle, holders keep theirs and those waiting for a first
+  bundle take turns, the highest weight first, then in admission order (a newcomer waits for a
+  holder's rollout to end rather than take its bundle, and no later newcomer with more work
+  goes before it); a TP-4
   claimant's first bundle may relocate ranks of pipelines at their targets (made whole
   elsewhere in the same round) instead of leaving the claimant with 0.
 """
@@ -131,16 +133,24 @@ def test_the_split_is_finite_and_within_budget_for_any_valid_numbers(
         assert all(split.targets[c.pipeline_id] >= c.tp for c in demanding)
 
 
-def test_floors_go_to_holders_then_the_largest_shares() -> None:
+def test_floors_go_to_holders_then_to_the_waiting_in_turn() -> None:
     # small and big hold: both keep a bundle; big's 4 + small's 1 leave 3, too few for late.
     cs = [Claim("small", 10, 1, 1.0, 4, 8, 0), Claim("big", 50, 4, 2.0, 4, 2, 1), Claim("late", 40, 4, 1.0, 0, 2, 2)]
     assert split_rollout(cs, 8).targets == {"small": 1, "big": 4, "late": 0}
-    # Nobody holds: the largest shares (big 400, late 160 against small's 10) come first.
+    # Nobody holds: the highest weight (big) first, then admission order: small before late,
+    # whose share is larger (160 against 10); late's 4 no longer fit the 3 GPUs left.
     cs = [Claim("small", 10, 1, 1.0, 0, 8, 0), Claim("big", 50, 4, 2.0, 0, 2, 1), Claim("late", 40, 4, 1.0, 0, 2, 2)]
-    assert split_rollout(cs, 8).targets == {"small": 0, "big": 4, "late": 4}
+    assert split_rollout(cs, 8).targets == {"small": 1, "big": 4, "late": 0}
+    # Equal weights, nobody holds: admission order whatever the work left (b's and c's shares
+    # are 100 and 10 times a's).
+    cs = [Claim("a", 5, 4, 1.0, 0, 2, 0), Claim("b", 500, 4, 1.0, 0, 2, 1), Claim("c", 50, 4, 1.0, 0, 2, 2)]
+    assert split_rollout(cs, 8).targets == {"a": 4, "b": 4, "c": 0}
     # Equal shares: holders first, then admission order.
     cs = [Claim(f"p{i}", 10, 4, 1.0, 4 if i == 2 else 0, 2, i) for i in range(4)]
     assert split_rollout(cs, 8).targets == {"p0": 4, "p1": 0, "p2": 4, "p3": 0}
+    # Holders that do not all fit: the largest share keeps its bundle.
+    cs = [Claim("h1", 10, 4, 1.0, 4, 2, 0), Claim("h2", 50, 4, 1.0, 4, 2, 1)]
+    assert split_rollout(cs, 4).targets == {"h1": 0, "h2": 4}
 
 
 @settings(max_examples=300, deadline=None)
@@ -152,12 +162,13 @@ def test_floors_go_to_holders_then_the_largest_shares() -> None:
     ),
     budget=st.integers(1, 16),
 )
-def test_when_minimums_are_short_holders_come_first_then_the_largest_shares(
+def test_when_minimums_are_short_holders_come_first_then_the_waiting_in_turn(
     pipelines: list[tuple[int, int, float, int, int]], budget: int
 ) -> None:
     """Checked from the targets alone, not by replaying the ranking: a pipeline that got its
-    minimum bundle is never one that could only have had it in place of a holder, or of a
-    larger share of its own kind, passed over before it. (Passed over at its turn means too
+    minimum bundle is never one that could only have had it in place of a pipeline that comes
+    before it and was passed over: a holder before one waiting; among holders a larger share;
+    among the waiting a higher weight, then an earlier admission. (Passed over at its turn means too
     little was left for its TP; what is left only shrinks, so anyone chosen after it must be
     narrower.)"""
     claims = [Claim(f"p{i}", float(demand), tp, weight, held * tp, ranks, i)
@@ -174,8 +185,12 @@ def test_when_minimums_are_short_holders_come_first_then_the_largest_shares(
 
     for passed in (c for c in claims if c.pipeline_id not in chosen):
         for got in (c for c in claims if c.pipeline_id in chosen):
-            ahead = (passed.num_active_gpus > 0 and got.num_active_gpus == 0) or (
-                (passed.num_active_gpus > 0) == (got.num_active_gpus > 0) and share(passed) > share(got)
-            )
+            passed_holds, got_holds = passed.num_active_gpus > 0, got.num_active_gpus > 0
+            if passed_holds != got_holds:
+                ahead = passed_holds
+            elif passed_holds:
+                ahead = share(passed) > share(got)
+            else:
+                ahead = (passed.weight, -passed.order) > (got.weight, -got.order)
             if ahead:
                 assert got.tp < passed.tp, f"{got} got a minimum bundle that {passed} came first for"
