@@ -4,9 +4,8 @@
 - When not every pipeline fits one bundle, holders keep theirs and those waiting for a first
   bundle take turns, the highest weight first, then in admission order (a newcomer waits for a
   holder's rollout to end rather than take its bundle, and no later newcomer with more work
-  goes before it); a TP-4
-  claimant's first bundle may relocate ranks of pipelines at their targets (made whole
-  elsewhere in the same round) instead of leaving the claimant with 0.
+  goes before it); a TP-4 claimant's first bundle may relocate ranks of pipelines at their
+  targets (made whole elsewhere in the same round) instead of leaving the claimant with 0.
 """
 
 from __future__ import annotations
@@ -168,9 +167,9 @@ def test_when_minimums_are_short_holders_come_first_then_the_waiting_in_turn(
     """Checked from the targets alone, not by replaying the ranking: a pipeline that got its
     minimum bundle is never one that could only have had it in place of a pipeline that comes
     before it and was passed over: a holder before one waiting; among holders a larger share;
-    among the waiting a higher weight, then an earlier admission. (Passed over at its turn means too
-    little was left for its TP; what is left only shrinks, so anyone chosen after it must be
-    narrower.)"""
+    among the waiting a higher weight, then an earlier admission. (Passed over at its turn
+    means too little was left for its TP; what is left only shrinks, so anyone chosen after it
+    must be narrower.)"""
     claims = [Claim(f"p{i}", float(demand), tp, weight, held * tp, ranks, i)
               for i, (demand, tp, weight, held, ranks) in enumerate(pipelines)]
     targets = split_rollout(claims, budget).targets
