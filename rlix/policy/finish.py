@@ -77,11 +77,11 @@ def set_split_weights(sched: Scheduler, rollers: list[PipelineState]) -> None:
     interval_s = sched.config.min_rebalance_interval_s
     for pipeline in rollers:
         mine = left.get(pipeline.pipeline_id)
-        weighed = mine is not None and longest > 0.0
+        # Weighed only with a projection of its own and of the longest; else its spec's weight.
+        factor = max((mine / longest) ** gamma, floor) if mine is not None and longest > 0.0 else None
         # nan (no tail measured yet) compares false: held
-        held = not (weighed and pipeline.tail_s > interval_s)
+        held = factor is None or not pipeline.tail_s > interval_s
         if held != pipeline.tail_held:
             pipeline.tail_held = held
             pipeline.donor_order_cache = None  # its busy ranks are kept, or given, from now on
-        factor = max((mine / longest) ** gamma, floor) if weighed and mine is not None else 1.0
-        pipeline.split_weight = pipeline.spec.weight * factor
+        pipeline.split_weight = pipeline.spec.weight * (1.0 if factor is None else factor)

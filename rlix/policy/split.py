@@ -92,9 +92,9 @@ def _floor_bundles(claims: list[Claim], shares: dict[str, float], budget: int) -
         return claims
     chosen: list[Claim] = []
     left = budget
-    ranked = sorted(claims, key=lambda c: (c.num_active_gpus == 0, -shares[c.pipeline_id] if c.num_active_gpus else -c.weight,
-                                           c.order, c.pipeline_id))
-    for claim in ranked:
+    holders = sorted((c for c in claims if c.num_active_gpus), key=lambda c: (-shares[c.pipeline_id], c.order, c.pipeline_id))
+    waiting = sorted((c for c in claims if not c.num_active_gpus), key=lambda c: (-c.weight, c.order, c.pipeline_id))
+    for claim in holders + waiting:
         if claim.tp <= left:
             chosen.append(claim)
             left -= claim.tp

@@ -256,8 +256,9 @@ def startup_samples(d: RunData) -> pd.DataFrame:
         if pid in specs:
             arrival = pipelines[str(pid)].arrival_s
             hold_s = float(hold["t_end"] - hold["t_start"])
-            rows.append({"pipeline_id": str(pid), "pipelines": places[str(pid)][0],
-                         "order": places[str(pid)][1], "ranks": specs[pid].rollout.num_ranks,
+            place = places[str(pid)]
+            rows.append({"pipeline_id": str(pid), "pipelines": place.num_together,
+                         "order": place.order, "ranks": specs[pid].rollout.num_ranks,
                          "multi_lora": specs[pid].kind is PipelineKind.MULTI_LORA,
                          "launch_s": float(asked.get(pid, hold["t_start"])) - arrival,
                          "init_s": float(busy_s.get(pid, hold_s)), "hold_s": hold_s})

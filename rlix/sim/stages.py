@@ -9,7 +9,7 @@ it. Multi-LoRA training backpropagates through the frozen base, so it is charged
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlix.sim.cost_fields import CostFieldError
 from rlix.sim.costs import GPUS, CostModel
@@ -65,7 +65,14 @@ def checkpoint_seconds(costs: CostModel, full_model: bool, has_critic: bool) -> 
     return num_bytes / costs.storage_bytes_per_s
 
 
-def startup_places(pipelines: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+class StartupPlace(NamedTuple):
+    """How many pipelines start together with one (it included), and its place among them."""
+
+    num_together: float
+    order: float
+
+
+def startup_places(pipelines: Mapping[str, Any]) -> dict[str, StartupPlace]:
     """Each pipeline's start-up place: how many pipelines a live run starts together with it
     (arriving at the same time, it included), and its place among them in scenario order.
 
@@ -77,7 +84,7 @@ def startup_places(pipelines: Mapping[str, Any]) -> dict[str, tuple[float, float
     together: dict[float, list[str]] = {}
     for pid, pipeline in pipelines.items():
         together.setdefault(pipeline.arrival_s, []).append(pid)
-    return {pid: (float(len(group)), float(place))
+    return {pid: StartupPlace(float(len(group)), float(place))
             for group in together.values() for place, pid in enumerate(group)}
 
 
@@ -105,6 +112,7 @@ def pipeline_costs(scenario: Any) -> dict[str, CostModel]:
     pipelines = {p.id: p for p in scenario.pipelines}
     places = startup_places(pipelines)
     return {
-        pid: by_model[p.model].with_overrides({"startup_pipelines": places[pid][0], "startup_order": places[pid][1]})
+        pid: by_model[p.model].with_overrides({"startup_pipelines": places[pid].num_together,
+                                               "startup_order": places[pid].order})
         for pid, p in pipelines.items()
     }
