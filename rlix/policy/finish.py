@@ -45,6 +45,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlix.policy.state import PipelineState
+from rlix.policy.training_yields import TRAINING_WEIGHT, in_training
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
@@ -75,6 +76,7 @@ def set_split_weights(sched: Scheduler, rollers: list[PipelineState]) -> None:
     longest = max(known, default=0.0)
     floor = sched.config.finish_floor
     interval_s = sched.config.min_rebalance_interval_s
+    training_yields = sched.config.training_yields
     for pipeline in rollers:
         mine = left.get(pipeline.pipeline_id)
         # Weighed only with a projection of its own and of the longest; else its spec's weight.
@@ -84,4 +86,7 @@ def set_split_weights(sched: Scheduler, rollers: list[PipelineState]) -> None:
         if held != pipeline.tail_held:
             pipeline.tail_held = held
             pipeline.donor_order_cache = None  # its busy ranks are kept, or given, from now on
-        pipeline.split_weight = pipeline.spec.weight * (1.0 if factor is None else factor)
+        weight = pipeline.spec.weight * (1.0 if factor is None else factor)
+        if training_yields and in_training(pipeline):
+            weight *= TRAINING_WEIGHT  # rlix.policy.training_yields, rule 1
+        pipeline.split_weight = weight

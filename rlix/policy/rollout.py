@@ -40,6 +40,7 @@ from rlix.policy.look_ahead import Loans, move_s, own_home, own_home_slots
 from rlix.policy.placement import Move, RoundPlanner, is_donor, may_receive
 from rlix.policy.split import Claim, split_rollout
 from rlix.policy.state import PipelineState, Rank
+from rlix.policy.training_yields import hand_over_first_bundles, yields
 from rlix.policy.wake_ahead import wake_owners
 from rlix.policy.warm import release_wanted
 
@@ -200,6 +201,8 @@ def plan_rlix(sched: Scheduler) -> None:
         return
     set_split_weights(sched, rollers)
     compute_split(sched, rollers)
+    if yields(sched) and hand_over_first_bundles(sched, rollers):
+        compute_split(sched, rollers)
     planner = RoundPlanner(sched)
     if loans.owners or loans.trainers:
         for pipeline in rollers:

@@ -398,6 +398,11 @@ class PolicyConfig:
     #: With `finish_together`, the least split weight (before the spec's `weight`): a job well
     #: ahead of the last keeps this share of a last job's claim, so it still finishes soon.
     finish_floor: float = 0.08
+    #: With `finish_together`: a job whose training cluster is held or requested weighs half
+    #: its finish weight in the split, and a job with rollout work and no rank takes a bundle
+    #: on GPUs no home covers from such a job weighing at most half as much
+    #: (rlix.policy.training_yields). rlix only.
+    training_yields: bool = True
     #: An away pipeline expected back whose last absence ended in a rollout request has its
     #: rollout ranks loaded on the free bundles of its own home its load time before it is
     #: expected (rlix.policy.wake_ahead), so an on-policy step does not wait for the load
@@ -416,7 +421,7 @@ class PolicyConfig:
             if not is_int(getattr(self, name)) or getattr(self, name) < 0:
                 raise SpecError(f"config.{name}", getattr(self, name), "must be an integer >= 0")
         for name in ("keep_busy_tail", "home_floor", "look_ahead", "stack_by_runtime", "stack_by_departure",
-                     "keep_warm", "wake_ahead"):
+                     "keep_warm", "wake_ahead", "training_yields"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")
         if self.job_order not in JOB_ORDERS:

@@ -113,6 +113,10 @@ class PolicyTunables(Section):
     """A job away between steps whose last absence ended in a rollout has its rollout ranks
     loaded on its own home its load time before it is expected back, so its next rollout does
     not wait for them (rlix only)."""
+    training_yields: bool = _POLICY_DEFAULTS.training_yields
+    """With finish_together: a job whose training cluster is held or requested weighs half its
+    finish weight in the split, and a job with rollout work and no rank takes a bundle on GPUs
+    no home covers from such a job weighing at most half as much (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

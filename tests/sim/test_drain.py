@@ -1,4 +1,4 @@
-"""Drains in the simulator: blog-4on12 (seed 1) with `max_drain_s`, checked from the run record itself.
+"""Drains in the simulator: blog-4on12 (seed 0) with `max_drain_s`, checked from the run record itself.
 
 A rank at home cut for another job's training grant is closed to admissions and cut when it
 runs nothing or when its drain is up: no attempt starts on it after the decision, its offload starts at most
@@ -26,9 +26,9 @@ DRAIN_S = 4.0
 def _run(out: Path, max_drain_s: float) -> Path:
     data = load_scenario("blog-4on12").model_dump(mode="json", exclude_none=True)
     data["policy"]["config"] = {**data["policy"].get("config", {}), "max_drain_s": max_drain_s}
-    # Seed 1: some of its preempts do not drain (on seed 0 every one happens to qualify), so
-    # the checks below see both kinds.
-    data["seed"] = 1
+    # Seed 0: some of its preempts do not drain (4 of 42; on seed 1 every one happens to
+    # qualify), so the checks below see both kinds.
+    data["seed"] = 0
     result = simulate(validate_scenario(data), out=out, plots=False, check_invariants=True)
     assert result.summary["finished"] and result.run_dir is not None
     return result.run_dir
