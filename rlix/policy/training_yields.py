@@ -24,8 +24,10 @@ publish after it (6 s and 23 s a step for a 7B job on blog-4on12).
 On blog-4on12 (four 7B jobs whose homes are all GPUs 0-7) a new step's rollout waited 12-25 s
 for any rank while the gangs held GPUs 0-7 and two other jobs held 8-11; with both rules the
 study went from 198.8 to 202.5 steps/h over seeds 0-7 (196.9 -> 201.5 over seeds 8-15, 198.4 ->
-202.3 over seeds 16-31). Rule 2 carries it: alone 201.8 (rule 1 alone 198.1, no gain); taking
-from any lighter holder, in training or not, 198.1; from any holder whatever its weight, 189.7.
+202.3 over seeds 16-31). Rule 2 carries it: alone 201.8 (seeds 0-7), and rule 1 alone 198.1
+against 197.8 before (seeds 0-15). What the holder is doing matters: taking from any holder
+half as heavy, in training or not, gave 198.1 (seeds 0-15), and from a holder in training or publishing whatever
+the weights, 189.7 (seeds 0-7; ad-hoc patches, docs/policy-rules.md).
 The other studies move within their noise (math-rlvr 206.7 -> 206.6, agentic-4x32 44.0 -> 44.0,
 mixed-lora 118.8 -> 118.9), and lab-day, which finishes nothing together, not at all.
 """
