@@ -29,7 +29,9 @@ Handling an event has three phases:
       (`rlix.policy.look_ahead`, from move times and absences the core measured itself), and
       loads the ranks of owners due back to roll out on their homes before they ask
       (`rlix.policy.wake_ahead`); it may ask to be woken at a time (`wake_at_s`), which drivers
-      answer with a Tick.
+      answer with a Tick. In a study judged by its makespan it weighs each job by its time
+      left (`rlix.policy.finish`), and a job in training yields to those whose steps wait on
+      their rollout (`rlix.policy.training_yields`).
 
 Decisions that move GPUs count as done when emitted (so one GPU is never promised twice) and
 are settled later by `DecisionApplied` / `DecisionFailed`. Ties always break by priority, then
