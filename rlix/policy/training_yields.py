@@ -26,9 +26,9 @@ for any rank while the gangs held GPUs 0-7 and two other jobs held 8-11; with bo
 study went from 198.8 to 202.5 steps/h over seeds 0-7 (196.9 -> 201.5 over seeds 8-15, 198.4 ->
 202.3 over seeds 16-31). Rule 2 carries it: alone 201.8 (seeds 0-7), and rule 1 alone 198.1
 against 197.8 before (seeds 0-15). What the holder is doing matters: taking from any holder
-half as heavy, in training or not, gave 198.1 (seeds 0-15), and from a holder in training or publishing whatever
-the weights, 189.7 (seeds 0-7; ad-hoc patches, docs/policy-rules.md).
-The other studies move within their noise (math-rlvr 206.7 -> 206.6, agentic-4x32 44.0 -> 44.0,
+half as heavy, in training or not, gave 198.1 (seeds 0-15), and from a holder in training or
+publishing whatever the weights, 189.7 (seeds 0-7; ad-hoc patches, docs/policy-rules.md). The
+other studies move within their noise (math-rlvr 206.7 -> 206.6, agentic-4x32 44.0 -> 44.0,
 mixed-lora 118.8 -> 118.9), and lab-day, which finishes nothing together, not at all.
 """
 
@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
 #: Rule 1: the share of its finish weight a job in training keeps in the split.
 TRAINING_WEIGHT = 0.5
-#: Rule 2: a job with no rank takes a bundle from a job in training weighing at most this much
-#: less than it (after rule 1).
+#: Rule 2: a job with no rank takes a bundle from a job in training whose weight (after rule 1)
+#: times this is at most its own.
 YIELD_RATIO = 2.0
 
 
