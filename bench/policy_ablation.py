@@ -18,7 +18,7 @@ job so weighed is not held at its busy ranks in its tail; `-finish_together` is 
 on its own home its load time before it is expected, so its rollout starts on them), and
 `training_yields` (on by default, with `finish_together`: a job whose training cluster is held
 or requested weighs half in the split and gives a bundle on GPUs no home covers to a job with
-no rank weighing twice as much). For each
+no rank weighing three times as much). For each
 scenario: rlix as it is, with each rule switched the other way (-rule: off, +rule: on), with all of them off,
 and gap-ratio and static for reference. Figures: steps/h, mean JCT, idle and loading shares,
 and recomputed over generated tokens. Deterministic simulator figures; with `--seeds N`, each

@@ -400,7 +400,7 @@ class PolicyConfig:
     finish_floor: float = 0.08
     #: With `finish_together`: a job whose training cluster is held or requested weighs half
     #: its finish weight in the split, and a job with rollout work and no rank takes a bundle
-    #: on GPUs no home covers from such a job weighing at most half as much
+    #: on GPUs no home covers from such a job weighing at most a third as much
     #: (rlix.policy.training_yields). rlix only.
     training_yields: bool = True
     #: An away pipeline expected back whose last absence ended in a rollout request has its

@@ -116,7 +116,7 @@ class PolicyTunables(Section):
     training_yields: bool = _POLICY_DEFAULTS.training_yields
     """With finish_together: a job whose training cluster is held or requested weighs half its
     finish weight in the split, and a job with rollout work and no rank takes a bundle on GPUs
-    no home covers from such a job weighing at most half as much (rlix only)."""
+    no home covers from such a job weighing at most a third as much (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

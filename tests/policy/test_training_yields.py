@@ -1,7 +1,7 @@
 """A job in training yields (rlix.policy.training_yields), by hand: its split weight is half
 its finish weight while a training cluster of it is held or requested, and a job with
 rollout work and no rank takes its bundle on GPUs no home covers when it weighs at least
-twice as much; a holder not in training, or not light enough, keeps it, and nothing moves
+three times as much; a holder not in training, or not light enough, keeps it, and nothing moves
 with the rule or finishing together off.
 
 The pool: one node of 8 GPUs. A, B and C all have their home (and training) on GPUs 0-3, so
@@ -88,7 +88,7 @@ def test_a_job_in_training_weighs_half_its_finish_weight() -> None:
 
 
 def test_a_job_with_no_rank_takes_the_uncovered_bundle_of_a_light_job_in_training() -> None:
-    """A weighs 1, B 0.045 in training: 2 x 0.045 <= 1, so B's rank on 4-5 is handed to A
+    """A weighs 1, B 0.045 in training: 3 x 0.045 <= 1, so B's rank on 4-5 is handed to A
     (a rebalance), and C, not in training, keeps 6-7."""
     driver = pool(GAMMA_2)
     assert moves(driver) == [("Expand", "A", (4, 5)), ("Shrink", "B", (4, 5))]
@@ -101,7 +101,7 @@ def test_a_job_with_no_rank_takes_the_uncovered_bundle_of_a_light_job_in_trainin
 def test_a_light_holder_not_in_training_keeps_its_bundle() -> None:
     """C's time left is 880 s (period 110 s), the longest, and C trains instead of B: C weighs
     1 x 0.5, A (800 / 880) ** 2 = 0.83 and B the floor, 0.08 ((240 / 880) ** 2 = 0.07 is below
-    it). B is light enough but not in training, C in training but too heavy (2 x 0.5 > 0.83):
+    it). B is light enough but not in training, C in training but too heavy (3 x 0.5 > 0.83):
     A waits, as the one-bundle minimum keeps the holders' bundles."""
     driver = pool(GAMMA_2, trainer="C", c_times=(100.0, 210.0))
     weights = {pid: p.split_weight for pid, p in driver.sched.pipelines.items()}
@@ -110,9 +110,9 @@ def test_a_light_holder_not_in_training_keeps_its_bundle() -> None:
     assert driver.held("A") == 0
 
 
-def test_a_holder_in_training_weighing_more_than_half_the_taker_keeps_its_bundle() -> None:
+def test_a_holder_in_training_weighing_more_than_a_third_of_the_taker_keeps_its_bundle() -> None:
     """B's time left is 880 s (period 110 s, at version 2), the longest: B weighs 1, 0.5 in
-    training, and A and C (800 / 880) ** 2 = 0.83. 2 x 0.5 > 0.83, so A gets nothing."""
+    training, and A and C (800 / 880) ** 2 = 0.83. 3 x 0.5 > 0.83, so A gets nothing."""
     heavy = Driver(Topology(1, 8), GAMMA_2)
     heavy.add(spec("A", tuple(range(8))), spec("B", (4, 5)), spec("C", (6, 7)))
     versions(heavy, {"A": [100.0, 200.0], "B": [100.0, 210.0], "C": [100.0, 200.0]})
@@ -156,7 +156,7 @@ def _eligible(sched: Scheduler, taker: PipelineState, victim: Rank) -> bool:
         sched.targets.get(taker.pipeline_id, 0) < taker.tp
         and holder is not taker and victim.status is RankStatus.ACTIVE and victim.shrink_retry_after_s <= now
         and bool(holder.holdings or holder.pending) and _uncovered(sched, victim.gpus)
-        and 2.0 * holder.split_weight <= taker.split_weight
+        and 3.0 * holder.split_weight <= taker.split_weight
         and mine is not None and mine.status is RankStatus.INACTIVE and mine.retry_after_s <= now
         and not any(reserved.blocks(g, taker.pipeline_id) for g in mine.gpus)
     )
@@ -164,7 +164,7 @@ def _eligible(sched: Scheduler, taker: PipelineState, victim: Rank) -> bool:
 
 def _checked(calls: list[int]) -> Callable[[Scheduler, list[PipelineState]], bool]:
     """rlix.policy.training_yields.hand_over_first_bundles, checked at each call: every bundle
-    it moves goes from a job in training on GPUs no home covers, weighing at most half, to a
+    it moves goes from a job in training on GPUs no home covers, weighing at most a third, to a
     job with work and no rank; the heavier rank-less jobs first; and none is left that a
     rank-less job with work could take."""
 
