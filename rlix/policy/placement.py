@@ -37,6 +37,17 @@ if TYPE_CHECKING:
 Move = tuple[Rank, list[Rank], list[tuple[Rank, list[Rank]]]]
 
 
+def usable_by(sched: Scheduler, rank: Rank, pipeline_id: str) -> bool:
+    """Whether `rank`, inactive, may be expanded for `pipeline_id` now: not backing off after a
+    failed decision, and on no GPU reserved against it (rlix.policy.admission)."""
+    if rank.status is not RANK_INACTIVE or rank.retry_after_s > sched.now:
+        return False
+    reservations = sched.reservations
+    if reservations.reserved_for:
+        return not any(reservations.blocks(g, pipeline_id) for g in rank.gpus)
+    return True
+
+
 def is_donor(sched: Scheduler, pipeline: PipelineState, any_donor: bool = False) -> bool:
     """Above its target, and not itself given ranks by a rebalance too recently (unless
     `any_donor`: it is asked for another pipeline's first bundle, the one-bundle minimum not
@@ -76,14 +87,6 @@ class RoundPlanner:
             self.forbidden[pipeline_id] = bits
             self._unusable[pipeline_id] = self._unusable.get(pipeline_id, 0) | bits
 
-    def _usable_by(self, rank: Rank, pipeline_id: str) -> bool:
-        if rank.status is not RANK_INACTIVE or rank.retry_after_s > self.sched.now:
-            return False
-        reservations = self.sched.reservations
-        if reservations.reserved_for:
-            return not any(reservations.blocks(g, pipeline_id) for g in rank.gpus)
-        return True
-
     def free_fit(self, pipeline: PipelineState) -> Rank | None:
         """The inactive rank of `pipeline` on the free bundle with the lowest GPU ids (its
         lowest free rank when its mapping is in GPU order): the lowest bit of the free bits
@@ -98,7 +101,7 @@ class RoundPlanner:
             lowest = candidates & -candidates
             rank = pipeline.rank_by_slot[cluster.slot_of_bit[lowest.bit_length() - 1]]
             # A free bundle's rank is inactive; it may still be backing off or reserved.
-            if rank.retry_after_s <= self.now and (not self.reserved or self._usable_by(rank, pid)):
+            if rank.retry_after_s <= self.now and (not self.reserved or usable_by(self.sched, rank, pid)):
                 return rank
             candidates ^= lowest
             unusable |= lowest
@@ -155,14 +158,14 @@ class RoundPlanner:
                     # An aligned bundle: the receiver's rank there (if any) needs exactly it,
                     # and one rank is never more than a donor holds above its target. (The
                     # hottest loop of a rebalance: a bundle outside the receiver's mapping is
-                    # skipped first, and _usable_by's checks are inlined.)
+                    # skipped first, and usable_by's checks are inlined.)
                     rank = mine.get(slot)
                     if only and not slot_mask[slot] & only:
                         continue
                     if (
                         rank is not None and donor_rank.status is RANK_ACTIVE and donor_rank.shrink_retry_after_s <= now
                         and rank.status is RANK_INACTIVE and rank.retry_after_s <= now
-                        and (not reserved or self._usable_by(rank, pid))
+                        and (not reserved or usable_by(self.sched, rank, pid))
                     ):
                         return rank, [donor_rank]
                     continue
@@ -174,7 +177,7 @@ class RoundPlanner:
                     if only and not slot_mask[other] & only:
                         continue
                     rank = mine.get(other)
-                    if rank is None or not self._usable_by(rank, pid):
+                    if rank is None or not usable_by(self.sched, rank, pid):
                         continue
                     victims = self._victims(rank.gpus, pid, donor_ids)
                     if victims is None or self._overdrawn(victims, {}):
@@ -200,10 +203,10 @@ class RoundPlanner:
         spots: dict[str, list[tuple[Rank, list[Rank]]]] = {}
         now, reserved = self.now, self.reserved
         for rank in pipeline.ranks:
-            # _usable_by, its common case inlined (once per rank of the receiver, every round)
+            # usable_by, its common case inlined (once per rank of the receiver, every round)
             if rank.status is not RANK_INACTIVE or rank.retry_after_s > now:
                 continue
-            if reserved and not self._usable_by(rank, pid):
+            if reserved and not usable_by(self.sched, rank, pid):
                 continue
             victims = self._victims(rank.gpus, pid, rollers)
             if not victims:
@@ -261,7 +264,7 @@ class RoundPlanner:
         }
         spots = found[oid] = []
         for candidate in owner.ranks:
-            if self._usable_by(candidate, oid):
+            if usable_by(self.sched, candidate, oid):
                 victims = self._victims(candidate.gpus, oid, donors)
                 if victims is not None:
                     spots.append((candidate, victims))

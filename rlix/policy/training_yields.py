@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlix.policy.state import RANK_ACTIVE, RANK_INACTIVE, PipelineState, Rank
+from rlix.policy.placement import usable_by
+from rlix.policy.state import RANK_ACTIVE, PipelineState, Rank
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
@@ -61,9 +62,10 @@ def yields(sched: Scheduler) -> bool:
     return bool(config.training_yields and config.finish_together)
 
 
-def _offers(sched: Scheduler, rollers: list[PipelineState]) -> list[tuple[float, int, int, Rank]]:
-    """The active ranks on GPUs no home covers of the rollers in training, lightest job first,
-    then the fewest trajectories running (by the last report), then admission and rank order."""
+def _offers(sched: Scheduler, rollers: list[PipelineState]) -> list[tuple[float, int, int, int, PipelineState, Rank]]:
+    """The active ranks on GPUs no home covers of the rollers in training, as (weight,
+    trajectories running by the last report, admission, dp_rank, pipeline, rank): the lightest
+    job first, then the fewest trajectories, then admission and rank order."""
     home_count = sched.cluster.home_count
     now = sched.now
     offers = []
@@ -74,8 +76,9 @@ def _offers(sched: Scheduler, rollers: list[PipelineState]) -> list[tuple[float,
         for rank in pipeline.active.values():
             if (rank.status is RANK_ACTIVE and rank.shrink_retry_after_s <= now
                     and not any(home_count[gpu] for gpu in rank.gpus)):
-                offers.append((pipeline.split_weight, in_flight.get(rank.dp_rank, 0), pipeline.admitted_seq, rank))
-    offers.sort(key=lambda offer: offer[:3] + (offer[3].dp_rank,))
+                offers.append((pipeline.split_weight, in_flight.get(rank.dp_rank, 0), pipeline.admitted_seq,
+                               rank.dp_rank, pipeline, rank))
+    offers.sort(key=lambda offer: offer[:4])  # unique: the pipeline and rank are never compared
     return offers
 
 
@@ -92,20 +95,17 @@ def hand_over_first_bundles(sched: Scheduler, rollers: list[PipelineState]) -> b
     if not offers:
         return False
     waiting.sort(key=lambda p: (-p.split_weight, p.admitted_seq))
-    reservations = sched.reservations
     now = sched.now
     moved = False
     for taker in waiting:
-        for index, (weight, _, _, victim) in enumerate(offers):
+        for index, (weight, _, _, _, holder, victim) in enumerate(offers):
             if weight * YIELD_RATIO > taker.split_weight:
                 break  # the rest weigh as much or more
             rank = taker.rank_by_slot.get(victim.slot)
-            if rank is None or rank.status is not RANK_INACTIVE or rank.retry_after_s > now:
-                continue
-            if reservations.reserved_for and any(reservations.blocks(g, taker.pipeline_id) for g in rank.gpus):
+            if rank is None or not usable_by(sched, rank, taker.pipeline_id):
                 continue
             sched.ledger.hand_over(victim, rank)
-            sched.pipelines[victim.pipeline_id].last_rebalanced_out_s = taker.last_rebalanced_in_s = now
+            holder.last_rebalanced_out_s = taker.last_rebalanced_in_s = now
             del offers[index]
             moved = True
             break
