@@ -45,7 +45,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlix.policy.state import PipelineState
-from rlix.policy.training_yields import TRAINING_WEIGHT, in_training
+from rlix.policy.training_yields import TRAINING_WEIGHT, in_training, yields
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
@@ -76,7 +76,7 @@ def set_split_weights(sched: Scheduler, rollers: list[PipelineState]) -> None:
     longest = max(known, default=0.0)
     floor = sched.config.finish_floor
     interval_s = sched.config.min_rebalance_interval_s
-    training_yields = sched.config.training_yields
+    training_yields = yields(sched)
     for pipeline in rollers:
         mine = left.get(pipeline.pipeline_id)
         # Weighed only with a projection of its own and of the longest; else its spec's weight.
