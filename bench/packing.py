@@ -14,8 +14,14 @@ That is no bound for other policies: a policy whose rollouts take fewer GPU-seco
 tighter. It says how much of a gap to the ceiling is this run's moves and idle time, and how
 much is its work itself. Deterministic simulator figures, means over seeds.
 
+`--free-moves` runs the same scenarios with every move costing nothing: a rank's weight load
+and offload, the engine's wake and sleep, and the prefill of a re-queued trajectory's prefix.
+What a policy still leaves below the ceiling then is not the price of its moves but where and
+when the work can run (the ceiling is recomputed at those costs, and falls a little).
+
     python bench/packing.py                                   # blog-4on12, rlix, seeds 0-7
     python bench/packing.py --scenarios blog-4on12,tiny --policies rlix,gap-ratio --seeds 2 --json
+    python bench/packing.py --policies rlix,gap-ratio --free-moves     # every move free
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ from rlix.sim.parallel import run_all
 from rlix.traces.options import positive_int
 
 DEFAULT_SCENARIOS = ("blog-4on12",)
+
+#: Cost overrides under which no move costs time (rlix.sim.costs.CostModel's measured constants).
+FREE_MOVES = {"load_s": 0.0, "offload_s": 0.0, "expand_overhead_s": 0.0, "shrink_overhead_s": 0.0,
+              "prefill_per_token_s": 0.0}
 
 
 def packing(activity: Any, makespan_s: float, num_gpus: int) -> dict[str, float]:
@@ -52,13 +62,17 @@ def packing(activity: Any, makespan_s: float, num_gpus: int) -> dict[str, float]
             "packed_makespan_s": start_s + busy / num_gpus + (makespan_s - last_work_s)}
 
 
-def run_one(name: str, policy: str, seed: int) -> dict[str, Any]:
+def run_one(name: str, policy: str, seed: int, free_moves: bool = False) -> dict[str, Any]:
     import pandas as pd
 
     from rlix.scenarios import load_scenario
     from rlix.sim.compare import compare
 
-    scenario = load_scenario(name).model_copy(update={"seed": seed})
+    scenario = load_scenario(name)
+    update: dict[str, Any] = {"seed": seed}
+    if free_moves:
+        update["costs"] = {**scenario.costs, **FREE_MOVES}
+    scenario = scenario.model_copy(update=update)
     with tempfile.TemporaryDirectory() as out:
         comparison = compare(scenario, [policy], out=Path(out))
         folder = comparison.run_dirs[policy]
@@ -67,21 +81,23 @@ def run_one(name: str, policy: str, seed: int) -> dict[str, Any]:
         makespan_s = float(comparison.summaries[policy]["makespan_s"])
         row = packing(activity, makespan_s, scenario.num_gpus)
     bound_s = comparison.makespan_bound_s()
-    row.update({"scenario": name, "policy": policy, "seed": seed, "ceiling_makespan_s": bound_s})
+    row.update({"scenario": name, "policy": policy, "seed": seed, "ceiling_makespan_s": bound_s,
+                "steps_per_hour": float(comparison.summaries[policy]["overall"]["steps_per_hour"])})
     return row
 
 
-def bench(names: list[str], policies: list[str], seeds: int, workers: int, quiet: bool) -> list[dict[str, Any]]:
+def bench(names: list[str], policies: list[str], seeds: int, workers: int, quiet: bool,
+          free_moves: bool = False) -> list[dict[str, Any]]:
     """One row per (scenario, policy): the packing figures, means over seeds 0..seeds-1, and the
     share of the ceiling the run and its packed work reach (ceiling makespan / makespan)."""
-    jobs = [(name, policy, seed) for name in names for policy in policies for seed in range(seeds)]
+    jobs = [(name, policy, seed, free_moves) for name in names for policy in policies for seed in range(seeds)]
     runs = run_all(run_one, jobs, workers, quiet)
     rows = []
     for name in names:
         for policy in policies:
             mine = [r for r in runs if r["scenario"] == name and r["policy"] == policy]
             row: dict[str, Any] = {"scenario": name, "policy": policy}
-            for key in ("inits_end_s", "busy_gpu_s", "loading_gpu_s", "idle_gpu_s", "makespan_s", "packed_makespan_s"):
+            for key in ("steps_per_hour", "inits_end_s", "busy_gpu_s", "loading_gpu_s", "idle_gpu_s", "makespan_s", "packed_makespan_s"):
                 row[key] = fmean(r[key] for r in mine)
             if all(r["ceiling_makespan_s"] for r in mine):
                 row["of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["makespan_s"] for r in mine)
@@ -97,6 +113,9 @@ def main() -> int:
     parser.add_argument("--policies", default="rlix", help="policies, separated by commas (default: rlix)")
     parser.add_argument("--seeds", type=positive_int, default=8, metavar="N", help="seeds 0..N-1 (default 8)")
     parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
+    parser.add_argument("--free-moves", action="store_true",
+                        help="every move free: weight loads and offloads, engine wake and sleep, the"
+                        " prefill of re-queued prefixes (module docstring)")
     parser.add_argument("--json", action="store_true", help="one JSON line: {\"rows\": [...]}")
     args = parser.parse_args()
     from rlix.policy.policies import POLICIES
@@ -108,7 +127,7 @@ def main() -> int:
     policies = [p for p in args.policies.split(",") if p]
     if not policies or set(policies) - set(POLICIES):
         parser.error(f"--policies: expected some of {', '.join(sorted(POLICIES))}, got {args.policies!r}")
-    rows = bench(names, policies, args.seeds, args.workers, quiet=args.json)
+    rows = bench(names, policies, args.seeds, args.workers, quiet=args.json, free_moves=args.free_moves)
     if args.json:
         print(json.dumps({"rows": rows}))
         return 0
@@ -117,9 +136,10 @@ def main() -> int:
     from rlix.sim.report import format_table
 
     gpu_s, share = "{:,.0f}", "{:.1%}"
-    formats = {"inits_end_s": gpu_s, "busy_gpu_s": gpu_s, "loading_gpu_s": gpu_s, "idle_gpu_s": gpu_s,
+    formats = {"steps_per_hour": "{:.1f}", "inits_end_s": gpu_s, "busy_gpu_s": gpu_s, "loading_gpu_s": gpu_s, "idle_gpu_s": gpu_s,
                "makespan_s": gpu_s, "packed_makespan_s": gpu_s, "of_ceiling": share, "packed_of_ceiling": share}
-    print(f"means over seeds 0-{args.seeds - 1}; GPU-seconds after the last init ends")
+    costs = "; every move free" if args.free_moves else ""
+    print(f"means over seeds 0-{args.seeds - 1}; GPU-seconds after the last init ends{costs}")
     print(format_table(pd.DataFrame(rows), formats))
     return 0
 

@@ -49,3 +49,12 @@ def test_tiny_run_adds_up() -> None:
     assert used <= 4 * span_s + 1e-6  # tiny's pool: 4 GPUs; no GPU counted twice
     assert row["inits_end_s"] <= row["packed_makespan_s"] <= row["makespan_s"] + 1e-6
     assert row["ceiling_makespan_s"] is not None and row["ceiling_makespan_s"] > 0
+
+
+def test_free_moves_leave_no_loading_time() -> None:
+    bench = load("packing")
+    priced = bench.run_one("tiny", "rlix", 0)
+    free = bench.run_one("tiny", "rlix", 0, free_moves=True)
+    assert priced["loading_gpu_s"] > 0  # else the comparison below says nothing
+    assert free["loading_gpu_s"] == pytest.approx(0.0, abs=1e-6)
+    assert free["steps_per_hour"] > 0
