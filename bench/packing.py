@@ -35,14 +35,11 @@ from statistics import fmean
 from typing import Any
 
 from rlix.scenarios import bundled_scenarios
+from rlix.sim.cost_fields import FREE_MOVES
 from rlix.sim.parallel import run_all
 from rlix.traces.options import positive_int
 
 DEFAULT_SCENARIOS = ("blog-4on12",)
-
-#: Cost overrides under which no move costs time (rlix.sim.costs.CostModel's measured constants).
-FREE_MOVES = {"load_s": 0.0, "offload_s": 0.0, "expand_overhead_s": 0.0, "shrink_overhead_s": 0.0,
-              "prefill_per_token_s": 0.0}
 
 
 def packing(activity: Any, makespan_s: float, num_gpus: int) -> dict[str, float]:

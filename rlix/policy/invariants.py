@@ -296,7 +296,8 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
     first bundle) and the pipeline did not itself donate within the interval; for a first
     bundle, donors given ranks by a recent rebalance donate too. With look-ahead, a pipeline
     past the margin also takes its own home back from any pipeline above target, whatever
-    either did within the interval."""
+    either did within the interval, and a bundle on a home look-ahead keeps from loans need
+    not be taken (for a first bundle, only one on the home of an away owner)."""
     view = view or ReservationView(sched, [])
     rollers = sched.rolling_pipelines()
     targets = sched.targets
@@ -323,6 +324,11 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
         pid: excess for pid, excess in above.items()
         if sched.now >= sched.pipelines[pid].last_rebalanced_in_s + config.min_rebalance_interval_s
     }
+    look_ahead = config.look_ahead and sched.policy.name == "rlix"
+    kept_any = kept_homes(sched) if look_ahead else {}
+    # A first bundle may be kept off an away owner's home only (one whose loans rule 2 may be
+    # reclaiming already: lent there, it would be shrunk once loaded), not off rule 4's homes.
+    kept_away = kept_homes(sched, away_only=True) if look_ahead else {}
     for p in rollers:
         held, target = holds[p.pipeline_id], targets.get(p.pipeline_id, 0)
         if held + p.tp > target:
@@ -334,11 +340,10 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
             donors = settled
         else:
             donors = {}
-        look_ahead = held and config.look_ahead and sched.policy.name == "rlix"
-        kept = kept_homes(sched) if look_ahead else {}
+        kept = kept_any if held else kept_away
         # Look-ahead rule 3: on its own home (GPUs no other home covers), an owner past the
         # margin takes from any pipeline above target, a recent rebalance or none.
-        own = _own_home(sched, p) if look_ahead and past_margin else set()
+        own = _own_home(sched, p) if held and look_ahead and past_margin else set()
         for rank in p.ranks:
             if rank.status is not RankStatus.INACTIVE or rank.retry_after_s > sched.now:
                 continue

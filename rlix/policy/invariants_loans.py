@@ -37,10 +37,10 @@ def check_reclaims(sched: Scheduler, decisions: list[Decision]) -> None:
             _fail(f"{d.pipeline_id} rank {d.dp_rank} reclaimed from no home of an away pipeline alone")
 
 
-def kept_homes(sched: Scheduler) -> dict[int, str]:
+def kept_homes(sched: Scheduler, away_only: bool = False) -> dict[int, str]:
     """GPU -> the pipeline whose home alone covers it, if look-ahead may keep it from loans:
-    the owner is away (admitted, holding, requesting and rolling out nothing), or rolling out
-    with a training period measured (rule 4)."""
+    the owner is away (admitted, holding, requesting and rolling out nothing), or, unless
+    `away_only`, rolling out with a training period measured (rule 4)."""
     covering: dict[int, list[PipelineState]] = {}
     for p in sched.pipelines.values():
         for g in p.spec.home:
@@ -49,7 +49,7 @@ def kept_homes(sched: Scheduler) -> dict[int, str]:
         g: ps[0].pipeline_id for g, ps in covering.items()
         if len(ps) == 1 and ps[0].admitted and (
             not (ps[0].rolling or ps[0].holdings or ps[0].pending)
-            or (ps[0].rolling and ps[0].gang_period_s == ps[0].gang_period_s)
+            or (not away_only and ps[0].rolling and ps[0].gang_period_s == ps[0].gang_period_s)
         )
     }
 

@@ -267,6 +267,14 @@ class Loans:
         pid = borrower.pipeline_id
         return back_by.upto(horizon, pid) | training_by.upto(horizon, pid)
 
+    def reclaiming_bits(self, borrower: PipelineState) -> int:
+        """Slots of homes whose loans to `borrower` rule 2 reclaims now: a loan made there this
+        round would be shrunk as soon as it had loaded."""
+        if self._due is None:
+            self.blocked_bits(borrower)
+        assert self._due is not None
+        return self._due[0].upto(self.sched.now + move_s(borrower.offload_s), borrower.pipeline_id)
+
     def reclaim(self) -> float:
         """Shrink loans due back (rule 2); returns when the next one falls due (inf: none)."""
         sched = self.sched

@@ -14,7 +14,9 @@ the next and each asked only when the one before found nothing:
 - `kept_back_fit`, for a first bundle found nowhere else: a free bundle on the home of an
   away pipeline that the look-ahead keeps back because its owner returns too soon for a loan
   to pay. Last, not first: a newcomer there makes the returning owner wait for its offload
-  (math-rlvr, 16 seeds: 197.8 -> 198.6 steps/h).
+  (math-rlvr, 16 seeds: 197.8 -> 198.6 steps/h). Never a home whose loans are due for
+  reclaim already (look-ahead rule 2): the rank would be shrunk as soon as it had loaded, and
+  a pipeline reclaimed from one such home would be lent the next and back again.
 
 Ranks whose Expand failed (`retry_after_s`) are not restarted and ranks whose Shrink failed
 (`shrink_retry_after_s`) are not shrunk before their back-off ends; reserved GPUs go only to
@@ -77,15 +79,20 @@ class RoundPlanner:
         self._unusable: dict[str, int] = {}
         #: pipeline -> bits of bundles it may not be lent this round (rlix.policy.look_ahead)
         self.forbidden: dict[str, int] = {}
+        #: pipeline -> the part of its forbidden bits whose loans are due for reclaim now
+        self.reclaiming: dict[str, int] = {}
         #: Donors given ranks by a recent rebalance donate too (see is_donor): set while a
         #: pipeline's first bundle is searched for, or an owner takes its own home back.
         self.any_donor = False
 
-    def forbid(self, pipeline_id: str, bits: int) -> None:
-        """Keep `pipeline_id` off the slots of `bits` this round (free_fit skips them)."""
+    def forbid(self, pipeline_id: str, bits: int, reclaiming: int = 0) -> None:
+        """Keep `pipeline_id` off the slots of `bits` this round (free_fit skips them), and off
+        `reclaiming`, those of them due for reclaim, even for a first bundle (kept_back_fit)."""
         if bits:
             self.forbidden[pipeline_id] = bits
             self._unusable[pipeline_id] = self._unusable.get(pipeline_id, 0) | bits
+            if reclaiming:
+                self.reclaiming[pipeline_id] = reclaiming
 
     def free_fit(self, pipeline: PipelineState) -> Rank | None:
         """The inactive rank of `pipeline` on the free bundle with the lowest GPU ids (its
@@ -117,7 +124,8 @@ class RoundPlanner:
         if not forbidden or pipeline.num_active_gpus:
             return None
         del self.forbidden[pid]
-        self._unusable[pid] = self._unusable.get(pid, 0) & ~forbidden
+        allowed = forbidden & ~self.reclaiming.get(pid, 0)
+        self._unusable[pid] = self._unusable.get(pid, 0) & ~allowed
         return self.free_fit(pipeline)
 
     def donor_fit(
@@ -202,10 +210,14 @@ class RoundPlanner:
         # every bundle tried: each roller's candidates are found once (see _make_whole).
         spots: dict[str, list[tuple[Rank, list[Rank]]]] = {}
         now, reserved = self.now, self.reserved
+        forbidden = self.forbidden.get(pid, 0) if self.forbidden else 0
+        slot_mask = self.cluster.slot_mask
         for rank in pipeline.ranks:
             # usable_by, its common case inlined (once per rank of the receiver, every round)
             if rank.status is not RANK_INACTIVE or rank.retry_after_s > now:
                 continue
+            if forbidden and slot_mask[rank.slot] & forbidden:
+                continue  # a loan that would not pay (rlix.policy.look_ahead)
             if reserved and not usable_by(self.sched, rank, pid):
                 continue
             victims = self._victims(rank.gpus, pid, rollers)
@@ -263,7 +275,14 @@ class RoundPlanner:
             pid for pid in rollers if pid != oid and is_donor(self.sched, self.sched.pipelines[pid], self.any_donor)
         }
         spots = found[oid] = []
+        # Not onto a home kept back for its owner (rlix.policy.look_ahead), as donor_fit: a
+        # displaced roller put there is reclaimed at once, and with moves that take no time the
+        # reclaim and the relocation would undo each other at the same instant for ever.
+        forbidden = self.forbidden.get(oid, 0) if self.forbidden else 0
+        slot_mask = self.cluster.slot_mask
         for candidate in owner.ranks:
+            if forbidden and slot_mask[candidate.slot] & forbidden:
+                continue
             if usable_by(self.sched, candidate, oid):
                 victims = self._victims(candidate.gpus, oid, donors)
                 if victims is not None:

@@ -206,7 +206,7 @@ def plan_rlix(sched: Scheduler) -> None:
     planner = RoundPlanner(sched)
     if loans.owners or loans.trainers:
         for pipeline in rollers:
-            planner.forbid(pipeline.pipeline_id, loans.blocked_bits(pipeline))
+            planner.forbid(pipeline.pipeline_id, loans.blocked_bits(pipeline), loans.reclaiming_bits(pipeline))
     if sched.config.keep_warm:
         release_wanted(sched, rollers, planner.forbidden)
     # Lending free GPUs can put a pipeline above its target, which makes it a donor for a

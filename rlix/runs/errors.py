@@ -18,3 +18,8 @@ class RunError(ValueError):
             where.append(f"line {line}")
         text = " ".join(message.split())
         super().__init__(": ".join([", ".join(where), text]) if where else text)
+
+
+class LivelockError(RunError):
+    """The policy's decisions undid each other over and over with no time passing
+    (rlix.runs.loop): the run cannot go on, and the event log up to it shows the cycle."""

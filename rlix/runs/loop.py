@@ -20,6 +20,9 @@ simulator's is a zero-delay SimPy event) has the applied reports of one moment h
 core together, as one `DecisionsApplied` (one decision round for a whole set of weight loads
 ending together, instead of one round each). Any other event sends what was gathered first, so
 the core still sees every report in the order it came.
+
+A run whose events pile up at one instant without end (`MAX_EVENTS_AT_ONE_INSTANT`) stops with
+a `LivelockError` instead of hanging: the policy's decisions are undoing each other.
 """
 
 from __future__ import annotations
@@ -32,12 +35,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rlix.policy import decisions as dec
 from rlix.policy import events as ev
 from rlix.policy.core import Scheduler
+from rlix.runs.errors import LivelockError
 from rlix.runs.recorder import Recorder
 
 if TYPE_CHECKING:
     from rlix.runs.host import Host
 
 Moving = dec.Grant | dec.Expand | dec.Shrink
+
+#: More events than this at one instant is a livelock, not a busy moment: decisions that undo
+#: each other, carried out in no time (moves that cost nothing in the simulator), would repeat
+#: for ever. The most seen at one instant on the bundled scenarios is about 100 (lab-day-1024).
+MAX_EVENTS_AT_ONE_INSTANT = 100_000
 
 
 class Actuator(Protocol):
@@ -74,6 +83,9 @@ class Loop:
         self._waiting_on: dict[int, list[Moving]] = {}
         self._failed_ids: set[int] = set()
         self.num_events = 0
+        #: The time of the last event, and how many events in a row have carried it.
+        self._instant_s = -math.inf
+        self._num_at_instant = 0
         #: Wake-ups asked of the actuator and not yet passed (Scheduler.wake_at_s).
         self._wakes: set[float] = set()
 
@@ -95,6 +107,15 @@ class Loop:
             self._draining = False
 
     def _handle(self, event: ev.Event) -> None:
+        if event.now == self._instant_s:
+            self._num_at_instant += 1
+            if self._num_at_instant > MAX_EVENTS_AT_ONE_INSTANT:
+                raise LivelockError(
+                    f"the policy handled {self._num_at_instant - 1:,} events at t = {event.now:.3f} s with no"
+                    f" time passing: its decisions keep undoing each other, a policy bug (the last"
+                    f" event: {type(event).__name__})")
+        else:
+            self._instant_s, self._num_at_instant = event.now, 1
         decisions = self.scheduler.handle(event)
         self.num_events += 1
         self.recorder.on_event(event, decisions)

@@ -19,6 +19,11 @@ CALIBRATED = (
     "publish_full_s", "publish_adapter_s", "checkpoint_full_s", "checkpoint_adapter_s",
     "init_s", "init_per_pipeline_s", "launch_s", "launch_per_pipeline_s", "launch_stagger_s",
 )
+#: Overrides under which no move costs time: a rank's weight load and offload, the engine's
+#: wake and sleep (in those), and the prefill of a re-queued trajectory's prefix. What a policy
+#: leaves on the table with them is not the price of its moves (bench/packing.py --free-moves).
+FREE_MOVES = {"load_s": 0.0, "offload_s": 0.0, "expand_overhead_s": 0.0, "shrink_overhead_s": 0.0,
+              "prefill_per_token_s": 0.0}
 _NUMERIC_MIN_ZERO = {
     *CALIBRATED,
     "startup_pipelines",

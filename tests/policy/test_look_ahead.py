@@ -226,6 +226,26 @@ def test_a_first_bundle_found_nowhere_else_takes_a_home_kept_back() -> None:
     assert ranks_on(driver, "B", {0, 1}) == ranks_on(driver, "C", {0, 1}) == 1
 
 
+def test_a_first_bundle_is_not_lent_a_home_kept_back_whose_loans_are_due_for_reclaim() -> None:
+    """As above, but the gang comes at 57.7, when rule 2 already reclaims loans on O's home: O
+    is due back at 60 and woken 2 s ahead (its load), so its home is due free at 58, less
+    B's and C's measured offloads. A rank lent there would be shrunk as soon as it had loaded
+    (and, with moves that take no time, lent again at once, for ever), so B and C wait."""
+    driver = three_homes()
+    pool = (0, 1, 2, 3, 4, 5)
+    g = PipelineSpec("G", PipelineKind.FULL_FINETUNE,
+                     {"actor_infer": ClusterSpec(1, pool), "actor_train": ClusterSpec(1, (2, 3, 4, 5))})
+    driver.add(g)
+    at(driver, 57.7)
+    assert ranks_on(driver, "O", {0, 1}) == 0  # not woken yet: its home is free
+    lines = driver.send(ClusterRequested(57.7, "G", "actor_train", Priority.ACTOR_TRAIN))
+    assert sum(line.startswith("shrink") for line in lines) == 4  # every rank of B and C
+    assert not [line for line in lines if line.startswith("expand")]
+    at(driver, 57.7)
+    assert driver.held("B") == driver.held("C") == 0
+    assert not driver.outstanding
+
+
 def b_takes_then_borrows_c(driver: Driver) -> None:
     """C rolls out alone from 0; B starts at 10 and takes its share of C's GPUs by a rebalance
     (B may not donate, nor C take from donors, until 100); C's rollout ends at 20 and B is lent

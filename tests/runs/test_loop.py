@@ -1,5 +1,6 @@
 """rlix.runs.Loop: applied reports of one moment reach the core together when the driver gives
-a `defer`, in the order they came, and one at a time when it does not."""
+a `defer`, in the order they came, and one at a time when it does not; events without end at
+one instant stop the run."""
 
 from __future__ import annotations
 
@@ -7,16 +8,21 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from rlix.policy import (
     ClusterRequested,
     PipelineAdmitted,
     PipelineRegistered,
     PolicyConfig,
     Scheduler,
+    Tick,
     Topology,
 )
 from rlix.policy import decisions as dec
 from rlix.runs import Loop, Recorder
+from rlix.runs import loop as loop_module
+from rlix.runs.errors import LivelockError
 from tests.policy.drive import rollout_only
 
 
@@ -87,3 +93,16 @@ def test_without_defer_each_report_is_sent_at_once() -> None:
         loop.applied(decision_id)
     assert [e.get("decision_id") for e in events(loop)[-4:]] == ids
     assert not loop.scheduler.ledger.inflight
+
+
+def test_events_without_end_at_one_instant_stop_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A livelock (decisions undoing each other in no time) raises instead of hanging; a busy
+    instant below the limit, and any number of events as time passes, do not."""
+    monkeypatch.setattr(loop_module, "MAX_EVENTS_AT_ONE_INSTANT", 5)
+    loop, _ = rolling_loop(None)
+    for i in range(50):
+        loop.send(Tick(2.0 + i))
+    for _ in range(5):
+        loop.send(Tick(100.0))
+    with pytest.raises(LivelockError, match=r"5 events at t = 100\.000 s"):
+        loop.send(Tick(100.0))
