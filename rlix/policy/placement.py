@@ -210,14 +210,16 @@ class RoundPlanner:
         # every bundle tried: each roller's candidates are found once (see _make_whole).
         spots: dict[str, list[tuple[Rank, list[Rank]]]] = {}
         now, reserved = self.now, self.reserved
-        forbidden = self.forbidden.get(pid, 0) if self.forbidden else 0
+        # Not on a home whose loans are being reclaimed (the rank would be shrunk once loaded);
+        # a home kept back otherwise is fair game for a first bundle, as in kept_back_fit.
+        reclaiming = self.reclaiming.get(pid, 0) if self.reclaiming else 0
         slot_mask = self.cluster.slot_mask
         for rank in pipeline.ranks:
             # usable_by, its common case inlined (once per rank of the receiver, every round)
             if rank.status is not RANK_INACTIVE or rank.retry_after_s > now:
                 continue
-            if forbidden and slot_mask[rank.slot] & forbidden:
-                continue  # a loan that would not pay (rlix.policy.look_ahead)
+            if reclaiming and slot_mask[rank.slot] & reclaiming:
+                continue
             if reserved and not usable_by(self.sched, rank, pid):
                 continue
             victims = self._victims(rank.gpus, pid, rollers)
