@@ -22,4 +22,4 @@ class RunError(ValueError):
 
 class LivelockError(RunError):
     """The policy's decisions undid each other over and over with no time passing
-    (rlix.runs.loop): the run cannot go on, and the event log up to it shows the cycle."""
+    (rlix.runs.loop): a policy bug, and the run cannot go on."""
