@@ -254,26 +254,29 @@ class Loans:
                 if bits:
                     self.trainers.append((due, bits, pipeline))
 
-    def blocked_bits(self, borrower: PipelineState) -> int:
-        """Slots `borrower` may not be lent this round: on homes whose owners are back, or
-        begin training, before a loan would pay (rules 1 and 4)."""
-        horizon = self.sched.now + (1.0 + self.payback) * (move_s(borrower.load_s) + move_s(borrower.offload_s))
-        if self._due is None:  # asked for every roller of the round: sorted once (rlix.policy.due_bits)
+    def _due_tables(self) -> tuple[DueBits, DueBits]:
+        """The owners' homes by when they are due back, and the trainers' by when they train:
+        asked for every roller of the round, so sorted once (rlix.policy.due_bits)."""
+        if self._due is None:
             self._due = (
                 DueBits([(back, home, owner.pipeline_id) for back, home, _gpus, owner in self.owners], inclusive=True),
                 DueBits([(due, home, owner.pipeline_id) for due, home, owner in self.trainers], inclusive=False),
             )
-        back_by, training_by = self._due
+        return self._due
+
+    def blocked_bits(self, borrower: PipelineState) -> int:
+        """Slots `borrower` may not be lent this round: on homes whose owners are back, or
+        begin training, before a loan would pay (rules 1 and 4)."""
+        horizon = self.sched.now + (1.0 + self.payback) * (move_s(borrower.load_s) + move_s(borrower.offload_s))
+        back_by, training_by = self._due_tables()
         pid = borrower.pipeline_id
         return back_by.upto(horizon, pid) | training_by.upto(horizon, pid)
 
     def reclaiming_bits(self, borrower: PipelineState) -> int:
-        """Slots of homes whose loans to `borrower` rule 2 reclaims now: a loan made there this
-        round would be shrunk as soon as it had loaded."""
-        if self._due is None:
-            self.blocked_bits(borrower)
-        assert self._due is not None
-        return self._due[0].upto(self.sched.now + move_s(borrower.offload_s), borrower.pipeline_id)
+        """Slots of homes whose loans to `borrower` rule 2 reclaims now (a subset of its
+        blocked bits): a loan made there this round would be shrunk as soon as it had loaded."""
+        back_by, _training_by = self._due_tables()
+        return back_by.upto(self.sched.now + move_s(borrower.offload_s), borrower.pipeline_id)
 
     def reclaim(self) -> float:
         """Shrink loans due back (rule 2); returns when the next one falls due (inf: none)."""

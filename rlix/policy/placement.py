@@ -32,6 +32,7 @@ from rlix.policy.state import RANK_ACTIVE, RANK_INACTIVE, PipelineState, Rank
 
 if TYPE_CHECKING:
     from rlix.policy.core import Scheduler
+    from rlix.policy.look_ahead import Loans
 
 
 #: A move: the receiver's rank, the ranks it displaces, and for rollers it would take below
@@ -79,20 +80,23 @@ class RoundPlanner:
         self._unusable: dict[str, int] = {}
         #: pipeline -> bits of bundles it may not be lent this round (rlix.policy.look_ahead)
         self.forbidden: dict[str, int] = {}
-        #: pipeline -> the part of its forbidden bits whose loans are due for reclaim now
-        self.reclaiming: dict[str, int] = {}
+        #: The round's loans (set by the rlix planner when look-ahead keeps any home back):
+        #: asked, only for a first bundle, which homes are due for reclaim now.
+        self.loans: Loans | None = None
         #: Donors given ranks by a recent rebalance donate too (see is_donor): set while a
         #: pipeline's first bundle is searched for, or an owner takes its own home back.
         self.any_donor = False
 
-    def forbid(self, pipeline_id: str, bits: int, reclaiming: int = 0) -> None:
-        """Keep `pipeline_id` off the slots of `bits` this round (free_fit skips them), and off
-        `reclaiming`, those of them due for reclaim, even for a first bundle (kept_back_fit)."""
+    def forbid(self, pipeline_id: str, bits: int) -> None:
+        """Keep `pipeline_id` off the slots of `bits` this round (free_fit skips them)."""
         if bits:
             self.forbidden[pipeline_id] = bits
             self._unusable[pipeline_id] = self._unusable.get(pipeline_id, 0) | bits
-            if reclaiming:
-                self.reclaiming[pipeline_id] = reclaiming
+
+    def _reclaiming(self, pipeline: PipelineState) -> int:
+        """Slots of homes whose loans to `pipeline` are being reclaimed: no first bundle there,
+        by relocation or as the last resort (rlix.policy.look_ahead, rule 2)."""
+        return self.loans.reclaiming_bits(pipeline) if self.loans is not None else 0
 
     def free_fit(self, pipeline: PipelineState) -> Rank | None:
         """The inactive rank of `pipeline` on the free bundle with the lowest GPU ids (its
@@ -124,7 +128,7 @@ class RoundPlanner:
         if not forbidden or pipeline.num_active_gpus:
             return None
         del self.forbidden[pid]
-        allowed = forbidden & ~self.reclaiming.get(pid, 0)
+        allowed = forbidden & ~self._reclaiming(pipeline)
         self._unusable[pid] = self._unusable.get(pid, 0) & ~allowed
         return self.free_fit(pipeline)
 
@@ -212,7 +216,7 @@ class RoundPlanner:
         now, reserved = self.now, self.reserved
         # Not on a home whose loans are being reclaimed (the rank would be shrunk once loaded);
         # a home kept back otherwise is fair game for a first bundle, as in kept_back_fit.
-        reclaiming = self.reclaiming.get(pid, 0) if self.reclaiming else 0
+        reclaiming = self._reclaiming(pipeline)
         slot_mask = self.cluster.slot_mask
         for rank in pipeline.ranks:
             # usable_by, its common case inlined (once per rank of the receiver, every round)

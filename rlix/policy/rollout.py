@@ -205,8 +205,9 @@ def plan_rlix(sched: Scheduler) -> None:
         compute_split(sched, rollers)
     planner = RoundPlanner(sched)
     if loans.owners or loans.trainers:
+        planner.loans = loans
         for pipeline in rollers:
-            planner.forbid(pipeline.pipeline_id, loans.blocked_bits(pipeline), loans.reclaiming_bits(pipeline))
+            planner.forbid(pipeline.pipeline_id, loans.blocked_bits(pipeline))
     if sched.config.keep_warm:
         release_wanted(sched, rollers, planner.forbidden)
     # Lending free GPUs can put a pipeline above its target, which makes it a donor for a
