@@ -284,7 +284,7 @@ class RoundPlanner:
         # Not onto a home kept back for its owner (rlix.policy.look_ahead), as donor_fit: a
         # displaced roller put there is reclaimed at once, and with moves that take no time the
         # reclaim and the relocation would undo each other at the same instant for ever.
-        forbidden = self.forbidden.get(oid, 0) if self.forbidden else 0
+        forbidden = self.forbidden.get(oid, 0)
         slot_mask = self.cluster.slot_mask
         for candidate in owner.ranks:
             if forbidden and slot_mask[candidate.slot] & forbidden:
