@@ -1,4 +1,4 @@
-"""Differential check of the `gap-ratio` policy against RLix's own planner.
+"""Differential check of the `gap-ratio` policy against RLix's own scheduling cycle.
 
 Draws random situations (seeded): a pool of 4-16 GPUs in nodes of 4 or 8, one to five
 pipelines registered in order, each with a rollout TP of 1, 2 or 4 and a random set of bundles
@@ -11,16 +11,23 @@ training gang, and each in one of four rollout states as RLix sees it:
 - silent: rolling, its request answered, nothing reported yet (RLix leaves it out);
 - idle: not rolling out at all.
 
-Each situation goes to RLix's `plan_generation_gap_ratio` stand-alone (bench/rlix_planner_side.py,
-in its own process, on the checkout given with --rlix) and, by the same events a driver would
-send, into rlix's `Scheduler` with the `gap-ratio` policy, whose next round is then planned.
-Same allocations = every pipeline ends with the same active dp ranks.
+Up to two pipelines not holding their training gang have asked for it (priorities 1-5, in
+order) and wait for the cycle: granted at once on free GPUs, granted after preempting the
+rollout ranks on its GPUs, or not granted because another gang holds some of them, when RLix
+still preempts those ranks (its futile preemption) and the split hands their GPUs out again.
+
+Each situation goes to one cycle of RLix's own scheduler (`SchedulerImpl.scheduling_cycle`,
+stand-alone: bench/rlix_cycle_side.py, in its own process, on the checkout given with
+--rlix) and, by the same events a driver would send, into rlix's `Scheduler` with the
+`gap-ratio` policy, whose next round is then planned. Same allocations = every pipeline ends
+with the same active dp ranks, and the same training requests are granted.
 
     python bench/rlix_differential.py --rlix ../rlix             # 2,000 situations, one line
     python bench/rlix_differential.py --rlix ../rlix --json      # one JSON line, first differences
     python bench/rlix_differential.py --rlix ../rlix --situations 500 --seed 3
 
-RLix: github.com/rlops/rlix (its planner needs only the standard library; nothing is installed).
+RLix: github.com/rlops/rlix (its scheduler module needs only the standard library and Ray,
+which rlix's `exec` extra installs; nothing of RLix is installed).
 """
 
 from __future__ import annotations
@@ -50,8 +57,9 @@ from rlix.policy.decisions import Expand, Grant
 from rlix.policy.gap_ratio import plan_gap_ratio
 from rlix.policy.policies import GapRatioPolicy
 
-PLANNER = "rlix/scheduler/planner.py"
+SCHEDULER = "rlix/scheduler/scheduler.py"
 STATES = ("pending", "pending", "reported", "reported", "reported", "reported", "silent", "idle")
+REQUEST_PRIORITIES = (1, 2, 3, 4, 5)  # actor training to value compute (init is a new pipeline's)
 
 
 def situation(rng: random.Random) -> dict[str, Any]:
@@ -65,7 +73,7 @@ def situation(rng: random.Random) -> dict[str, Any]:
         bundles = [list(range(n * gpn + s, n * gpn + s + tp))
                    for n in range(num_gpus // gpn) for s in range(offset, gpn - tp + 1, tp)]
         chosen = sorted(rng.sample(bundles, rng.randint(1, len(bundles))))
-        train = sorted(rng.sample(range(num_gpus), rng.randint(1, 2)))
+        train = sorted(rng.sample(range(num_gpus), rng.randint(1, rng.choice((2, 2, num_gpus // 2)))))
         holds = rng.random() < 0.3 and taken.isdisjoint(train)
         if holds:
             taken |= set(train)
@@ -83,7 +91,13 @@ def situation(rng: random.Random) -> dict[str, Any]:
                 if rng.random() < 0.7 and taken.isdisjoint(bundle):
                     taken |= set(bundle)
                     p["active"].append(rank)
-    return {"num_gpus": num_gpus, "gpus_per_node": gpn, "pipelines": pipelines}
+    # Training requests waiting for the cycle (FIFO within a priority), on GPUs that rollout ranks
+    # hold (preempted), that are free, or that a training gang holds (not granted: the futile
+    # preemption of RLix's cycle).
+    free_to_ask = [p for p in pipelines if not p["holds_train"]]
+    requests = [{"pipeline": p["id"], "priority": rng.choice(REQUEST_PRIORITIES)}
+                for p in rng.sample(free_to_ask, min(len(free_to_ask), rng.choice((0, 0, 1, 1, 2))))]
+    return {"num_gpus": num_gpus, "gpus_per_node": gpn, "pipelines": pipelines, "requests": requests}
 
 
 class StagedGapRatio(GapRatioPolicy):
@@ -93,8 +107,12 @@ class StagedGapRatio(GapRatioPolicy):
     def __init__(self) -> None:
         super().__init__()
         self.script: dict[str, list[int]] | None = {}
+        self.quiet = False  # requests are being queued for the cycle: no round yet
 
     def round_ready(self, sched: Scheduler, event: Any) -> bool:
+        if self.quiet:
+            super().round_ready(sched, event)  # wakes the next cycle, as the request wakes RLix's
+            return False
         return True if self.script is not None else super().round_ready(sched, event)
 
     def plan_rollout(self, sched: Scheduler) -> None:
@@ -135,40 +153,50 @@ def staged(s: dict[str, Any]) -> Scheduler:
         elif p["state"] == "pending":
             send(ClusterRequested(0.0, p["id"], "actor_infer", 6, estimate=p["estimate"]))
     policy.script = None
+    policy.quiet = True
+    for r in s.get("requests", []):
+        send(ClusterRequested(0.0, r["pipeline"], "actor_train", r["priority"]))
+    policy.quiet = False
     return sched
 
 
-def rlix_model(s: dict[str, Any]) -> dict[str, list[int]]:
-    """The situation staged, then one gap-ratio cycle: each pipeline's active ranks after it."""
+def rlix_model(s: dict[str, Any]) -> dict[str, Any]:
+    """The situation staged, then one gap-ratio cycle: each pipeline's active ranks after it,
+    and the training clusters it granted."""
     sched = staged(s)
     sched.handle(Tick(1.0))  # wakes the next cycle (nothing is in flight)
-    return {p["id"]: sorted(sched.pipelines[p["id"]].active) for p in s["pipelines"]}
+    return {"active": {p["id"]: sorted(sched.pipelines[p["id"]].active) for p in s["pipelines"]},
+            "granted": sorted(p["id"] for p in s["pipelines"]
+                              if not p["holds_train"] and "actor_train" in sched.pipelines[p["id"]].holdings)}
 
 
-def rlix_planner(checkout: Path, situations: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    side = Path(__file__).with_name("rlix_planner_side.py")
+def rlix_cycle(checkout: Path, situations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    side = Path(__file__).with_name("rlix_cycle_side.py")
     lines = "".join(json.dumps(s) + "\n" for s in situations)
     done = subprocess.run([sys.executable, str(side), str(checkout)], input=lines, capture_output=True,
                           text=True, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"rlix_differential: RLix's planner did not run: {done.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(f"rlix_differential: RLix's scheduler did not run: {done.stderr.strip().splitlines()[-1:]}")
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def compare(checkout: Path, num_situations: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     situations = [situation(rng) for _ in range(num_situations)]
-    theirs = rlix_planner(checkout, situations)
+    theirs = rlix_cycle(checkout, situations)
     differ = []
-    moved = 0  # situations where the planner changed anything (the ones that test it)
+    moved = 0  # situations where the cycle changed anything (the ones that test it)
+    asked = 0  # situations with training requests waiting
     for index, (s, answer) in enumerate(zip(situations, theirs, strict=True)):
         ours = rlix_model(s)
-        moved += any(ours[p["id"]] != sorted(p["active"]) for p in s["pipelines"])
+        moved += any(ours["active"][p["id"]] != sorted(p["active"]) for p in s["pipelines"])
+        asked += bool(s["requests"])
         reference = answer.get("active")
-        if reference is None or {pid: reference.get(pid, []) for pid in ours} != ours:
-            differ.append({"index": index, "situation": s, "rlix_planner": answer, "gap_ratio": ours})
+        if reference is None or ({pid: reference.get(pid, []) for pid in ours["active"]}, answer.get("granted")) != (
+                ours["active"], ours["granted"]):
+            differ.append({"index": index, "situation": s, "rlix": answer, "gap_ratio": ours})
     return {"situations": num_situations, "seed": seed, "same": num_situations - len(differ),
-            "differ": len(differ), "moved": moved, "first_differences": differ[:3]}
+            "differ": len(differ), "moved": moved, "with_requests": asked, "first_differences": differ[:3]}
 
 
 def main() -> None:
@@ -182,16 +210,16 @@ def main() -> None:
         print("rlix_differential: needs an RLix checkout to compare with: --rlix PATH "
               "(git clone https://github.com/rlops/rlix PATH)", file=sys.stderr)
         sys.exit(2)
-    if not (args.rlix / PLANNER).is_file():
-        print(f"rlix_differential: {args.rlix} is not an RLix checkout (no {PLANNER})", file=sys.stderr)
+    if not (args.rlix / SCHEDULER).is_file():
+        print(f"rlix_differential: {args.rlix} is not an RLix checkout (no {SCHEDULER})", file=sys.stderr)
         sys.exit(2)
     result = compare(args.rlix, args.situations, args.seed)
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"gap-ratio makes the same allocations as RLix's planner in {result['same']:,} of "
+        print(f"gap-ratio makes the same allocations as RLix's scheduling cycle in {result['same']:,} of "
               f"{result['situations']:,} random situations (seed {result['seed']}; in {result['moved']:,} of "
-              f"them the model moved ranks)")
+              f"them the model moved ranks; {result['with_requests']:,} had training requests waiting)")
     sys.exit(0 if result["differ"] == 0 else 1)
 
 

@@ -19,8 +19,9 @@ models, in RLix's terms (the comments marked "RLix:" state RLix's behaviour in p
   has one owner), so it plans in well under a second where RLix takes seconds; the planning
   times RLix itself was measured at are in REFERENCE.md.
 
-Checked against RLix's own planner on random situations (differential harness, outside the
-repository); the hand-checked cases are in tests/policy/test_gap_ratio.py. Not modelled: RLix
+Checked against one cycle of RLix's own scheduler on random situations, training requests that
+preempt rollout included (bench/rlix_differential.py); the hand-checked cases are in
+tests/policy/test_gap_ratio.py. Not modelled: RLix
 shuts down when a cycle exceeds 1,000 activations or 10,000 iterations; a failed decision
 (RLix would shut down) leaves its rank backing off, which the model respects.
 """

@@ -1,5 +1,6 @@
 """bench/rlix_differential.py: the situations it draws are what the model is given, the model's
-side reproduces hand-checked RLix decisions, and without a checkout it says so in one line.
+side reproduces hand-checked decisions of RLix's cycle (futile preemption included), and
+without a checkout it says so in one line.
 With RLIX_CHECKOUT set to a checkout of RLix, a short comparison runs too."""
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def test_the_model_is_given_exactly_the_situation() -> None:
             assert state.rolling == (p["state"] != "idle")
             assert state.rollout_request_pending == (p["state"] == "pending")
             assert state.remaining == ({"base": p["remaining"]} if p["state"] == "reported" else {})
+            asked = [r["priority"] for r in s["requests"] if r["pipeline"] == p["id"]]
+            assert [r.priority for r in state.pending.values()] == asked
 
 
 def pipeline(pid: str, tp: int, state: str, **fields: Any) -> dict[str, Any]:
@@ -66,6 +69,26 @@ def test_the_model_side_makes_rlix_hand_checked_decisions(remaining: int, expect
         pipeline("D", 1, "reported", total=remaining, remaining=remaining, active=[0, 1, 2, 3]),
         pipeline("A", 2, "pending", estimate=100),
     ]}
+    assert bench.rlix_model(s) == {"active": expected, "granted": []}
+
+
+@pytest.mark.parametrize(("b_trains", "expected"), [
+    # B's gang holds GPU 3, so A's request for GPUs 2-3 cannot be granted; RLix still preempts
+    # D's rank on GPU 2 (futile preemption) and the split hands GPU 2 to E, which asked for
+    # rollout with twice D's weight (the pending boost): targets D 1, E 2 of a budget of 3.
+    (True, {"active": {"D": [0, 1], "A": [], "B": [], "E": [0]}, "granted": []}),
+    # Without B's gang, A's request takes D's ranks on GPUs 2-3 and is granted; E's only bundle
+    # is A's now, so E gets nothing.
+    (False, {"active": {"D": [0, 1], "A": [], "B": [], "E": []}, "granted": ["A"]}),
+])
+def test_a_waiting_training_request_preempts_as_rlix_does(b_trains: bool, expected: dict[str, Any]) -> None:
+    bench = load("rlix_differential")
+    s = {"num_gpus": 4, "gpus_per_node": 4, "pipelines": [
+        pipeline("D", 1, "reported", total=100, remaining=100, active=[0, 1, 2] if b_trains else [0, 1, 2, 3]),
+        pipeline("A", 2, "idle", train=[2, 3]),
+        pipeline("B", 1, "idle", train=[3], holds_train=b_trains),
+        pipeline("E", 1, "pending", rollout=[2], estimate=100),
+    ], "requests": [{"pipeline": "A", "priority": 1}]}
     assert bench.rlix_model(s) == expected
 
 
@@ -73,4 +96,4 @@ def test_the_model_side_makes_rlix_hand_checked_decisions(remaining: int, expect
 def test_against_rlix_itself() -> None:
     done = run("--rlix", os.environ["RLIX_CHECKOUT"], "--situations", "300")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "in 300 of 300" in done.stdout
+    assert "in 300 of 300" in done.stdout and "had training requests waiting" in done.stdout

@@ -1,0 +1,108 @@
+"""RLix's own scheduling cycle, run stand-alone on situations read as JSON lines (one per line).
+
+Run by bench/rlix_differential.py in a process of its own, because RLix's package is also
+called `rlix`: this process imports RLix's `rlix.scheduler` modules from the checkout given on
+the command line (its package `__init__`, which starts RLix's Ray client, is bypassed), never
+this repository's `rlix`. For each situation it fills an instance of RLix's `SchedulerImpl`
+with the state its cycle reads (pipeline registry, active allocations with their dp ranks, idle
+GPUs, the pending requests of every priority in FIFO order, the rollout requests' estimates,
+progress totals) and runs one `scheduling_cycle`: planned releases, the requests of priorities
+0-5 with the rollout ranks they preempt, the gap-ratio split, validation and commit. Only its
+calls out are replaced: the resize calls to pipelines' coordinators (there are none) and the
+shutdown of its Ray cluster when a cycle fails (the error is printed instead). It prints
+`{"active": {pipeline: [dp ranks]}, "granted": [pipelines whose actor_train was granted]}`.
+
+    python bench/rlix_cycle_side.py RLIX_CHECKOUT < situations.jsonl
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+
+def import_scheduler(checkout: Path) -> tuple[Any, Any, Any]:
+    """RLix's scheduler, types and protocol modules, from `checkout`."""
+    package = types.ModuleType("rlix")
+    package.__path__ = [str(checkout / "rlix")]  # a bare package: its __init__ is not run
+    sys.modules["rlix"] = package
+    # By name, at run time: these are RLix's modules, not this repository's (same package name).
+    modules = ("rlix.scheduler.scheduler", "rlix.scheduler.types", "rlix.protocol.types")
+    scheduler, sched_types, protocol = (importlib.import_module(name) for name in modules)
+    return scheduler, sched_types, protocol
+
+
+def cycle(situation: dict[str, Any], scheduler: Any, st: Any, protocol: Any) -> dict[str, Any]:
+    """One situation through a whole cycle of RLix's scheduler (`SchedulerImpl.scheduling_cycle`:
+    planned releases, requests of priorities 0-5 with their preemptions, the gap-ratio split,
+    validation, commit), its resize calls to pipelines left out: each pipeline's active dp ranks
+    afterwards, and the non-rollout clusters granted."""
+    gen, train = protocol.GENERATION_CLUSTER_NAME, protocol.ACTOR_TRAIN_CLUSTER_NAME
+    priority = protocol.Priority
+    impl = type("Probe", (scheduler.SchedulerImpl,), {})()  # not slotted: its calls out can be replaced
+    state = impl._state
+    totals: dict[str, tuple[float, float]] = {}
+    held: set[int] = set()
+    for p in situation["pipelines"]:
+        pid, tp, mapping = p["id"], p["tp"], p["rollout"]
+        state.pipeline_registry[pid] = {"cluster_configs": {
+            gen: {"tp_size": tp, "device_mapping": list(mapping)},
+            train: {"tp_size": 1, "device_mapping": list(p["train"])}}}
+        if p["holds_train"]:
+            state.active_allocations[f"{pid}_{train}"] = st.ClusterAllocation(
+                f"{pid}_{train}", list(p["train"]), priority.ACTOR_TRAINING)
+            held |= set(p["train"])
+        if p["state"] in ("reported", "silent"):
+            bundles = {r: list(mapping[r * tp:(r + 1) * tp]) for r in p["active"]}
+            gpus = sorted(g for b in bundles.values() for g in b)
+            held |= set(gpus)
+            state.active_allocations[f"{pid}_{gen}"] = st.ClusterAllocation(
+                f"{pid}_{gen}", gpus, priority.GENERATION, active_dp_ranks=set(p["active"]), dp_rank_to_gpus=bundles)
+        if p["state"] == "pending":
+            request = st.Request(f"{pid}_{gen}", priority.GENERATION, 0.0)
+            state.pending_bucket(priority.GENERATION).append(
+                st.PendingRequest(request, asyncio.Event(), step_target_estimate=p["estimate"]))
+        totals[pid] = (float(p["remaining"]), float(p["total"])) if p["state"] == "reported" else (0.0, 0.0)
+    for index, r in enumerate(situation.get("requests", [])):  # FIFO within a priority
+        request = st.Request(f"{r['pipeline']}_{train}", priority(r["priority"]), float(index))
+        state.pending_bucket(priority(r["priority"])).append(st.PendingRequest(request, asyncio.Event()))
+    state.idle_gpus = set(range(situation["num_gpus"])) - held
+    impl._num_gpus = situation["num_gpus"]
+    impl._required_gpus_per_node = situation["gpus_per_node"]
+    impl._topology_ready.set()
+    impl._pipeline_progress_totals_locked = lambda *, pipeline_id: totals[pipeline_id]
+    impl._prepare_resize_calls_locked = lambda plan: []  # no pipelines to call
+
+    async def no_resizes(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    impl._execute_resize_calls = no_resizes
+    impl._fail_fast_shutdown = no_resizes  # RLix would stop its Ray cluster; the error is reported
+    asyncio.run(impl.scheduling_cycle())
+    active = {p["id"]: sorted(a.active_dp_ranks) if (a := state.active_allocations.get(f"{p['id']}_{gen}")) else []
+              for p in situation["pipelines"]}
+    granted = sorted(cid.rsplit("_" + train, 1)[0] for cid, a in state.active_allocations.items()
+                     if a.priority != priority.GENERATION and cid.endswith("_" + train)
+                     and not any(p["holds_train"] and f"{p['id']}_{train}" == cid for p in situation["pipelines"]))
+    return {"active": active, "granted": granted}
+
+
+def main() -> None:
+    checkout = Path(sys.argv[1])
+    scheduler, st, protocol = import_scheduler(checkout)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            print(json.dumps(cycle(json.loads(line), scheduler, st, protocol)))
+        except Exception as exc:  # RLix raises on its own limits: report it for this situation
+            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+
+
+if __name__ == "__main__":
+    main()
