@@ -57,12 +57,15 @@ def cycle(situation: dict[str, Any], scheduler: Any, st: Any, protocol: Any) -> 
             state.active_allocations[f"{pid}_{train}"] = st.ClusterAllocation(
                 f"{pid}_{train}", list(p["train"]), priority.ACTOR_TRAINING)
             held |= set(p["train"])
-        if p["state"] in ("reported", "silent"):
+        if p["state"] in ("reported", "silent", "releasing"):
             bundles = {r: list(mapping[r * tp:(r + 1) * tp]) for r in p["active"]}
             gpus = sorted(g for b in bundles.values() for g in b)
             held |= set(gpus)
             state.active_allocations[f"{pid}_{gen}"] = st.ClusterAllocation(
                 f"{pid}_{gen}", gpus, priority.GENERATION, active_dp_ranks=set(p["active"]), dp_rank_to_gpus=bundles)
+        if p["state"] == "releasing":  # its step's batch is in: progress cleared, all ranks to go
+            state.pending_planned_release_requests[f"{pid}_{gen}"] = st.PendingPlannedReleaseRequest(
+                f"{pid}_{gen}", sorted(p["active"]), asyncio.Event())
         if p["state"] == "pending":
             request = st.Request(f"{pid}_{gen}", priority.GENERATION, 0.0)
             state.pending_bucket(priority.GENERATION).append(

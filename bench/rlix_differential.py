@@ -9,7 +9,10 @@ training gang, and each in one of four rollout states as RLix sees it:
 - reported: its rollout allocation exists (some of its ranks active, maybe none) and its
   progress report says R trajectories of T are left;
 - silent: rolling, its request answered, nothing reported yet (RLix leaves it out);
-- idle: not rolling out at all.
+- idle: not rolling out at all;
+- releasing: its step's batch is in (its progress cleared) and it waits for the cycle to take
+  back all its ranks (RLix's await-release at the next step's start; rlix's release of
+  actor_infer).
 
 Up to two pipelines not holding their training gang have asked for it (priorities 1-5, in
 order) and wait for the cycle: granted at once on free GPUs, granted after preempting the
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from rlix.policy import (
+    ClusterReleased,
     ClusterRequested,
     ClusterSpec,
     DecisionApplied,
@@ -58,7 +62,7 @@ from rlix.policy.gap_ratio import plan_gap_ratio
 from rlix.policy.policies import GapRatioPolicy
 
 SCHEDULER = "rlix/scheduler/scheduler.py"
-STATES = ("pending", "pending", "reported", "reported", "reported", "reported", "silent", "idle")
+STATES = ("pending", "pending", "reported", "reported", "reported", "reported", "silent", "idle", "releasing")
 REQUEST_PRIORITIES = (1, 2, 3, 4, 5)  # actor training to value compute (init is a new pipeline's)
 
 
@@ -85,7 +89,7 @@ def situation(rng: random.Random) -> dict[str, Any]:
         for p in pipelines:
             p["total"] = p["remaining"] = p["estimate"] = pipelines[0]["total"]
     for p in rng.sample(pipelines, len(pipelines)):  # ranks of rolling pipelines, on what is left
-        if p["state"] in ("reported", "silent"):
+        if p["state"] in ("reported", "silent", "releasing"):
             for rank in range(len(p["rollout"]) // p["tp"]):
                 bundle = p["rollout"][rank * p["tp"]:(rank + 1) * p["tp"]]
                 if rng.random() < 0.7 and taken.isdisjoint(bundle):
@@ -144,7 +148,7 @@ def staged(s: dict[str, Any]) -> Scheduler:
         if p["holds_train"]:
             send(ClusterRequested(0.0, p["id"], "actor_train", 1))
     for p in s["pipelines"]:
-        if p["state"] in ("reported", "silent"):  # a request RLix has answered, and its ranks
+        if p["state"] in ("reported", "silent", "releasing"):  # a request RLix has answered, and its ranks
             policy.script = {p["id"]: p["active"]}
             send(ClusterRequested(0.0, p["id"], "actor_infer", 6, estimate=p["total"]))
             sched.pipelines[p["id"]].rollout_request_pending = False
@@ -154,6 +158,9 @@ def staged(s: dict[str, Any]) -> Scheduler:
             send(ClusterRequested(0.0, p["id"], "actor_infer", 6, estimate=p["estimate"]))
     policy.script = None
     policy.quiet = True
+    for p in s["pipelines"]:
+        if p["state"] == "releasing":  # the cycle's round takes its ranks back, then plans
+            send(ClusterReleased(0.0, p["id"], "actor_infer"))
     for r in s.get("requests", []):
         send(ClusterRequested(0.0, r["pipeline"], "actor_train", r["priority"]))
     policy.quiet = False
