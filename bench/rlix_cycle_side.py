@@ -10,7 +10,8 @@ progress totals) and runs one `scheduling_cycle`: planned releases, the requests
 0-5 with the rollout ranks they preempt, the gap-ratio split, validation and commit. Only its
 calls out are replaced: the resize calls to pipelines' coordinators (there are none) and the
 shutdown of its Ray cluster when a cycle fails (the error is printed instead). It prints
-`{"active": {pipeline: [dp ranks]}, "granted": [pipelines whose actor_train was granted]}`.
+`{"active": {pipeline: [dp ranks]}, "granted": [pipelines whose actor_train was granted],
+"cpu_s": the cycle's CPU time}`.
 
     python bench/rlix_cycle_side.py RLIX_CHECKOUT < situations.jsonl
 """
@@ -21,6 +22,7 @@ import asyncio
 import importlib
 import json
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -102,7 +104,10 @@ def main() -> None:
         if not line.strip():
             continue
         try:
-            print(json.dumps(cycle(json.loads(line), scheduler, st, protocol)))
+            situation = json.loads(line)
+            start_s = time.process_time()
+            answer = cycle(situation, scheduler, st, protocol)
+            print(json.dumps({**answer, "cpu_s": time.process_time() - start_s}))
         except Exception as exc:  # RLix raises on its own limits: report it for this situation
             print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
 

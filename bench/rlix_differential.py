@@ -28,6 +28,11 @@ with the same active dp ranks, and the same training requests are granted.
     python bench/rlix_differential.py --rlix ../rlix             # 2,000 situations, one line
     python bench/rlix_differential.py --rlix ../rlix --json      # one JSON line, first differences
     python bench/rlix_differential.py --rlix ../rlix --situations 500 --seed 3
+    python bench/rlix_differential.py --rlix ../rlix --scenario lab-day-256   # states of a real run
+
+With --scenario, the situations are the model's own states in a simulated run of a scenario
+(every 15 minutes of its first three hours by default, `--at` to choose), staged the same way,
+so the check covers the pools, homes and loads the studies have; RLix's cycle is timed on them.
 
 RLix: github.com/rlops/rlix (its scheduler module needs only the standard library and Ray,
 which rlix's `exec` extra installs; nothing of RLix is installed).
@@ -187,9 +192,8 @@ def rlix_cycle(checkout: Path, situations: list[dict[str, Any]]) -> list[dict[st
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
-def compare(checkout: Path, num_situations: int, seed: int) -> dict[str, Any]:
-    rng = random.Random(seed)
-    situations = [situation(rng) for _ in range(num_situations)]
+def compare(checkout: Path, situations: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    num_situations = len(situations)
     theirs = rlix_cycle(checkout, situations)
     differ = []
     moved = 0  # situations where the cycle changed anything (the ones that test it)
@@ -202,8 +206,56 @@ def compare(checkout: Path, num_situations: int, seed: int) -> dict[str, Any]:
         if reference is None or ({pid: reference.get(pid, []) for pid in ours["active"]}, answer.get("granted")) != (
                 ours["active"], ours["granted"]):
             differ.append({"index": index, "situation": s, "rlix": answer, "gap_ratio": ours})
+    cpu_s = sorted(answer.get("cpu_s", 0.0) for answer in theirs)
     return {"situations": num_situations, "seed": seed, "same": num_situations - len(differ),
-            "differ": len(differ), "moved": moved, "with_requests": asked, "first_differences": differ[:3]}
+            "differ": len(differ), "moved": moved, "with_requests": asked,
+            "rlix_cycle_cpu_s": {"median": cpu_s[len(cpu_s) // 2], "max": cpu_s[-1]} if cpu_s else None,
+            "first_differences": differ[:3]}
+
+
+def state_situation(sched: Scheduler) -> dict[str, Any]:
+    """A situation of the model's state in a run (pipelines renamed p0, p1, ...: RLix's ids allow
+    no dots). Every non-rollout cluster a pipeline holds counts as its training gang; a waiting
+    request for actor_train is staged, others (a critic's) are not."""
+    pipelines: list[dict[str, Any]] = []
+    requests: list[dict[str, Any]] = []
+    for p in sorted(sched.pipelines.values(), key=lambda p: p.registered_seq):
+        if not p.placed:
+            continue
+        pid = f"p{len(pipelines)}"
+        held = sorted(g for hold in p.holdings.values() for g in hold.gpus)
+        if not p.rolling:
+            state = "idle"
+        elif p.rollout_request_pending and not p.remaining:
+            state = "pending"
+        else:
+            state = "reported" if p.remaining else "silent"
+        remaining = sum(p.remaining.values())
+        pipelines.append({"id": pid, "tp": p.tp, "rollout": list(p.spec.rollout.mapping),
+                          "train": held or list(p.spec.clusters["actor_train"].mapping), "holds_train": bool(held),
+                          "state": state, "estimate": int(p.estimate), "total": max(p.estimate, remaining),
+                          "remaining": remaining, "active": sorted(p.active)})
+        if "actor_train" in p.pending and not held:
+            requests.append({"pipeline": pid, "priority": int(p.pending["actor_train"].priority)})
+    return {"num_gpus": sched.topology.num_gpus, "gpus_per_node": sched.topology.gpus_per_node,
+            "pipelines": pipelines, "requests": requests}
+
+
+def run_states(scenario: str, seed: int, instants_s: list[float]) -> dict[float, dict[str, Any]]:
+    """The model's states in a simulated run of `scenario` under gap-ratio, at the first moment
+    the run reports (every simulated minute) at or after each instant the run reaches."""
+    from rlix.sim.api import new_simulation  # only here: the random situations need no simulator
+
+    sim = new_simulation(scenario, "gap-ratio", seed=seed)
+    wanted = sorted(instants_s)
+    states: dict[float, dict[str, Any]] = {}
+
+    def capture(now_s: float) -> None:
+        while wanted and now_s >= wanted[0]:
+            states[wanted.pop(0)] = state_situation(sim.loop.scheduler)
+
+    sim.run(max(instants_s), capture)
+    return states
 
 
 def main() -> None:
@@ -212,6 +264,10 @@ def main() -> None:
     parser.add_argument("--situations", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="one JSON line, with the first differences")
+    parser.add_argument("--scenario", help="instead of random situations, the states of a simulated run of this "
+                        "scenario under gap-ratio (seed --seed), at the instants of --at")
+    parser.add_argument("--at", default=",".join(str(900 * i) for i in range(1, 13)),
+                        help="with --scenario: simulated seconds, comma-separated (default: %(default)s)")
     args = parser.parse_args()
     if args.rlix is None:
         print("rlix_differential: needs an RLix checkout to compare with: --rlix PATH "
@@ -220,13 +276,38 @@ def main() -> None:
     if not (args.rlix / SCHEDULER).is_file():
         print(f"rlix_differential: {args.rlix} is not an RLix checkout (no {SCHEDULER})", file=sys.stderr)
         sys.exit(2)
-    result = compare(args.rlix, args.situations, args.seed)
+    if args.scenario:
+        try:
+            instants_s = [float(t) for t in args.at.split(",")]
+        except ValueError:
+            print(f"rlix_differential: --at takes simulated seconds, comma-separated, not {args.at!r}", file=sys.stderr)
+            sys.exit(2)
+        from rlix.scenarios.errors import ScenarioError
+
+        try:
+            states = run_states(args.scenario, args.seed, instants_s)
+        except ScenarioError as error:
+            print(f"rlix_differential: {error}", file=sys.stderr)
+            sys.exit(2)
+        if not states:
+            print(f"rlix_differential: the run of {args.scenario} ended before {min(instants_s):g} s", file=sys.stderr)
+            sys.exit(2)
+        situations = list(states.values())
+        reached = ",".join(f"{t:g}" for t in states)
+        what = f"states of {args.scenario} under gap-ratio (seed {args.seed}, at {reached} s)"
+    else:
+        rng = random.Random(args.seed)
+        situations = [situation(rng) for _ in range(args.situations)]
+        what = f"random situations (seed {args.seed})"
+    result = compare(args.rlix, situations, args.seed)
     if args.json:
         print(json.dumps(result))
     else:
+        cpu = result["rlix_cycle_cpu_s"] or {"median": 0.0, "max": 0.0}
         print(f"gap-ratio makes the same allocations as RLix's scheduling cycle in {result['same']:,} of "
-              f"{result['situations']:,} random situations (seed {result['seed']}; in {result['moved']:,} of "
-              f"them the model moved ranks; {result['with_requests']:,} had training requests waiting)")
+              f"{result['situations']:,} {what}; in {result['moved']:,} of them the model moved ranks, "
+              f"{result['with_requests']:,} had training requests waiting; RLix's cycle took "
+              f"{cpu['median'] * 1e3:.1f} ms CPU (median), {cpu['max'] * 1e3:.1f} ms at most")
     sys.exit(0 if result["differ"] == 0 else 1)
 
 

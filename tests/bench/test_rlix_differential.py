@@ -30,23 +30,37 @@ def test_without_a_checkout_it_says_so_in_one_line_and_exits_2(tmp_path: Path) -
         assert len(done.stderr.strip().splitlines()) == 1 and "RLix checkout" in done.stderr
 
 
+def assert_staged_as_given(bench: Any, s: dict[str, Any]) -> None:
+    sched = bench.staged(s)
+    assert not sched.ledger.inflight
+    for p in s["pipelines"]:
+        state = sched.pipelines[p["id"]]
+        assert sorted(state.active) == sorted(p["active"])  # a releasing one's go in the cycle
+        assert all(r.status is RankStatus.ACTIVE for r in state.active.values())
+        assert ("actor_train" in state.holdings) == p["holds_train"]
+        assert state.rolling == (p["state"] not in ("idle", "releasing"))
+        assert state.rollout_request_pending == (p["state"] == "pending")
+        assert state.remaining == ({"base": p["remaining"]} if p["state"] == "reported" else {})
+        asked = [r["priority"] for r in s["requests"] if r["pipeline"] == p["id"]]
+        assert [r.priority for r in state.pending.values()] == asked
+
+
 def test_the_model_is_given_exactly_the_situation() -> None:
     bench = load("rlix_differential")
     rng = random.Random(5)
     for _ in range(200):
-        s = bench.situation(rng)
-        sched = bench.staged(s)
-        assert not sched.ledger.inflight
-        for p in s["pipelines"]:
-            state = sched.pipelines[p["id"]]
-            assert sorted(state.active) == sorted(p["active"])  # a releasing one's go in the cycle
-            assert all(r.status is RankStatus.ACTIVE for r in state.active.values())
-            assert ("actor_train" in state.holdings) == p["holds_train"]
-            assert state.rolling == (p["state"] not in ("idle", "releasing"))
-            assert state.rollout_request_pending == (p["state"] == "pending")
-            assert state.remaining == ({"base": p["remaining"]} if p["state"] == "reported" else {})
-            asked = [r["priority"] for r in s["requests"] if r["pipeline"] == p["id"]]
-            assert [r.priority for r in state.pending.values()] == asked
+        assert_staged_as_given(bench, bench.situation(rng))
+
+
+def test_states_of_a_run_are_staged_as_they_were() -> None:
+    bench = load("rlix_differential")
+    states = bench.run_states("lab-day", 0, [600.0, 1500.0])
+    assert list(states) == [600.0, 1500.0]
+    for s in states.values():
+        assert s["num_gpus"] == 64 and all(p["id"] == f"p{i}" for i, p in enumerate(s["pipelines"]))
+        assert_staged_as_given(bench, s)
+    assert any(p["state"] != "idle" for s in states.values() for p in s["pipelines"])
+    assert list(bench.run_states("tiny", 0, [30.0, 10.0**9])) == [30.0]  # the run ends long before 10^9 s
 
 
 def pipeline(pid: str, tp: int, state: str, **fields: Any) -> dict[str, Any]:
