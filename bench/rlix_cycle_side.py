@@ -43,7 +43,7 @@ def cycle(situation: dict[str, Any], scheduler: Any, st: Any, protocol: Any) -> 
     """One situation through a whole cycle of RLix's scheduler (`SchedulerImpl.scheduling_cycle`:
     planned releases, requests of priorities 0-5 with their preemptions, the gap-ratio split,
     validation, commit), its resize calls to pipelines left out: each pipeline's active dp ranks
-    afterwards, and the non-rollout clusters granted."""
+    afterwards, the non-rollout clusters granted, and the cycle's CPU time."""
     gen, train = protocol.GENERATION_CLUSTER_NAME, protocol.ACTOR_TRAIN_CLUSTER_NAME
     priority = protocol.Priority
     impl = type("Probe", (scheduler.SchedulerImpl,), {})()  # not slotted: its calls out can be replaced
@@ -88,13 +88,19 @@ def cycle(situation: dict[str, Any], scheduler: Any, st: Any, protocol: Any) -> 
 
     impl._execute_resize_calls = no_resizes
     impl._fail_fast_shutdown = no_resizes  # RLix would stop its Ray cluster; the error is reported
-    asyncio.run(impl.scheduling_cycle())
+
+    async def timed_cycle() -> float:
+        start_s = time.process_time()
+        await impl.scheduling_cycle()
+        return time.process_time() - start_s
+
+    cpu_s = asyncio.run(timed_cycle())
     active = {p["id"]: sorted(a.active_dp_ranks) if (a := state.active_allocations.get(f"{p['id']}_{gen}")) else []
               for p in situation["pipelines"]}
     granted = sorted(cid.rsplit("_" + train, 1)[0] for cid, a in state.active_allocations.items()
                      if a.priority != priority.GENERATION and cid.endswith("_" + train)
                      and not any(p["holds_train"] and f"{p['id']}_{train}" == cid for p in situation["pipelines"]))
-    return {"active": active, "granted": granted}
+    return {"active": active, "granted": granted, "cpu_s": cpu_s}
 
 
 def main() -> None:
@@ -104,10 +110,7 @@ def main() -> None:
         if not line.strip():
             continue
         try:
-            situation = json.loads(line)
-            start_s = time.process_time()
-            answer = cycle(situation, scheduler, st, protocol)
-            print(json.dumps({**answer, "cpu_s": time.process_time() - start_s}))
+            print(json.dumps(cycle(json.loads(line), scheduler, st, protocol)))
         except Exception as exc:  # RLix raises on its own limits: report it for this situation
             print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
 
