@@ -46,7 +46,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rlix.policy import (
     ClusterReleased,
@@ -258,6 +258,28 @@ def run_states(scenario: str, seed: int, instants_s: list[float]) -> dict[float,
     return states
 
 
+def fail(message: str) -> NoReturn:
+    print(f"rlix_differential: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def chosen_situations(args: argparse.Namespace, instants_s: list[float]) -> tuple[list[dict[str, Any]], str]:
+    """The situations the command line asks for, and how to name them."""
+    if not args.scenario:
+        rng = random.Random(args.seed)
+        return [situation(rng) for _ in range(args.situations)], f"random situations (seed {args.seed})"
+    from rlix.scenarios.errors import ScenarioError
+
+    try:
+        states = run_states(args.scenario, args.seed, instants_s)
+    except ScenarioError as error:
+        fail(str(error))
+    if not states:
+        fail(f"the run of {args.scenario} ended before {min(instants_s):g} s")
+    reached = ",".join(f"{t:g}" for t in states)
+    return list(states.values()), f"states of {args.scenario} under gap-ratio (seed {args.seed}, at {reached} s)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rlix", type=Path, help="a checkout of RLix (github.com/rlops/rlix)")
@@ -269,36 +291,15 @@ def main() -> None:
     parser.add_argument("--at", default=",".join(str(900 * i) for i in range(1, 13)),
                         help="with --scenario: simulated seconds, comma-separated (default: %(default)s)")
     args = parser.parse_args()
+    try:
+        instants_s = [float(t) for t in args.at.split(",")]
+    except ValueError:
+        fail(f"--at takes simulated seconds, comma-separated, not {args.at!r}")
     if args.rlix is None:
-        print("rlix_differential: needs an RLix checkout to compare with: --rlix PATH "
-              "(git clone https://github.com/rlops/rlix PATH)", file=sys.stderr)
-        sys.exit(2)
+        fail("needs an RLix checkout to compare with: --rlix PATH (git clone https://github.com/rlops/rlix PATH)")
     if not (args.rlix / SCHEDULER).is_file():
-        print(f"rlix_differential: {args.rlix} is not an RLix checkout (no {SCHEDULER})", file=sys.stderr)
-        sys.exit(2)
-    if args.scenario:
-        try:
-            instants_s = [float(t) for t in args.at.split(",")]
-        except ValueError:
-            print(f"rlix_differential: --at takes simulated seconds, comma-separated, not {args.at!r}", file=sys.stderr)
-            sys.exit(2)
-        from rlix.scenarios.errors import ScenarioError
-
-        try:
-            states = run_states(args.scenario, args.seed, instants_s)
-        except ScenarioError as error:
-            print(f"rlix_differential: {error}", file=sys.stderr)
-            sys.exit(2)
-        if not states:
-            print(f"rlix_differential: the run of {args.scenario} ended before {min(instants_s):g} s", file=sys.stderr)
-            sys.exit(2)
-        situations = list(states.values())
-        reached = ",".join(f"{t:g}" for t in states)
-        what = f"states of {args.scenario} under gap-ratio (seed {args.seed}, at {reached} s)"
-    else:
-        rng = random.Random(args.seed)
-        situations = [situation(rng) for _ in range(args.situations)]
-        what = f"random situations (seed {args.seed})"
+        fail(f"{args.rlix} is not an RLix checkout (no {SCHEDULER})")
+    situations, what = chosen_situations(args, instants_s)
     result = compare(args.rlix, situations, args.seed)
     if args.json:
         print(json.dumps(result))

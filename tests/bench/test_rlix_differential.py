@@ -45,6 +45,12 @@ def assert_staged_as_given(bench: Any, s: dict[str, Any]) -> None:
         assert [r.priority for r in state.pending.values()] == asked
 
 
+def test_a_bad_instant_is_named_before_anything_runs() -> None:
+    done = run("--scenario", "lab-day", "--at", "600,soon")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == "rlix_differential: --at takes simulated seconds, comma-separated, not '600,soon'"
+
+
 def test_the_model_is_given_exactly_the_situation() -> None:
     bench = load("rlix_differential")
     rng = random.Random(5)
