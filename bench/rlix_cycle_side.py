@@ -97,9 +97,9 @@ def cycle(situation: dict[str, Any], scheduler: Any, st: Any, protocol: Any) -> 
     cpu_s = asyncio.run(timed_cycle())
     active = {p["id"]: sorted(a.active_dp_ranks) if (a := state.active_allocations.get(f"{p['id']}_{gen}")) else []
               for p in situation["pipelines"]}
-    granted = sorted(cid.rsplit("_" + train, 1)[0] for cid, a in state.active_allocations.items()
-                     if a.priority != priority.GENERATION and cid.endswith("_" + train)
-                     and not any(p["holds_train"] and f"{p['id']}_{train}" == cid for p in situation["pipelines"]))
+    # Only pipelines not holding actor_train ask for it, so holding it now means granted.
+    granted = sorted(r["pipeline"] for r in situation.get("requests", [])
+                     if f"{r['pipeline']}_{train}" in state.active_allocations)
     return {"active": active, "granted": granted, "cpu_s": cpu_s}
 
 

@@ -3,7 +3,7 @@
 Draws random situations (seeded): a pool of 4-16 GPUs in nodes of 4 or 8, one to five
 pipelines registered in order, each with a rollout TP of 1, 2 or 4 and a random set of bundles
 (sometimes offset so bundles of different pipelines overlap in part), some holding their
-training gang, and each in one of four rollout states as RLix sees it:
+training gang, and each in one of five rollout states as RLix sees it:
 
 - pending: a rollout request waits, with an estimate, and no progress report yet;
 - reported: its rollout allocation exists (some of its ranks active, maybe none) and its

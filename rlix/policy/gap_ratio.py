@@ -16,14 +16,14 @@ models, in RLix's terms (the comments marked "RLix:" state RLix's behaviour in p
 - Donors, the per-donor shrink budget and candidate scoring: `_CyclePlan._best_candidate` and
   `_CyclePlan._victims`. The model finds a candidate's victims from the owners of its GPUs
   rather than by scanning every donor's ranks as RLix does (the same victims, since each GPU
-  has one owner), so it plans in well under a second where RLix takes seconds; the planning
-  times RLix itself was measured at are in REFERENCE.md.
+  has one owner), so it plans faster than RLix; RLix's own cycle times, on synthetic states
+  (REFERENCE.md) and on the studies' states (docs/performance.md), are charged to neither.
 
-Checked against one cycle of RLix's own scheduler on random situations, training requests that
-preempt rollout included (bench/rlix_differential.py); the hand-checked cases are in
-tests/policy/test_gap_ratio.py. Not modelled: RLix
-shuts down when a cycle exceeds 1,000 activations or 10,000 iterations; a failed decision
-(RLix would shut down) leaves its rank backing off, which the model respects.
+Checked against one cycle of RLix's own scheduler, training requests that preempt rollout
+included, on random situations and on the model's states in the studies
+(bench/rlix_differential.py); the hand-checked cases are in tests/policy/test_gap_ratio.py.
+Not modelled: RLix shuts down when a cycle exceeds 1,000 activations or 10,000 iterations; a
+failed decision (RLix would shut down) leaves its rank backing off, which the model respects.
 """
 
 from __future__ import annotations
