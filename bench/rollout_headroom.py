@@ -6,7 +6,7 @@ GPUs: each seed's study runs once as it is, then again with each pipeline's home
 that run placed it and `N` more nodes added to the pool. No home covers the added GPUs, so no
 training gang or init ever takes them: they widen rollout only, while the gangs take turns on
 the same homes as before. Every row is measured against the ceiling of the study as it is
-(`of ceiling` = that ceiling's steps per hour over the run's, means over seeds), so a row says
+(`of ceiling`: the run's steps per hour over that ceiling's, means over seeds), so a row says
 how far the policy gets once rollout has that much more room, and the first row that reaches a
 target share says how many GPUs that share asks for.
 
