@@ -17,8 +17,11 @@ TP-2 rollout ranks are left for four jobs, each of which has a rollout open most
     python bench/rollout_headroom.py                          # blog-4on12, rlix, +0..3 nodes, 8 seeds
     python bench/rollout_headroom.py --policies rlix,gap-ratio --nodes 0,1,3 --seeds 2 --json
 
-Its figures are makespans, for studies of jobs submitted together; on a stream of arrivals
-(`lab-day`) read `rlix-sim jobs` instead.
+Steps per hour and the share of the ceiling are for studies of jobs submitted together. On a
+stream of arrivals (`lab-day`) read the mean JCT, and skip the ceiling (`--no-ceiling`): it asks
+for every one of the stream's jobs alone, and a makespan says little there.
+
+    python bench/rollout_headroom.py --scenarios lab-day --no-ceiling --policies rlix,gap-ratio --nodes 0,1,2 --seeds 2
 """
 
 from __future__ import annotations
@@ -91,20 +94,25 @@ def widened(scenario: Any, homes: dict[str, list[int]], extra_nodes: int) -> Any
     return Scenario.model_validate(data)
 
 
-def run_one(name: str, policy: str, seed: int, nodes: tuple[int, ...]) -> list[dict[str, Any]]:
-    """The study as it is (with its ceiling) and widened by each of `nodes`, one row each."""
+def run_one(name: str, policy: str, seed: int, nodes: tuple[int, ...], ceiling: bool = True) -> list[dict[str, Any]]:
+    """The study as it is (with its ceiling, unless not `ceiling`) and widened by each of
+    `nodes`, one row each."""
     from rlix.scenarios import load_scenario
     from rlix.sim.api import simulate
     from rlix.sim.compare import compare
 
     scenario = load_scenario(name).model_copy(update={"seed": seed})
+    ceiling_s = None
     with tempfile.TemporaryDirectory() as out:
-        comparison = compare(scenario, [policy], out=Path(out))
-        folder = comparison.run_dirs[policy]
+        if ceiling:
+            comparison = compare(scenario, [policy], out=Path(out))
+            folder, base = comparison.run_dirs[policy], comparison.summaries[policy]
+            ceiling_s = comparison.makespan_bound_s()
+        else:
+            result = simulate(scenario, policy, out=Path(out) / policy, plots=False)
+            folder, base = result.run_dir, result.summary
         assert folder is not None
         homes = placed_homes(folder / "events.jsonl")
-    ceiling_s = comparison.makespan_bound_s()
-    base = comparison.summaries[policy]
     rows = []
     for extra in nodes:
         summary = base if extra == 0 else simulate(widened(scenario, homes, extra), policy, plots=False).summary
@@ -112,15 +120,16 @@ def run_one(name: str, policy: str, seed: int, nodes: tuple[int, ...]) -> list[d
                      "num_gpus": scenario.num_gpus + extra * scenario.topology_config.gpus_per_node,
                      "makespan_s": float(summary["makespan_s"]),
                      "steps_per_hour": float(summary["overall"]["steps_per_hour"]),
+                     "mean_jct_s": float(summary["overall"]["jobs"]["mean_jct_s"]),
                      "ceiling_makespan_s": ceiling_s})
     return rows
 
 
 def bench(names: list[str], policies: list[str], nodes: tuple[int, ...], seeds: int, workers: int,
-          quiet: bool) -> list[dict[str, Any]]:
+          quiet: bool, ceiling: bool = True) -> list[dict[str, Any]]:
     """One row per (scenario, policy, extra nodes): means over seeds 0..seeds-1, `of_ceiling`
     the study's own ceiling makespan over the run's."""
-    jobs = [(name, policy, seed, nodes) for name in names for policy in policies for seed in range(seeds)]
+    jobs = [(name, policy, seed, nodes, ceiling) for name in names for policy in policies for seed in range(seeds)]
     runs = [row for rows in run_all(run_one, jobs, workers, quiet) for row in rows]
     out = []
     for name in names:
@@ -129,7 +138,7 @@ def bench(names: list[str], policies: list[str], nodes: tuple[int, ...], seeds: 
                 mine = [r for r in runs if (r["scenario"], r["policy"], r["extra_nodes"]) == (name, policy, extra)]
                 row: dict[str, Any] = {"scenario": name, "policy": policy, "extra_nodes": extra,
                                        "num_gpus": mine[0]["num_gpus"]}
-                for key in ("steps_per_hour", "makespan_s"):
+                for key in ("steps_per_hour", "makespan_s", "mean_jct_s"):
                     row[key] = fmean(r[key] for r in mine)
                 if all(r["ceiling_makespan_s"] for r in mine):
                     row["of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["makespan_s"] for r in mine)
@@ -157,6 +166,9 @@ def main() -> int:
                         help="extra nodes for rollout only, one row each (default: 0,1,2,3)")
     parser.add_argument("--seeds", type=positive_int, default=8, metavar="N", help="seeds 0..N-1 (default 8)")
     parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
+    parser.add_argument("--no-ceiling", action="store_true",
+                        help="skip the ceiling (every pipeline run alone): for a stream of arrivals, read"
+                        " mean_jct_s (module docstring)")
     parser.add_argument("--json", action="store_true", help="one JSON line: {\"rows\": [...]}")
     args = parser.parse_args()
     from rlix.policy.policies import POLICIES
@@ -175,7 +187,7 @@ def main() -> int:
     policies = [p for p in args.policies.split(",") if p]
     if not policies or set(policies) - set(POLICIES):
         parser.error(f"--policies: expected some of {', '.join(sorted(POLICIES))}, got {args.policies!r}")
-    rows = bench(names, policies, args.nodes, args.seeds, args.workers, quiet=args.json)
+    rows = bench(names, policies, args.nodes, args.seeds, args.workers, quiet=args.json, ceiling=not args.no_ceiling)
     if args.json:
         print(json.dumps({"rows": rows}))
         return 0
@@ -183,8 +195,9 @@ def main() -> int:
 
     from rlix.sim.report import format_table
 
-    formats = {"steps_per_hour": "{:.1f}", "makespan_s": "{:,.0f}", "of_ceiling": "{:.1%}"}
-    print(f"means over seeds 0-{args.seeds - 1}; of ceiling: against the study's own ceiling, as it is")
+    formats = {"steps_per_hour": "{:.1f}", "makespan_s": "{:,.0f}", "mean_jct_s": "{:,.0f}", "of_ceiling": "{:.1%}"}
+    against = "" if args.no_ceiling else "; of ceiling: against the study's own ceiling, as it is"
+    print(f"means over seeds 0-{args.seeds - 1}{against}")
     print(format_table(pd.DataFrame(rows), formats))
     return 0
 

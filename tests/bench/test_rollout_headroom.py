@@ -77,3 +77,18 @@ def test_added_gpus_run_rollout_only(tmp_path: Path) -> None:
     assert set(added["cluster"]) == {"actor_infer"}
     not_rollout = activity[activity["cluster"] != "actor_infer"]
     assert set(not_rollout["gpu"]) <= {g for gpus in homes.values() for g in gpus}
+
+
+def test_without_the_ceiling_the_same_runs_and_their_mean_jct() -> None:
+    bench = load("rollout_headroom")
+    with_ceiling = bench.run_one("tiny", "rlix", 0, (0, 1))
+    without = bench.run_one("tiny", "rlix", 0, (0, 1), ceiling=False)
+    assert all(row["ceiling_makespan_s"] is None for row in without)
+    assert with_ceiling[0]["ceiling_makespan_s"] is not None
+    for a, b in zip(with_ceiling, without, strict=True):
+        assert a["makespan_s"] == pytest.approx(b["makespan_s"])
+        assert a["mean_jct_s"] == pytest.approx(b["mean_jct_s"])
+        assert 0 < b["mean_jct_s"] <= b["makespan_s"]
+    rows = bench.bench(["tiny"], ["rlix"], (0, 1), 1, 1, quiet=True, ceiling=False)
+    assert [row["extra_nodes"] for row in rows] == [0, 1]
+    assert all("of_ceiling" not in row and row["mean_jct_s"] > 0 for row in rows)
