@@ -72,7 +72,8 @@ def whole_pool_rollout(scenario: Any) -> list[str]:
 def widened(scenario: Any, homes: dict[str, list[int]], extra_nodes: int) -> Any:
     """`scenario` with every pipeline's home pinned (`homes` for the ones given as sizes) and
     `extra_nodes` more nodes of the same shape, which no home covers and which the rollout of
-    `whole_pool_rollout` may use; ValueError if there is none such."""
+    `whole_pool_rollout` may use; ValueError if there is none such, or if a sized home is
+    missing from `homes`."""
     from rlix.policy.specs import ROLLOUT_CLUSTER
     from rlix.scenarios.schema import Scenario
 
@@ -80,6 +81,10 @@ def widened(scenario: Any, homes: dict[str, list[int]], extra_nodes: int) -> Any
     if extra_nodes and not wide:
         raise ValueError(f"{scenario.name}: no pipeline's rollout may use the whole pool, so no "
                          "added GPU would be used")
+    unplaced = [p.id for p in scenario.pipelines if not p.home_gpus and p.id not in homes]
+    if unplaced:  # left sized, it could be placed on the added GPUs
+        raise ValueError(f"{scenario.name}: no home to pin for {', '.join(unplaced)} (never placed in the "
+                         "run as it is)")
     data = scenario.model_dump(by_alias=True, exclude_none=True)
     num_gpus = scenario.num_gpus
     data["topology"]["num_nodes"] += extra_nodes

@@ -56,6 +56,9 @@ def test_widened_refuses_when_no_rollout_could_use_the_added_gpus() -> None:
     assert bench.widened(narrow, {}, 0).num_gpus == 4  # nothing added: nothing to refuse
     with pytest.raises(ValueError, match="no pipeline's rollout"):
         bench.widened(narrow, {}, 1)
+    blog = load_scenario("blog-4on12")
+    with pytest.raises(ValueError, match="no home to pin for job3"):
+        bench.widened(blog, {f"job{i}": list(range(8)) for i in range(3)}, 1)
 
 
 def test_added_gpus_run_rollout_only(tmp_path: Path) -> None:
