@@ -21,7 +21,8 @@ import sys
 from statistics import fmean
 from typing import Any
 
-from rlix.scenarios import bundled_scenarios, load_scenario
+from rlix.scenarios import load_scenario
+from rlix.sim.choices import bundled_scenario_names
 from rlix.sim.parallel import run_all
 from rlix.sim.report import format_table
 from rlix.traces.options import non_negative_int, non_negative_number, positive_int
@@ -109,7 +110,7 @@ def _setting(text: str) -> tuple[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
+    parser.add_argument("--scenarios", type=bundled_scenario_names, default=",".join(DEFAULT_SCENARIOS),
                         help="bundled scenarios, separated by commas (default: the four studies)")
     parser.add_argument("--gammas", type=_gammas, default=list(DEFAULT_GAMMAS), help="default: 0,2,4,8,16")
     parser.add_argument("--seeds", type=non_negative_int, default=8, metavar="N",
@@ -120,10 +121,7 @@ def main() -> int:
     parser.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                         help="another policy tunable for every run, e.g. keep_busy_tail=false (repeatable)")
     args = parser.parse_args()
-    names = [name for name in args.scenarios.split(",") if name]
-    unknown = sorted(set(names) - set(bundled_scenarios()))
-    if unknown or not names:
-        parser.error(f"unknown scenario(s) {', '.join(unknown) or '(none given)'} (bundled: {', '.join(bundled_scenarios())})")
+    names = args.scenarios
     overrides = dict(args.set)
     try:
         load_scenario(names[0]).with_policy("rlix", overrides)

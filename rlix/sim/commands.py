@@ -12,6 +12,7 @@ from typing import Any
 from rlix.policy import POLICIES
 from rlix.runs.progress import sim_progress
 from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
+from rlix.sim.choices import policy_names
 from rlix.traces.options import UsageError, non_negative_int, positive_number
 
 RUN_HELP = """\
@@ -230,11 +231,10 @@ def compare_main(args: argparse.Namespace) -> int:
     from rlix.sim.report import print_comparison
 
     scenario = _scenario(args)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in POLICIES]
-    if unknown or not policies:
-        problem = f"unknown {', '.join(unknown)}" if unknown else "give at least one"
-        raise UsageError(f"--policies: {problem} (known: {', '.join(sorted(POLICIES))})")
+    try:
+        policies = policy_names(args.policies)
+    except argparse.ArgumentTypeError as error:
+        raise UsageError(f"--policies: {error}") from None
     out = Path(args.out) if args.out else Path("runs") / scenario.name / "compare"
     _check_compare_out(out, policies)
     bars: dict[str, Any] = {}
