@@ -18,7 +18,9 @@ job so weighed is not held at its busy ranks in its tail; `-finish_together` is 
 on its own home its load time before it is expected, so its rollout starts on them), and
 `training_yields` (on by default, with `finish_together`: a job whose training cluster is held
 or requested weighs half in the split and gives a bundle on GPUs no home covers to a job with
-no rank weighing three times as much). For each
+no rank weighing three times as much), and `prefetch_weights` (on by default: a pipeline reads
+its weights into host memory before it asks for an init's GPUs, which it then holds only to copy
+them in). For each
 scenario: rlix as it is, with each rule switched the other way (-rule: off, +rule: on), with all of them off,
 and gap-ratio and static for reference. Figures: steps/h, mean JCT, idle and loading shares,
 and recomputed over generated tokens. Deterministic simulator figures; with `--seeds N`, each
@@ -50,10 +52,11 @@ SWITCHED = {"keep_busy_tail": ("-keep_busy_tail", False), "home_floor": ("+home_
             "min_rebalance_interval_s": ("-min_rebalance_interval_s", 0.0), "look_ahead": ("-look_ahead", False),
             "tail_spread_batch": ("-tail_spread", 0), "max_drain_s": ("-drain", 0.0),
             "keep_warm": ("-keep_warm", False), "finish_together": ("-finish_together", 0.0),
-            "wake_ahead": ("-wake_ahead", False), "training_yields": ("-training_yields", False)}
+            "wake_ahead": ("-wake_ahead", False), "training_yields": ("-training_yields", False),
+            "prefetch_weights": ("-prefetch", False)}
 ALL_OFF = {"keep_busy_tail": False, "home_floor": False, "min_rebalance_interval_s": 0.0, "look_ahead": False,
            "tail_spread_batch": 0, "max_drain_s": 0.0, "keep_warm": False, "finish_together": 0.0,
-           "wake_ahead": False, "training_yields": False}
+           "wake_ahead": False, "training_yields": False, "prefetch_weights": False}
 FIGURES = ("steps_per_hour", "mean_jct_s", "idle_share", "loading_share", "recomputed_share")
 
 

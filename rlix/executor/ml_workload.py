@@ -122,10 +122,16 @@ class MlEngine:
 class MlTrainer:
     """The trainer of one cluster; `run` onloads, computes one stage, offloads."""
 
-    def __init__(self, params: Mapping[str, Any], cluster: str, adapters: list[str] | None) -> None:
+    def __init__(self, params: Mapping[str, Any], cluster: str, adapters: list[str] | None,
+                 on_host: bool = False) -> None:
         from rlix.executor.ml.policy_update import PolicyLossSettings
 
+        # `on_host`: a prefetch, holding no GPU: the model is built in host memory, and
+        # `stage_in` (the init) takes it onto the GPUs; `device` is where later stages run.
         path, device = params["model_path"], _device(params)
+        self.device, self.on_host = device, on_host
+        if on_host:
+            device = "cpu"
         # The KL term is in the GRPO loss only with a reference (PPO folds it into rewards).
         in_loss = params["kl"] and params["algorithm"] != "ppo"
         loss = PolicyLossSettings(clip_eps=float(params["clip_ratio"]),
@@ -148,7 +154,17 @@ class MlTrainer:
             from rlix.executor.ml.actor import ActorTrainer
 
             self.model = ActorTrainer(path, lr=float(params["actor_lr"]), loss=loss, device=device)
-        self.model.offload()
+        self.model.device = self.device
+        if not on_host:
+            self.model.offload()
+
+    def stage_in(self) -> None:
+        """The init of a prefetched trainer: its model onto the GPUs (buffers allocated there),
+        then off again, as every stage leaves it; nothing for one loaded at its start."""
+        if self.on_host:
+            self.model.onload()
+            self.model.offload()
+            self.on_host = False
 
     def run(self, method: str, *args: Any) -> Any:
         self.model.onload()
@@ -183,6 +199,7 @@ class MlTrainer:
         import torch
 
         self.model.load(folder)
+        self.model.offload()  # its optimizer state may have been loaded onto the device
         rng = os.path.join(folder, RNG_FILE)
         if os.path.exists(rng):
             states = torch.load(rng, weights_only=False)
@@ -236,9 +253,9 @@ class MlWorkload:
     def engine_factory(self) -> Callable[[], Engine]:
         return partial(MlEngine, dict(self.params), self.lora)
 
-    def trainer_factory(self, cluster: str) -> Callable[[], Any]:
+    def trainer_factory(self, cluster: str, on_host: bool = False) -> Callable[[], Any]:
         adapters = self.weight_names() if self.lora and cluster == "actor_train" else None
-        return partial(MlTrainer, dict(self.params), cluster, adapters)
+        return partial(MlTrainer, dict(self.params), cluster, adapters, on_host)
 
     def make_batch(self, adapter: str, step: int, num_prompts: int, samples_per_prompt: int,
                    first_id: int) -> list[Trajectory]:
@@ -278,6 +295,7 @@ class MlWorkload:
     async def run_stage(self, stage: Stage, trainers: Mapping[str, Any], batch: list[Trajectory] | None) -> Any:
         trainer = trainers[stage.cluster]
         if stage.stage == "init":
+            await trainer.call.remote("stage_in")
             return None
         state = self.states[(stage.adapter, stage.step)]
         lora_args = (stage.adapter,) if self.lora else ()

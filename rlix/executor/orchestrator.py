@@ -22,6 +22,7 @@ each of its GPUs, so its ranks are revoked and the rest go on).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import time
@@ -41,7 +42,7 @@ from rlix.pipelines import ops
 from rlix.policy import events as ev
 from rlix.policy.core import Scheduler
 from rlix.policy.specs import PipelineSpec, PolicyConfig, Topology
-from rlix.runs.host import RETRY, VALUE, WAIT, WORK, Host
+from rlix.runs.host import RETRY, VALUE, WAIT, WORK, Host, program_under
 from rlix.runs.loop import Loop
 from rlix.runs.recorder import Recorder
 
@@ -103,6 +104,7 @@ class Orchestrator(ExternalApi):
         pid = setup.pipeline_id
         if pid in self.pipelines:
             raise ValueError(f"pipeline id {pid!r} is taken")
+        setup = dataclasses.replace(setup, program=program_under(setup.program, self.scheduler))
         host: Host[asyncio.Future[Any]] = Host(self.loop, setup.spec, setup.program, AsyncioFutures())
         try:
             host.start()

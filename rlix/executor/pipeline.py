@@ -152,6 +152,9 @@ class PipelineActor:
             return await self._stage(op)
         if isinstance(op, ops.Checkpoint):
             return await self._checkpoint(op)
+        if isinstance(op, ops.Prefetch):
+            await self._start_trainer(op.cluster, on_host=True)
+            return None
         if isinstance(op, ops.Generate):
             first = self._next_id.get(op.adapter, 0)
             batch = self.workload.make_batch(op.adapter, op.step, op.num_prompts, op.samples_per_prompt, first)
@@ -166,24 +169,37 @@ class PipelineActor:
         await self.ranks.sync_idle()
         return None
 
-    async def _stage(self, op: ops.Stage) -> Any:
-        trainer = self.trainers.get(op.cluster)
+    async def _gpus(self, cluster: str) -> tuple[int, ...]:
         if not self.setup.spec.placed:  # a sized home: the core has placed it by its first grant
             self.setup = dataclasses.replace(self.setup, spec=await self.orch.placed_spec.remote(self.pipeline_id))
-        gpus = self.setup.spec.clusters[op.cluster].mapping
-        # From here: a cluster's first stage (its init) starts its trainer, which is the init's
-        # work (the model load), so its busy span covers it as the simulator's init does.
+        return tuple(self.setup.spec.clusters[cluster].mapping)
+
+    async def _start_trainer(self, cluster: str, on_host: bool) -> Any:
+        """Start `cluster`'s trainer on its home's node and load its model (the resumed
+        checkpoint's, if any): `on_host`, into host memory only (a Prefetch, holding no GPU);
+        else onto its GPUs and off again (an init that did not prefetch)."""
+        gpus = await self._gpus(cluster)
+        trainer = RemoteTrainerWorker.options(**self.pool.actor_options(gpus)).remote(
+            self.pipeline_id, cluster, self.pool.visible_devices(gpus),
+            self.workload.trainer_factory(cluster, on_host),
+        )
+        self.trainers[cluster] = trainer
+        await self.adopt(trainer)
+        await trainer.__ray_ready__.remote()  # its model loaded: an actor's start is asynchronous
+        resume = self.setup.resume
+        if resume is not None and resume.checkpoint is not None:
+            await self.workload.restore(cluster, trainer, resume.checkpoint)
+        return trainer
+
+    async def _stage(self, op: ops.Stage) -> Any:
+        trainer = self.trainers.get(op.cluster)
+        gpus = await self._gpus(op.cluster)
+        # From here: a cluster's first stage (its init) starts its trainer unless a Prefetch
+        # did, which is the init's work (the model load), so its busy span covers it as the
+        # simulator's init does; after a Prefetch the init moves the model onto the GPUs.
         t0 = self.now()
         if trainer is None:
-            trainer = RemoteTrainerWorker.options(**self.pool.actor_options(gpus)).remote(
-                self.pipeline_id, op.cluster, self.pool.visible_devices(gpus),
-                self.workload.trainer_factory(op.cluster),
-            )
-            self.trainers[op.cluster] = trainer
-            await self.adopt(trainer)
-            resume = self.setup.resume
-            if resume is not None and resume.checkpoint is not None:
-                await self.workload.restore(op.cluster, trainer, resume.checkpoint)
+            trainer = await self._start_trainer(op.cluster, on_host=False)
         batch = self.queue.batch(op.adapter, op.step) if op.step >= 0 else None
         result = await self.workload.run_stage(op, self.trainers, batch)
         if op.stage == "init" and op.cluster == self.workload.weights_cluster:

@@ -68,16 +68,22 @@ class SyntheticEngine:
 
 
 class SyntheticTrainer:
-    def __init__(self, params: Mapping[str, Any], cluster: str) -> None:
+    """Timed stages. Its init takes `init_s`; built `on_host` (a prefetch), the load takes it
+    instead, before the init, which then takes none."""
+
+    def __init__(self, params: Mapping[str, Any], cluster: str, on_host: bool = False) -> None:
         self.p = params
         self.cluster = cluster
         self.version = 0
+        self.init_s = 0.0 if on_host else float(params["init_s"])
+        if on_host:
+            time.sleep(params["init_s"])
 
     def stage(self, name: str, adapter: str, step: int) -> dict[str, float]:
         fail = self.p.get("fail_stage")
         if fail is not None and [name, step] == list(fail):
             raise RuntimeError(f"synthetic failure in stage {name} of step {step}")
-        time.sleep(self.p["init_s"] if step < 0 else self.p["stage_s"])
+        time.sleep(self.init_s if step < 0 else self.p["stage_s"])
         if name == "actor_train":
             self.version += 1
         return {"stage_s": self.p["stage_s"]}
@@ -110,9 +116,9 @@ class SyntheticWorkload:
         params, seed = dict(self.params), self.seed
         return lambda: SyntheticEngine(params, seed)
 
-    def trainer_factory(self, cluster: str) -> Callable[[], Any]:
+    def trainer_factory(self, cluster: str, on_host: bool = False) -> Callable[[], Any]:
         params = dict(self.params)
-        return lambda: SyntheticTrainer(params, cluster)
+        return lambda: SyntheticTrainer(params, cluster, on_host)
 
     async def run_stage(self, stage: Stage, trainers: Mapping[str, Any], batch: list[Trajectory] | None) -> Any:
         return await trainers[stage.cluster].call.remote("stage", stage.stage, stage.adapter, stage.step)

@@ -85,12 +85,15 @@ class Workload(Protocol):
     def engine_factory(self) -> Callable[[], Engine]:
         """Builds a rank's rollout engine inside its worker process (picklable)."""
 
-    def trainer_factory(self, cluster: str) -> Callable[[], Any]:
-        """Builds the trainer of `cluster` inside its worker process (picklable)."""
+    def trainer_factory(self, cluster: str, on_host: bool = False) -> Callable[[], Any]:
+        """Builds the trainer of `cluster` inside its worker process (picklable). `on_host`:
+        a prefetch, holding no GPU: the model is loaded into host memory only, and the init
+        stage (`run_stage`) moves it onto the GPUs."""
 
     async def run_stage(self, stage: Stage, trainers: Mapping[str, Any], batch: list[Trajectory] | None) -> Any:
         """Run `stage` on the trainer actors (`cluster -> actor handle`); `batch` is the rollout
-        batch of (stage.adapter, stage.step), None for init."""
+        batch of (stage.adapter, stage.step), None for init (which, for a trainer built
+        `on_host`, takes its model onto the GPUs and off again)."""
 
     def batch_result(self, batch: list[Trajectory]) -> dict[str, Any]:
         """Score a complete batch (e.g. rewards into `extra`) and sum it up (`reward_mean`)."""

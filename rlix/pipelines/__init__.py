@@ -11,9 +11,11 @@ from rlix.pipelines.ops import (
     AwaitAllowed,
     AwaitAnyBatch,
     AwaitBatch,
+    AwaitPlaced,
     Fork,
     Generate,
     Op,
+    Prefetch,
     Publish,
     Release,
     Request,
@@ -22,6 +24,6 @@ from rlix.pipelines.ops import (
 from rlix.pipelines.programs import program_for
 
 __all__ = [
-    "AdapterConfig", "AwaitAllowed", "AwaitAnyBatch", "AwaitBatch", "Fork", "Generate", "Op",
-    "ProgramConfig", "Publish", "Release", "Request", "Stage", "program_for",
+    "AdapterConfig", "AwaitAllowed", "AwaitAnyBatch", "AwaitBatch", "AwaitPlaced", "Fork", "Generate", "Op",
+    "Prefetch", "ProgramConfig", "Publish", "Release", "Request", "Stage", "program_for",
 ]

@@ -37,6 +37,10 @@ class ProgramConfig:
     #: (adapter, first step) of a pipeline resumed from a checkpoint: its earlier steps are
     #: done and their weight versions exist; adapters not named start at step 0.
     start_steps: tuple[tuple[str, int], ...] = ()
+    #: Read each init cluster's weights into host memory before asking for its GPUs
+    #: (`ops.Prefetch`), so the init holds them only to copy the weights in and set up; set
+    #: by the drivers from the policy (`Policy.prefetches_weights`).
+    prefetch_weights: bool = False
 
     def first_step(self, adapter: str) -> int:
         return dict(self.start_steps).get(adapter, 0)

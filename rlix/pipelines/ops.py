@@ -1,9 +1,9 @@
 """The ops a pipeline program yields: the whole vocabulary between a program and its driver.
 
 Ops that talk to the policy core (Request, Release, Publish) are turned into core events by
-the shared host (`rlix.runs.host`); ops that do work (Stage, Generate, the weight sync before
-Publish) are carried out by the driver: a cost-model delay in the simulator, real work in the
-executor. Waiting ops (AwaitAllowed, AwaitBatch, AwaitAnyBatch, a non-rollout Request) resume
+the shared host (`rlix.runs.host`); ops that do work (Stage, Generate, Prefetch, Checkpoint,
+the weight sync before Publish) are carried out by the driver: a cost-model delay in the simulator, real work in the
+executor. Waiting ops (AwaitAllowed, AwaitBatch, AwaitAnyBatch, AwaitPlaced, a non-rollout Request) resume
 the program when the fact they wait for has happened.
 
 The rollout cluster (`actor_infer`) is never requested by a program: the host asks for it when
@@ -100,6 +100,23 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitPlaced:
+    """Resume once the pipeline's home is placed (at once for a home given as GPUs): the node
+    whose host memory a Prefetch reads into is known from then."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prefetch:
+    """Read the initial weights of `cluster` (from the model, or the checkpoint resumed from)
+    into host memory on its home's node before asking for its GPUs, so that the init holds
+    them only to copy the weights in and set up: driver work holding no GPU (the trainer
+    process starts and loads on the host in the executor, a storage-bandwidth delay in the
+    simulator)."""
+
+    cluster: str
+
+
+@dataclass(frozen=True, slots=True)
 class Fork:
     """Start `program` as a concurrent thread of the same pipeline (e.g. a rollout producer)."""
 
@@ -107,8 +124,8 @@ class Fork:
 
 
 Op = (Request | Release | Stage | Generate | AwaitBatch | AwaitAnyBatch | AwaitAllowed | Checkpoint | Publish
-      | Fork)
+      | AwaitPlaced | Prefetch | Fork)
 #: The ops a driver carries out itself (the host answers WORK for them).
-Work = Stage | Generate | Checkpoint | Publish
+Work = Stage | Generate | Checkpoint | Publish | Prefetch
 #: A pipeline program: yields ops, receives each op's result.
 Program = Generator[Op, Any, None]

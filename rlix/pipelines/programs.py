@@ -6,6 +6,11 @@ Full-finetune step s (GRPO, or PPO with a critic; reference log-probs when KL is
     -> critic training (2, critic) -> actor training (1) -> [checkpoint, every N steps]
     -> publish weight version s + 1
 
+A pipeline first loads each training cluster's model at priority 0 (init). Under a policy that
+prefetches (rlix), it reads the weights into host memory before it asks, holding no GPU: another
+job stacked on the same home then trains meanwhile, where an init that read from storage while
+holding the GPUs would keep it waiting (RLix's pipelines read under their priority-0 hold).
+
 Each stage requests its cluster at its priority and releases it after, so training GPUs are
 free for rollout between stages. Rollout of later steps runs concurrently in a producer thread
 paced by the core (`AwaitAllowed`): with max_staleness k, rollout for step s starts once
@@ -32,9 +37,11 @@ from rlix.pipelines.ops import (
     AwaitAllowed,
     AwaitAnyBatch,
     AwaitBatch,
+    AwaitPlaced,
     Checkpoint,
     Fork,
     Generate,
+    Prefetch,
     Program,
     Publish,
     Release,
@@ -59,7 +66,13 @@ def nothing() -> Program:
 
 
 def initialize(config: ProgramConfig) -> Program:
-    """Every non-rollout cluster loads its model once, at priority 0, then gives its GPUs back."""
+    """Every non-rollout cluster loads its model once, at priority 0, then gives its GPUs back.
+    With `prefetch_weights` every cluster's weights are read into host memory first, holding no
+    GPU, so each init holds its GPUs only to copy them in and set up."""
+    if config.prefetch_weights:
+        yield AwaitPlaced()
+        for cluster in config.init_clusters:
+            yield Prefetch(cluster)
     for cluster in config.init_clusters:
         yield Request(cluster, Priority.INIT)
         yield Stage("init", cluster, "", -1)

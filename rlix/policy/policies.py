@@ -57,7 +57,18 @@ class Policy:
     #: Plans with each job's expected run time (`PipelineSpec.runtime_estimate_s`): a driver
     #: should give it (the simulator gives each job's time alone on its home).
     needs_runtime_estimates: ClassVar[bool] = False
+    #: Its pipelines read their weights into host memory before they ask for GPUs to init on,
+    #: with `PolicyConfig.prefetch_weights` (`rlix.pipelines.ops.Prefetch`). RLix's pipelines
+    #: (gap-ratio) read under their priority-0 hold; a queued job (static, sequential) starts
+    #: its processes only once its GPUs are its own.
+    prefetches_weights: ClassVar[bool] = False
     guarantees: ClassVar[frozenset[int]] = ALL_INVARIANTS
+
+    @classmethod
+    def prefetches(cls, config: PolicyConfig) -> bool:
+        """Whether, so configured, its pipelines prefetch their weights (the drivers set each
+        program's `prefetch_weights` from it)."""
+        return cls.prefetches_weights and config.prefetch_weights
 
     @classmethod
     def wants_runtime_estimates(cls, config: PolicyConfig, sized_homes: bool = False) -> bool:
@@ -85,6 +96,7 @@ class RlixPolicy(Policy):
     drains_preempted = True
     keeps_warm = True
     stacks_by_runtime = True
+    prefetches_weights = True
 
     @classmethod
     def wants_runtime_estimates(cls, config: PolicyConfig, sized_homes: bool = False) -> bool:

@@ -408,6 +408,11 @@ class PolicyConfig:
     #: expected (rlix.policy.wake_ahead), so an on-policy step does not wait for the load
     #: after its publish. Needs `keep_warm` and `look_ahead`. rlix only.
     wake_ahead: bool = True
+    #: A pipeline reads each training cluster's weights into host memory before it asks for
+    #: the cluster's GPUs to init (`rlix.pipelines.ops.Prefetch`), so its init holds them only
+    #: to copy the weights in and set up, and the jobs stacked on the same home train meanwhile.
+    #: RLix's pipelines read under their priority-0 hold. rlix only.
+    prefetch_weights: bool = True
 
     def validate(self) -> None:
         if not (is_number(self.finish_floor) and 0 < self.finish_floor <= 1):
@@ -421,7 +426,7 @@ class PolicyConfig:
             if not is_int(getattr(self, name)) or getattr(self, name) < 0:
                 raise SpecError(f"config.{name}", getattr(self, name), "must be an integer >= 0")
         for name in ("keep_busy_tail", "home_floor", "look_ahead", "stack_by_runtime", "stack_by_departure",
-                     "keep_warm", "wake_ahead", "training_yields"):
+                     "keep_warm", "wake_ahead", "training_yields", "prefetch_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"config.{name}", getattr(self, name), "must be true or false")
         if self.job_order not in JOB_ORDERS:

@@ -82,7 +82,7 @@ def write_run(
         raise RunError("the recorder is not finished: call recorder.finish(now) first")
     if tables is None:
         tables = tables_from_recorder(recorder, dict(specs) if specs is not None else None)
-    figures = summary(tables, alone_s=alone_s)
+    figures = summary(tables, alone_s=alone_s, prefetch_s=recorder.prefetch_s)
     figures.update(extra_summary or {})
     _add_run_state(figures, run_state or {})
     out_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,10 @@ pacing, and the `steps` and `waits` rows of the record.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from rlix.pipelines import ops
 from rlix.pipelines.config import ProgramConfig
@@ -35,6 +36,9 @@ from rlix.policy.decisions import Place, Revoke
 from rlix.policy.homes import with_mappings
 from rlix.policy.specs import BASE_ADAPTER, ROLLOUT_CLUSTER, PipelineSpec, Priority
 from rlix.runs.loop import Loop
+
+if TYPE_CHECKING:
+    from rlix.policy.core import Scheduler
 
 WAIT, WORK, VALUE, FORK, RETRY = "wait", "work", "value", "fork", "retry"
 #: The stage columns of the steps table, in the order of a full-finetune step.
@@ -59,6 +63,13 @@ class _Batch:
     result: Any = None
 
 
+def program_under(config: ProgramConfig, scheduler: Scheduler) -> ProgramConfig:
+    """`config` as the running policy has its pipelines run it: whether they prefetch their
+    weights before their inits (`Policy.prefetches`). Both drivers start programs from this."""
+    prefetch = type(scheduler.policy).prefetches(scheduler.config)
+    return config if config.prefetch_weights == prefetch else dataclasses.replace(config, prefetch_weights=prefetch)
+
+
 class Host(Generic[F]):
     def __init__(self, loop: Loop, spec: PipelineSpec, config: ProgramConfig, futures: Futures[F]) -> None:
         self.loop = loop
@@ -73,6 +84,7 @@ class Host(Generic[F]):
         self._num_threads = 0
         self._deferred: dict[Any, list[str]] = {}  # thread -> clusters whose release is held back
         self._grant_wait: dict[str, F] = {}
+        self._placed_wait: list[F] = []
         self._requested_at: dict[str, tuple[int, float]] = {}
         self._priority_of: dict[str, int] = {}
         self._revocations: dict[str, int] = {}
@@ -158,6 +170,12 @@ class Host(Generic[F]):
             return WAIT, future
         if isinstance(op, ops.Fork):
             return FORK, op.program
+        if isinstance(op, ops.AwaitPlaced):
+            if self.spec.placed:
+                return VALUE, None
+            future = self.futures.new()
+            self._placed_wait.append(future)
+            return WAIT, future
         raise TypeError(f"not a pipeline op: {op!r}")
 
     def _ready_batch(self, op: ops.AwaitBatch | ops.AwaitAnyBatch, keys: tuple[Any, ...]) -> tuple[Any] | None:
@@ -189,6 +207,9 @@ class Host(Generic[F]):
         if isinstance(op, ops.Checkpoint):
             self._step_row(op.adapter, op.version - 1)["checkpoint_s"] += now - t_start
             return VALUE, result
+        if isinstance(op, ops.Prefetch):
+            self.loop.recorder.add_prefetch(self.pipeline_id, now - t_start)
+            return VALUE, None
         row = self._step_row(op.adapter, op.version - 1)
         row["sync_s"] += now - t_start
         row["t_end"] = now
@@ -241,6 +262,9 @@ class Host(Generic[F]):
     def placed(self, decision: Place) -> None:
         """The core placed the pipeline's sized home: its spec maps every cluster from now on."""
         self.spec = with_mappings(self.spec, decision.home, decision.mappings)
+        for future in self._placed_wait:
+            self.futures.resolve(future, None)
+        self._placed_wait.clear()
 
     def revoked(self, decision: Revoke) -> None:
         if decision.dp_rank < 0:

@@ -34,6 +34,8 @@ Definitions (one scope is the whole pool, "overall", or one pipeline):
   reason (preempt, rebalance, release, reclaim), from the decisions in the event log.
 - recomputed_tokens: sum of `rollouts.recomputed_tokens` (prefixes generated again after a
   re-queue); 0 when the table has no such column.
+- prefetch_s (per pipeline): the seconds it read its weights into host memory before its
+  inits, holding no GPU (`rlix.pipelines.ops.Prefetch`; 0 under a policy that does not).
 
 Undefined figures (a mean of no steps, a rate over no GPU-time) are null.
 """
@@ -59,13 +61,17 @@ SECONDS_PER_HOUR = 3600.0
 
 
 def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None = None,
-            alone_s: Mapping[str, float] | None = None, totals: RunTotals | None = None) -> dict[str, Any]:
+            alone_s: Mapping[str, float] | None = None, totals: RunTotals | None = None,
+            prefetch_s: Mapping[str, float] | None = None) -> dict[str, Any]:
     """`summary.json` of a finished run (see the module docstring for each figure, and
     rlix.runs.jobs for the job figures). Each pipeline's kind and staleness bound come from
     `specs`, by default from its registration in the event log; `alone_s` is each pipeline's
     JCT alone on its home, where the caller knows it. `totals` are the long tables reduced
-    (rlix.runs.totals), given by a run that streamed them; by default reduced from `source`."""
+    (rlix.runs.totals), given by a run that streamed them; by default reduced from `source`.
+    `prefetch_s`: the seconds each pipeline read weights into host memory before its inits,
+    holding no GPU (`Recorder.prefetch_s`, which a recorder gives by default)."""
     if isinstance(source, Recorder):
+        prefetch_s = source.prefetch_s if prefetch_s is None else prefetch_s
         tables = tables_from_recorder(source, specs)
     else:
         tables = source if specs is None else dataclasses.replace(source, specs=dict(specs))
@@ -104,6 +110,7 @@ def summary(source: Recorder | RunTables, specs: dict[str, PipelineSpec] | None 
         ends = own_steps["t_end"]
         figures["last_step_end_s"] = _num(ends.max()) if len(ends) else None
         figures.update({key: _num(value) for key, value in job_of[pipeline_id].items()})
+        figures["prefetch_s"] = float((prefetch_s or {}).get(pipeline_id, 0.0))
         pipelines[pipeline_id] = figures
     return {
         "policy": tables.policy,

@@ -58,6 +58,8 @@ class Recorder:
         #: TRAJECTORY_COLUMNS).
         self.rollout_counts: dict[str, list[int]] = {}
         self.allocations: list[tuple[Any, ...]] = []
+        #: (pipeline, seconds) of each prefetch of weights (`add_prefetch`).
+        self.prefetches: list[tuple[str, float]] = []
         self.activity: list[tuple[Any, ...]] = []
         self.waits: list[tuple[Any, ...]] = []
         self.steps: list[dict[str, Any]] = []
@@ -129,6 +131,19 @@ class Recorder:
         for gpu in gpus:
             add((pipeline_id, cluster, dp_rank, gpu, kind, stage, t_start, t_end))
 
+    def add_prefetch(self, pipeline_id: str, seconds: float) -> None:
+        """A pipeline read weights into host memory for `seconds`, holding no GPU (summed per
+        pipeline into the summary's `prefetch_s`)."""
+        self.prefetches.append((pipeline_id, seconds))
+
+    @property
+    def prefetch_s(self) -> dict[str, float]:
+        """Per pipeline, the seconds its prefetches took."""
+        out: dict[str, float] = {}
+        for pipeline_id, seconds in self.prefetches:
+            out[pipeline_id] = out.get(pipeline_id, 0.0) + seconds
+        return out
+
     def add_wait(self, pipeline_id: str, cluster: str, priority: int, t_request: float, t_grant: float) -> None:
         self.waits.append((pipeline_id, cluster, priority, t_request, t_grant))
 
@@ -157,16 +172,16 @@ class Recorder:
     def cursor(self) -> tuple[int, ...]:
         """How much of each part this recorder holds (what `since` of another takes from)."""
         return (len(self.event_lines), len(self.allocations), len(self.activity), len(self.waits),
-                len(self.steps), len(self.rollouts[ROLLOUT_COLUMNS[0]]))
+                len(self.steps), len(self.rollouts[ROLLOUT_COLUMNS[0]]), len(self.prefetches))
 
     def since(self, cursor: Sequence[int]) -> dict[str, Any]:
         """What this recorder holds beyond `cursor`, plus its open holdings (a copy's `extend`)."""
-        events, allocations, activity, waits, steps, rollouts = cursor
+        events, allocations, activity, waits, steps, rollouts, prefetches = cursor
         return {
             "event_lines": self.event_lines[events:], "allocations": self.allocations[allocations:],
             "activity": self.activity[activity:], "waits": self.waits[waits:], "steps": self.steps[steps:],
             "rollouts": {name: self.rollouts[name][rollouts:] for name in ROLLOUT_COLUMNS},
-            "open": dict(self._open),
+            "prefetches": self.prefetches[prefetches:], "open": dict(self._open),
         }
 
     def extend(self, piece: dict[str, Any]) -> None:
@@ -177,6 +192,7 @@ class Recorder:
         self.waits.extend(piece["waits"])
         self.steps.extend(piece["steps"])
         self.add_rollouts(piece["rollouts"])
+        self.prefetches.extend(piece["prefetches"])
         self._open = dict(piece["open"])
 
     def resume(self, resumed: dict[str, Any]) -> None:

@@ -145,7 +145,7 @@ def finish_streamed(
         kept = "rollouts" in sink.tables
         trajectories = trajectory_counts(tables.rollouts) if kept else counts_frame(counted)
         totals = sink.cover.totals(tables, trajectories)
-        figures = summary(tables, alone_s=alone_s, totals=totals)
+        figures = summary(tables, alone_s=alone_s, totals=totals, prefetch_s=recorder.prefetch_s)
         figures.update(extra_summary or {})
         _add_run_state(figures, {})
         folder = sink.folder

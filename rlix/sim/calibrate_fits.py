@@ -236,7 +236,9 @@ def startup_samples(d: RunData) -> pd.DataFrame:
     """Per pipeline of the run: pipelines started with it, its rollout ranks, launch_s (from its
     arrival to its init request), init_s (its trainer's init: the busy span of the weights
     cluster's init in `activity`), hold_s (that cluster's init holding in `allocations`, which
-    goes on until the rollout workers are up), multi_lora (its kind)."""
+    goes on until the rollout workers are up), multi_lora (its kind), prefetch_s (its weights
+    read into host memory before it asked, from the summary; 0 without a prefetch), launch_s
+    then being up to the prefetch."""
     from rlix.scenarios import parse_scenario
 
     scenario = parse_scenario(d.run.scenario)
@@ -250,6 +252,7 @@ def startup_samples(d: RunData) -> pd.DataFrame:
     busy_s = (busy["t_end"] - busy["t_start"]).groupby(busy["pipeline_id"], observed=True).max()
     waits = d.run.waits
     asked = waits[waits["priority"] == 0].groupby("pipeline_id", observed=True)["t_request"].min()
+    prefetched = {pid: float(p.get("prefetch_s") or 0.0) for pid, p in d.run.summary.get("pipelines", {}).items()}
     rows = []
     places = startup_places(pipelines)
     for pid, hold in holds.iterrows():
@@ -260,10 +263,11 @@ def startup_samples(d: RunData) -> pd.DataFrame:
             rows.append({"pipeline_id": str(pid), "pipelines": place.num_together,
                          "order": place.order, "ranks": specs[pid].rollout.num_ranks,
                          "multi_lora": specs[pid].kind is PipelineKind.MULTI_LORA,
-                         "launch_s": float(asked.get(pid, hold["t_start"])) - arrival,
-                         "init_s": float(busy_s.get(pid, hold_s)), "hold_s": hold_s})
+                         "launch_s": float(asked.get(pid, hold["t_start"])) - arrival - prefetched.get(str(pid), 0.0),
+                         "init_s": float(busy_s.get(pid, hold_s)), "hold_s": hold_s,
+                         "prefetch_s": prefetched.get(str(pid), 0.0)})
     return pd.DataFrame(rows, columns=["pipeline_id", "pipelines", "order", "ranks", "multi_lora", "launch_s", "init_s",
-                                       "hold_s"])
+                                       "hold_s", "prefetch_s"])
 
 
 def fit_init(data: Sequence[RunData]) -> list[Fit]:
@@ -271,8 +275,12 @@ def fit_init(data: Sequence[RunData]) -> list[Fit]:
     if samples.empty:
         return []
     counts = samples["pipelines"].to_numpy(float)
-    return [*_launch(counts, samples["order"].to_numpy(float), samples["launch_s"].to_numpy(float)),
+    fits = [*_launch(counts, samples["order"].to_numpy(float), samples["launch_s"].to_numpy(float)),
             *_per_pipeline("init", counts, samples["init_s"].to_numpy(float))]
+    prefetched = samples["prefetch_s"].to_numpy(float) > 0
+    if prefetched.any():  # runs whose pipelines prefetched (rlix): what the init did not hold
+        fits += _per_pipeline("prefetch", counts[prefetched], samples["prefetch_s"].to_numpy(float)[prefetched])
+    return fits
 
 
 def _launch(counts: np.ndarray, order: np.ndarray, seconds: np.ndarray) -> list[Fit]:

@@ -17,7 +17,8 @@ CALIBRATED = (
     "load_s", "offload_s", "expand_overhead_s", "shrink_overhead_s", "worker_start_s",
     "worker_start_multi_lora_s",
     "publish_full_s", "publish_adapter_s", "checkpoint_full_s", "checkpoint_adapter_s",
-    "init_s", "init_per_pipeline_s", "launch_s", "launch_per_pipeline_s", "launch_stagger_s",
+    "init_s", "init_per_pipeline_s", "prefetch_s", "prefetch_per_pipeline_s",
+    "launch_s", "launch_per_pipeline_s", "launch_stagger_s",
 )
 #: Overrides under which no move costs time: a rank's weight load and offload, the engine's
 #: wake and sleep (in those), and the prefill of a re-queued trajectory's prefix. What a policy

@@ -175,6 +175,10 @@ class CostModel:
     # stage, init_s + init_per_pipeline_s * n (its trainer starting).
     init_s: float | None = None
     init_per_pipeline_s: float | None = None
+    #: A pipeline that prefetches (rlix.pipelines.ops.Prefetch): from the start of its
+    #: prefetch to its end, before it asks for its GPUs; its init_s is then what it held them.
+    prefetch_s: float | None = None
+    prefetch_per_pipeline_s: float | None = None
     launch_s: float | None = None
     launch_per_pipeline_s: float | None = None
     startup_pipelines: float = 0.0
@@ -342,12 +346,29 @@ class CostModel:
         return ((self.launch_s or 0.0) + (self.launch_per_pipeline_s or 0.0) * self.startup_pipelines
                 + (self.launch_stagger_s or 0.0) * self.startup_order)
 
-    def init_seconds(self) -> float:
-        """Model load at initialization: a fixed start-up plus reading the weights from storage
-        (measured: init_s plus init_per_pipeline_s for each pipeline started with it)."""
+    def init_seconds(self, num_gpus: int = 1, prefetched: bool = False) -> float:
+        """A training cluster's init on `num_gpus`, holding them: a fixed start-up plus reading
+        the weights from storage, or, `prefetched` into host memory before (`prefetch_seconds`),
+        copying each GPU's shard over its host link. Measured: init_s plus init_per_pipeline_s
+        for each pipeline started with it, plus the measured prefetch when not prefetched (a
+        live pipeline that does not prefetch does the same work inside its init)."""
         if self.init_s is not None or self.init_per_pipeline_s is not None:
-            return (self.init_s or 0.0) + (self.init_per_pipeline_s or 0.0) * self.startup_pipelines
-        return self.init_fixed_s + self.model.weight_bytes / self.storage_bytes_per_s
+            held_s = (self.init_s or 0.0) + (self.init_per_pipeline_s or 0.0) * self.startup_pipelines
+            return held_s if prefetched or not self._prefetch_measured else held_s + self.prefetch_seconds()
+        if prefetched:
+            return self.init_fixed_s + self.model.weight_bytes / max(1, num_gpus) / self.host_link_bytes_per_s
+        return self.init_fixed_s + self.prefetch_seconds()
+
+    def prefetch_seconds(self) -> float:
+        """Reading a model's weights from storage into host memory, holding no GPU (measured:
+        prefetch_s, a live trainer process starting and loading its model on the host)."""
+        if self._prefetch_measured:
+            return (self.prefetch_s or 0.0) + (self.prefetch_per_pipeline_s or 0.0) * self.startup_pipelines
+        return self.model.weight_bytes / self.storage_bytes_per_s
+
+    @property
+    def _prefetch_measured(self) -> bool:
+        return self.prefetch_s is not None or self.prefetch_per_pipeline_s is not None
 
     def worker_start_seconds(self, multi_lora: bool) -> float:
         """Starting one rollout rank's worker process (measured; 0 unmeasured: the init then

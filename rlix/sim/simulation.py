@@ -27,7 +27,7 @@ from rlix.pipelines.programs import program_for
 from rlix.policy import PipelineSpec, Scheduler
 from rlix.policy import events as ev
 from rlix.policy.specs import WEIGHTS_CLUSTER, PipelineKind
-from rlix.runs.host import FORK, RETRY, WAIT, WORK, Host
+from rlix.runs.host import FORK, RETRY, WAIT, WORK, Host, program_under
 from rlix.runs.loop import Loop
 from rlix.runs.recorder import Recorder
 from rlix.runs.stream import RunSink
@@ -145,7 +145,8 @@ class Simulation:
         costs = self.costs[pipeline_id]
         rollout_spec = spec.rollout
         executor = self.scenario.executor
-        program = program_config(pipeline, executor.checkpoint_every if executor is not None else 0)
+        program = program_under(program_config(pipeline, executor.checkpoint_every if executor is not None else 0),
+                                self.scheduler)
         host: Host[simpy.Event] = Host(self.loop, spec, program, self.futures)
         self.hosts[pipeline_id] = host
         engine = self.scenario.engine
@@ -236,13 +237,16 @@ class Simulation:
             times = self.publish_times.get(key, np.empty(0))
             self.publish_times[key] = np.append(times, float(self.env.now))
             return None
+        if isinstance(op, ops.Prefetch):
+            yield self.env.timeout(costs.prefetch_seconds())
+            return None
         if isinstance(op, ops.Checkpoint):
             full = host.spec.kind is PipelineKind.FULL_FINETUNE
             yield self.env.timeout(checkpoint_seconds(costs, full, "critic" in host.spec.clusters))
             return None
         gpus = host.spec.clusters[op.cluster].mapping  # as placed, for a sized home
         tokens = self.batch_tokens.get((pid, op.adapter, op.step), 0)
-        duration = stage_seconds(costs, op.stage, tokens, len(gpus))
+        duration = stage_seconds(costs, op.stage, tokens, len(gpus), host.config.prefetch_weights)
         t0 = float(self.env.now)
         t_busy_end: float | None = None
         self.stages[(pid, op.cluster)] = self.env.active_process

@@ -19,9 +19,10 @@ from rlix.sim.costs import GPUS, CostModel
 LORA_RANK = 16
 
 
-def stage_seconds(costs: CostModel, stage: str, num_tokens: int, num_gpus: int) -> float:
+def stage_seconds(costs: CostModel, stage: str, num_tokens: int, num_gpus: int, prefetched: bool = False) -> float:
+    """A stage on `num_gpus` (`prefetched`: an init whose weights are in host memory already)."""
     if stage == "init":
-        return costs.init_seconds()
+        return costs.init_seconds(num_gpus, prefetched)
     if stage in ("old_log_probs", "ref_log_probs", "values"):
         return costs.forward_seconds(num_tokens, num_gpus)
     if stage == "actor_train":

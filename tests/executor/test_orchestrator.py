@@ -206,3 +206,20 @@ def test_a_pipeline_resumed_past_its_last_step_ends_without_taking_a_gpu(client:
     tables = checked_tables(client, specs_of(done))
     assert not [r for r in tables["allocations"] if r["pipeline_id"] == "done"]
     assert not [r for r in tables["steps"] if r["pipeline_id"] == "done"]
+
+
+def test_under_rlix_a_pipeline_loads_its_trainer_before_it_asks_for_the_init(client: Client) -> None:
+    """The trainer starts and loads (a synthetic load of `init_s`) before the init request, so
+    the init holds its GPUs only for the (synthetic) copy onto them, which takes no time (and
+    for its rollout workers' starts)."""
+    setup = synthetic("prefetching", (0, 1), steps=1, init_s=1.5)
+    start = len(ray.get(client.handle.event_lines.remote()))
+    client.launch(setup)
+    status = client.wait_done(timeout_s=240)
+    assert status["prefetching"]["status"] == "finished", status
+    events = [json.loads(line)["event"] for line in ray.get(client.handle.event_lines.remote(start))]
+    mine = [e for e in events if e.get("pipeline_id") == "prefetching"]
+    admitted = next(e["now"] for e in mine if e["type"] == "PipelineAdmitted")
+    asked = next(e["now"] for e in mine if e["type"] == "ClusterRequested" and e["priority"] == 0)
+    assert asked - admitted >= 1.5
+    checked_tables(client, specs_of(setup))

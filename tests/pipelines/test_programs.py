@@ -109,3 +109,27 @@ def test_a_program_resumed_past_its_last_step_is_empty() -> None:
     published = [(op.adapter, op.version) for op in trace(program_for(one_left)) if isinstance(op, ops.Publish)]
     assert published == [("b", 2)]
     assert not ProgramConfig("f", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 4, 1),), 4, 2).finished
+
+
+def test_a_prefetching_program_reads_every_init_cluster_before_it_asks_for_gpus() -> None:
+    config = ProgramConfig("p", PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 1, 0),), 4, 2,
+                           has_critic=True, prefetch_weights=True)
+    main = trace(program_for(config))
+    first_request = next(i for i, op in enumerate(main) if isinstance(op, ops.Request))
+    assert main[:first_request] == [ops.AwaitPlaced(), ops.Prefetch("actor_train"), ops.Prefetch("critic")]
+    # Then the inits as without prefetching, one cluster at a time.
+    assert main[first_request:first_request + 6] == [
+        ops.Request("actor_train", Priority.INIT), ops.Stage("init", "actor_train", "", -1), ops.Release("actor_train"),
+        ops.Request("critic", Priority.INIT), ops.Stage("init", "critic", "", -1), ops.Release("critic"),
+    ]
+
+
+def test_a_program_that_does_not_prefetch_asks_for_its_init_first() -> None:
+    for kind, adapters in ((PipelineKind.FULL_FINETUNE, (AdapterConfig("base", 1, 0),)),
+                           (PipelineKind.MULTI_LORA, (AdapterConfig("a", 1, 0),))):
+        main = trace(program_for(ProgramConfig("p", kind, adapters, 2, 2)))
+        assert main[0] == ops.Request("actor_train", Priority.INIT)
+        assert not [op for op in main if isinstance(op, ops.Prefetch | ops.AwaitPlaced)]
+    lora = trace(program_for(ProgramConfig("m", PipelineKind.MULTI_LORA, (AdapterConfig("a", 1, 0),), 2, 2,
+                                           prefetch_weights=True)))
+    assert lora[:3] == [ops.AwaitPlaced(), ops.Prefetch("actor_train"), ops.Request("actor_train", Priority.INIT)]

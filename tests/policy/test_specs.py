@@ -63,3 +63,13 @@ def test_valid_specs_register() -> None:
     sched.handle(PipelineRegistered(0.0, full_finetune("a", (0, 1, 2, 3, 4, 5, 6, 7), (0, 1), tp=4)))
     sched.handle(PipelineRegistered(0.0, multi_lora("b", (4, 5), (6,), max_staleness={"a0": 0, "a1": 2})))
     assert [len(p.ranks) for p in sched.pipelines.values()] == [2, 2]
+
+
+def test_only_rlix_prefetches_weights_and_the_setting_turns_it_off() -> None:
+    from rlix.policy import POLICIES, PolicyConfig
+
+    on, off = PolicyConfig(), PolicyConfig(prefetch_weights=False)
+    assert {name for name, cls in POLICIES.items() if cls.prefetches(on)} == {"rlix"}
+    assert not any(cls.prefetches(off) for cls in POLICIES.values())
+    with pytest.raises(SpecError, match="config.prefetch_weights"):
+        Scheduler(TOPO, "rlix", PolicyConfig(prefetch_weights=1))  # type: ignore[arg-type]

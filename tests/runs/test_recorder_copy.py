@@ -14,8 +14,10 @@ def test_a_recorder_copied_in_pieces_equals_the_original() -> None:
     from tests.runs.fake_run import two_pipeline_run
 
     source = two_pipeline_run()
+    source.add_prefetch("a", 7.0)
+    source.add_prefetch("b", 3.0)
     early = copying.deepcopy(source)  # the same record as it stood part way through
-    for name in ("event_lines", "allocations", "activity", "waits", "steps"):
+    for name in ("event_lines", "allocations", "activity", "waits", "steps", "prefetches"):
         setattr(early, name, getattr(early, name)[: len(getattr(early, name)) // 2 + 1])
     early.rollouts = {name: column[: len(column) // 2] for name, column in early.rollouts.items()}
     mirror = Recorder(source.topology, "rlix", PolicyConfig())
@@ -23,5 +25,6 @@ def test_a_recorder_copied_in_pieces_equals_the_original() -> None:
     for part in (early, source, source):
         mirror.extend(part.since(mirror.cursor()))
     assert mirror.cursor() == source.cursor()
-    for name in ("event_lines", "allocations", "activity", "waits", "steps", "rollouts"):
+    for name in ("event_lines", "allocations", "activity", "waits", "steps", "rollouts", "prefetches"):
         assert getattr(mirror, name) == getattr(source, name), name
+    assert mirror.prefetch_s == {"a": 7.0, "b": 3.0}

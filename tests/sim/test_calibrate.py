@@ -31,7 +31,9 @@ TRUTH = {
     "checkpoint_full_s": 0.25, "checkpoint_adapter_s": 0.08,
     # Start-up: the three pipelines start together, and with one count seen it is fixed.
     "launch_s": 2.1, "launch_per_pipeline_s": 0.0, "launch_stagger_s": 0.3,
-    "init_s": 0.6, "init_per_pipeline_s": 0.0, "worker_start_s": 1.5, "worker_start_multi_lora_s": 2.25,
+    "init_s": 0.6, "init_per_pipeline_s": 0.0, "worker_start_s": 1.5,
+    # rlix's pipelines read their weights before they ask for the init: launch, then this.
+    "prefetch_s": 0.9, "prefetch_per_pipeline_s": 0.0, "worker_start_multi_lora_s": 2.25,
     "expand_overhead_s": 0.05, "shrink_overhead_s": 0.1,
 }
 #: (id, kind, prompts x samples, prompt tokens, response tokens) per pipeline, GPU = position.

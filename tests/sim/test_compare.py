@@ -3,6 +3,7 @@ arrival) and the per-pipeline rates over each pipeline's own span."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,12 @@ def test_inits_on_more_than_half_the_pool_run_in_turn_before_the_last_ones_steps
     assert "inits in turn" not in (comparison.makespan_bounds_s() or {})
     comparison.unshared = {**unshared, "c": job((), 400.0)}
     assert "inits in turn" not in (comparison.makespan_bounds_s() or {})
+    # Jobs that read their weights before their first init (7 s for a and b, 30 s for c): no
+    # init starts before min(5 + 7, 0 + 7, 40 + 30) = 7 s, so the last ends at 197 s at the
+    # earliest and the bound is 447 s.
+    first = {"a": 7.0, "b": 7.0, "c": 30.0}
+    comparison.unshared = {pid: dataclasses.replace(run, first_init_s=first[pid]) for pid, run in unshared.items()}
+    assert (comparison.makespan_bounds_s() or {})["inits in turn"] == pytest.approx(447.0)
 
 
 def test_the_jct_floor_by_hand() -> None:

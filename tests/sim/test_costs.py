@@ -188,3 +188,22 @@ def test_overrides_replace_fields_and_name_bad_ones() -> None:
     )
     assert profile.linear_seconds(1024, 1) > H100.linear_seconds(1024, 1)
     assert math.isfinite(profile.decode_iteration_seconds(10_000, 10**6, 1))
+
+
+def test_a_prefetched_init_holds_its_gpus_only_to_copy_the_weights_in() -> None:
+    costs = CostModel.for_model("7b")
+    read_s = costs.model.weight_bytes / costs.storage_bytes_per_s
+    assert costs.prefetch_seconds() == pytest.approx(read_s)
+    assert costs.init_seconds(8) == pytest.approx(costs.init_fixed_s + read_s)
+    copy_s = costs.model.weight_bytes / 8 / costs.host_link_bytes_per_s
+    assert costs.init_seconds(8, prefetched=True) == pytest.approx(costs.init_fixed_s + copy_s)
+    assert copy_s < read_s / 50  # eight host links in parallel against one storage read
+
+
+def test_measured_startup_charges_the_prefetch_inside_an_init_that_does_not_prefetch() -> None:
+    measured = CostModel.for_model("7b", overrides={"init_s": 0.5, "prefetch_s": 2.0})
+    assert measured.prefetch_seconds() == 2.0
+    assert measured.init_seconds(8, prefetched=True) == 0.5
+    assert measured.init_seconds(8) == 2.5
+    # Measured without a prefetch: the init measured holds the load; nothing is added.
+    assert CostModel.for_model("7b", overrides={"init_s": 2.5}).init_seconds(8) == 2.5
