@@ -2,9 +2,10 @@
 
 Ops that talk to the policy core (Request, Release, Publish) are turned into core events by
 the shared host (`rlix.runs.host`); ops that do work (Stage, Generate, Prefetch, Checkpoint,
-the weight sync before Publish) are carried out by the driver: a cost-model delay in the simulator, real work in the
-executor. Waiting ops (AwaitAllowed, AwaitBatch, AwaitAnyBatch, AwaitPlaced, a non-rollout Request) resume
-the program when the fact they wait for has happened.
+the weight sync before Publish) are carried out by the driver: a cost-model delay in the
+simulator, real work in the executor. Waiting ops (AwaitAllowed, AwaitBatch, AwaitAnyBatch,
+AwaitPlaced, a non-rollout Request) resume the program when the fact they wait for has
+happened.
 
 The rollout cluster (`actor_infer`) is never requested by a program: the host asks for it when
 a batch is submitted and nothing is rolling, and gives it back when every submitted batch is

@@ -117,6 +117,9 @@ class PolicyTunables(Section):
     """With finish_together: a job whose training cluster is held or requested weighs half its
     finish weight in the split, and a job with rollout work and no rank takes a bundle on GPUs
     no home covers from such a job weighing at most a third as much (rlix only)."""
+    prefetch_weights: bool = _POLICY_DEFAULTS.prefetch_weights
+    """A job reads its training clusters' weights into host memory before it asks for their GPUs
+    to init on, so each init holds them only to copy the weights in and set up (rlix only)."""
 
     def spec(self) -> PolicyConfig:
         return PolicyConfig(**self.model_dump())

@@ -70,3 +70,19 @@ def test_gap_ratio_reads_inside_its_hold_and_its_last_init_ends_later(runs: dict
     rlix_last, gap_last = _inits(runs["rlix"])["t_end"].max(), inits["t_end"].max()
     assert gap_last >= 4 * (costs.init_fixed_s + read_s)
     assert rlix_last < gap_last - 2 * read_s
+
+
+def test_a_job_that_waits_for_its_home_reads_its_weights_once_placed(tmp_path: object) -> None:
+    """With at most one 8-GPU home of the 12 running at a time (`max_home_load` 0.7), job1's
+    home is placed only when job0 has left; it reads its weights then, not on arrival."""
+    base = load_scenario("blog-4on12")
+    scenario = base.with_policy("rlix", {**base.policy.config.model_dump(), "max_home_load": 0.7})
+    run = load(simulate(scenario, out=tmp_path / "one-at-a-time", plots=False).run_dir)  # type: ignore[operator]
+    costs = _costs()
+    read_s = costs.model.weight_bytes / costs.storage_bytes_per_s
+    spans = run.allocations.groupby("pipeline_id").agg(first=("t_start", "min"), last=("t_end", "max"))
+    waits = run.waits
+    asked = waits[waits["priority"] == 0].set_index("pipeline_id")["t_request"]
+    assert asked["job0"] == pytest.approx(read_s)
+    assert asked["job1"] == pytest.approx(spans.loc["job0", "last"] + read_s)
+    assert run.summary["pipelines"]["job1"]["prefetch_s"] == pytest.approx(read_s)
