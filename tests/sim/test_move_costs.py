@@ -13,8 +13,9 @@ policy's wake-ahead off: on, the second load runs during the sync, below):
 The times below are recomputed by hand from the cost model's documented defaults (a change
 of a default must show here): 1.5B parameters in BF16 are 2 N bytes; a load is 2 s fixed plus
 those bytes over the 25 GB/s host link, an offload 1 s fixed (a full-finetune engine drops its
-weights; a multi-LoRA one copies its base out, below); init is 60 s plus
-the bytes from storage at 2 GB/s; a weight sync pushes them at RLix's 60 GB / 90 s.
+weights; a multi-LoRA one copies its base out, below); rlix's pipeline first reads the bytes
+from storage at 2 GB/s into host memory, holding nothing, and its init is then 60 s plus a
+copy of each GPU's half over its host link; a weight sync pushes them at RLix's 60 GB / 90 s.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from rlix.scenarios.models import MODELS
 from rlix.sim import simulate
 
 WEIGHT_BYTES = 2 * MODELS["1.5b"].num_params
+NUM_GPUS_INIT = 2  # actor_train on GPUs 0-1
 LOAD_S = 2.0 + WEIGHT_BYTES / 25e9
 OFFLOAD_S = 1.0
-INIT_S = 60.0 + WEIGHT_BYTES / 2e9
+READ_S = WEIGHT_BYTES / 2e9
+INIT_S = 60.0 + WEIGHT_BYTES / NUM_GPUS_INIT / 25e9
 SYNC_S = WEIGHT_BYTES / (60e9 / 90)
 NUM_GPUS, NUM_STEPS = 2, 2
 
@@ -80,7 +83,7 @@ def test_the_golden_timeline(golden: Any) -> None:
         stages = list(rows.stage)
         assert stages == ["init"] + ["load", "rollout", "offload", "old_log_probs", "actor_train"] * NUM_STEPS
         spans = list(zip(rows.stage, rows.t_start, rows.t_end, strict=True))
-        assert spans[0][1:] == (0.0, pytest.approx(INIT_S))
+        assert spans[0][1:] == (pytest.approx(READ_S), pytest.approx(READ_S + INIT_S))
         loads = [(t0, t1) for stage, t0, t1 in spans if stage == "load"]
         offloads = [(t0, t1) for stage, t0, t1 in spans if stage == "offload"]
         assert [t1 - t0 for t0, t1 in loads] == pytest.approx([LOAD_S] * NUM_STEPS)
@@ -88,7 +91,7 @@ def test_the_golden_timeline(golden: Any) -> None:
         # The first load starts when init ends, the second when step 0's new weights are
         # published (training's end plus the sync); old log-probs start at the offload's end.
         trains = [t1 for stage, _t0, t1 in spans if stage == "actor_train"]
-        assert [t0 for t0, _ in loads] == pytest.approx([INIT_S, trains[0] + SYNC_S])
+        assert [t0 for t0, _ in loads] == pytest.approx([READ_S + INIT_S, trains[0] + SYNC_S])
         logprobs = [t0 for stage, t0, _t1 in spans if stage == "old_log_probs"]
         assert logprobs == pytest.approx([t1 for _, t1 in offloads])
         assert golden.summary["makespan_s"] == pytest.approx(trains[-1] + SYNC_S)
