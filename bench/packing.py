@@ -34,10 +34,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from rlix.sim.choices import bundled_scenario_names, policy_names
+from rlix.sim.choices import add_study_arguments
 from rlix.sim.cost_fields import FREE_MOVES
 from rlix.sim.parallel import run_all
-from rlix.traces.options import positive_int
 
 DEFAULT_SCENARIOS = ("blog-4on12",)
 
@@ -105,11 +104,7 @@ def bench(names: list[str], policies: list[str], seeds: int, workers: int, quiet
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", type=bundled_scenario_names, default=",".join(DEFAULT_SCENARIOS),
-                        help="bundled scenarios, separated by commas (default: blog-4on12)")
-    parser.add_argument("--policies", type=policy_names, default="rlix", help="policies, separated by commas (default: rlix)")
-    parser.add_argument("--seeds", type=positive_int, default=8, metavar="N", help="seeds 0..N-1 (default 8)")
-    parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
+    add_study_arguments(parser, DEFAULT_SCENARIOS)
     parser.add_argument("--free-moves", action="store_true",
                         help="every move free: weight loads and offloads, engine wake and sleep, the"
                         " prefill of re-queued prefixes (module docstring)")

@@ -34,9 +34,8 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from rlix.sim.choices import bundled_scenario_names, policy_names
+from rlix.sim.choices import add_study_arguments
 from rlix.sim.parallel import run_all
-from rlix.traces.options import positive_int
 
 DEFAULT_SCENARIOS = ("blog-4on12",)
 DEFAULT_NODES = (0, 1, 2, 3)
@@ -161,13 +160,9 @@ def node_counts(text: str) -> tuple[int, ...]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", type=bundled_scenario_names, default=",".join(DEFAULT_SCENARIOS),
-                        help="bundled scenarios, separated by commas (default: blog-4on12)")
-    parser.add_argument("--policies", type=policy_names, default="rlix", help="policies, separated by commas (default: rlix)")
+    add_study_arguments(parser, DEFAULT_SCENARIOS)
     parser.add_argument("--nodes", type=node_counts, default=DEFAULT_NODES, metavar="N,N,...",
                         help="extra nodes for rollout only, one row each (default: 0,1,2,3)")
-    parser.add_argument("--seeds", type=positive_int, default=8, metavar="N", help="seeds 0..N-1 (default 8)")
-    parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
     parser.add_argument("--no-ceiling", action="store_true",
                         help="skip the ceiling (every pipeline run alone): for a stream of arrivals, read"
                         " mean_jct_s (module docstring)")

@@ -126,12 +126,11 @@ class MlTrainer:
                  on_host: bool = False) -> None:
         from rlix.executor.ml.policy_update import PolicyLossSettings
 
-        # `on_host`: a prefetch, holding no GPU: the model is built in host memory, and
-        # `stage_in` (the init) takes it onto the GPUs; `device` is where later stages run.
         path, device = params["model_path"], _device(params)
-        self.device, self.on_host = device, on_host
-        if on_host:
-            device = "cpu"
+        # `on_host`: a prefetch, holding no GPU: the model is built in host memory, and
+        # `stage_in` (the init) takes it to `device`, where every later stage runs.
+        self.on_host = on_host
+        built_on = "cpu" if on_host else device
         # The KL term is in the GRPO loss only with a reference (PPO folds it into rewards).
         in_loss = params["kl"] and params["algorithm"] != "ppo"
         loss = PolicyLossSettings(clip_eps=float(params["clip_ratio"]),
@@ -139,22 +138,22 @@ class MlTrainer:
         if cluster == "critic":
             from rlix.executor.ml.critic import CriticTrainer
 
-            self.model: Any = CriticTrainer(path, lr=float(params["critic_lr"]), device=device)
+            self.model: Any = CriticTrainer(path, lr=float(params["critic_lr"]), device=built_on)
         elif cluster == "reference":
             from rlix.executor.ml.reference import ReferenceModel
 
-            self.model = ReferenceModel(path, device=device)
+            self.model = ReferenceModel(path, device=built_on)
         elif adapters:
             from rlix.executor.ml.lora import LoraSettings, MultiLoraTrainer
 
             lora = LoraSettings(rank=int(params["lora_rank"]), alpha=int(params["lora_alpha"]))
             self.model = MultiLoraTrainer(path, adapters, lr=float(params["lora_lr"]), lora=lora,
-                                          loss=loss, device=device)
+                                          loss=loss, device=built_on)
         else:
             from rlix.executor.ml.actor import ActorTrainer
 
-            self.model = ActorTrainer(path, lr=float(params["actor_lr"]), loss=loss, device=device)
-        self.model.device = self.device
+            self.model = ActorTrainer(path, lr=float(params["actor_lr"]), loss=loss, device=built_on)
+        self.model.device = device
         if not on_host:
             self.model.offload()
 

@@ -2,12 +2,14 @@
 
 Each is an argparse type function, so a bad name is reported with the option it came from
 before any work starts (``argument --policies: unknown foo (known: gap-ratio, rlix, ...)``);
-`rlix-sim compare` and the benches in bench/ share them.
+`rlix-sim compare` and the benches in bench/ share them, and the benches that study a few
+bundled scenarios over seeds share `add_study_arguments`.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 
 def _names(text: str) -> list[str]:
@@ -36,3 +38,15 @@ def bundled_scenario_names(text: str) -> list[str]:
         problem = f"unknown {', '.join(unknown)}" if unknown else "give at least one"
         raise argparse.ArgumentTypeError(f"{problem} (bundled: {', '.join(bundled_scenarios())})")
     return names
+
+
+def add_study_arguments(parser: argparse.ArgumentParser, scenarios: Sequence[str]) -> None:
+    """--scenarios (default `scenarios`), --policies (default rlix), --seeds (8) and --workers
+    (2): the options of a bench that runs bundled scenarios under policies over seeds."""
+    from rlix.traces.options import positive_int
+
+    parser.add_argument("--scenarios", type=bundled_scenario_names, default=",".join(scenarios),
+                        help=f"bundled scenarios, separated by commas (default: {','.join(scenarios)})")
+    parser.add_argument("--policies", type=policy_names, default="rlix", help="policies, separated by commas (default: rlix)")
+    parser.add_argument("--seeds", type=positive_int, default=8, metavar="N", help="seeds 0..N-1 (default 8)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
