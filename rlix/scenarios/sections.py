@@ -64,7 +64,7 @@ class PolicyTunables(Section):
     min_rebalance_interval_s: float = Field(
         _POLICY_DEFAULTS.min_rebalance_interval_s, ge=0, allow_inf_nan=False
     )
-    """No reversal of a rebalance within this long (see rlix.policy.PolicyConfig)."""
+    """No reversal of a rebalance within this long (see rlix.policy.PolicyConfig; rlix only)."""
     keep_busy_tail: bool = _POLICY_DEFAULTS.keep_busy_tail
     """A pipeline in its tail keeps its busy ranks and gives its idle ones (rlix only)."""
     home_floor: bool = _POLICY_DEFAULTS.home_floor

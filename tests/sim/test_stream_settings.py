@@ -1,0 +1,38 @@
+"""The lab-day scenarios set two of rlix's tunables for a stream of jobs (a 300-s no-reversal
+interval, loans that pay back twice their moves). The RLix model they are compared against
+must not read them, or the comparison would move with rlix's settings: its run is the same
+with and without them, on the first 20 minutes of lab-day, while rlix's is not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlix.scenarios import Scenario, load_scenario
+from rlix.sim.api import simulate
+
+DEFAULTS = {"job_order": "shortest", "max_home_load": 2.5}
+STREAM = {**DEFAULTS, "min_rebalance_interval_s": 300.0, "loan_payback": 2.0}
+
+
+def _run(policy: str, config: dict[str, Any]) -> tuple[Any, ...]:
+    day = load_scenario("lab-day")
+    data = day.model_dump(mode="json")
+    data["max_time_s"] = 1200.0
+    scenario = Scenario.model_validate(data).with_policy(policy, config)
+    result = simulate(scenario, plots=False)
+    overall = result.summary["overall"]
+    allocations = result.tables["allocations"]
+    return overall["steps"], overall["busy_share"], overall["preemptions"], allocations.to_csv()
+
+
+def test_lab_day_sets_the_stream_settings() -> None:
+    config = load_scenario("lab-day").policy.config
+    assert (config.min_rebalance_interval_s, config.loan_payback) == (300.0, 2.0)
+
+
+def test_the_rlix_model_does_not_read_them() -> None:
+    assert _run("gap-ratio", DEFAULTS) == _run("gap-ratio", STREAM)
+
+
+def test_rlix_does() -> None:
+    assert _run("rlix", DEFAULTS) != _run("rlix", STREAM)
