@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from rlix.traces.options import positive_int
+
 
 def _names(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
@@ -43,8 +45,6 @@ def bundled_scenario_names(text: str) -> list[str]:
 def add_study_arguments(parser: argparse.ArgumentParser, scenarios: Sequence[str]) -> None:
     """--scenarios (default `scenarios`), --policies (default rlix), --seeds (8) and --workers
     (2): the options of a bench that runs bundled scenarios under policies over seeds."""
-    from rlix.traces.options import positive_int
-
     parser.add_argument("--scenarios", type=bundled_scenario_names, default=",".join(scenarios),
                         help=f"bundled scenarios, separated by commas (default: {','.join(scenarios)})")
     parser.add_argument("--policies", type=policy_names, default="rlix", help="policies, separated by commas (default: rlix)")

@@ -9,6 +9,8 @@ formulas, computed here from its constants.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -72,12 +74,12 @@ def test_gap_ratio_reads_inside_its_hold_and_its_last_init_ends_later(runs: dict
     assert rlix_last < gap_last - 2 * read_s
 
 
-def test_a_job_that_waits_for_its_home_reads_its_weights_once_placed(tmp_path: object) -> None:
+def test_a_job_that_waits_for_its_home_reads_its_weights_once_placed(tmp_path: Path) -> None:
     """With at most one 8-GPU home of the 12 running at a time (`max_home_load` 0.7), job1's
     home is placed only when job0 has left; it reads its weights then, not on arrival."""
     base = load_scenario("blog-4on12")
     scenario = base.with_policy("rlix", {**base.policy.config.model_dump(), "max_home_load": 0.7})
-    run = load(simulate(scenario, out=tmp_path / "one-at-a-time", plots=False).run_dir)  # type: ignore[operator]
+    run = load(simulate(scenario, out=tmp_path / "one-at-a-time", plots=False).run_dir)
     costs = _costs()
     read_s = costs.model.weight_bytes / costs.storage_bytes_per_s
     spans = run.allocations.groupby("pipeline_id").agg(first=("t_start", "min"), last=("t_end", "max"))

@@ -7,18 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlix.scenarios import Scenario, load_scenario
-from rlix.sim.api import simulate
+from rlix.scenarios import load_scenario
+from rlix.sim.api import resolve_scenario, simulate
 
 DEFAULTS = {"job_order": "shortest", "max_home_load": 2.5}
 STREAM = {**DEFAULTS, "min_rebalance_interval_s": 300.0, "loan_payback": 2.0}
 
 
 def _run(policy: str, config: dict[str, Any]) -> tuple[Any, ...]:
-    day = load_scenario("lab-day")
-    data = day.model_dump(mode="json")
-    data["max_time_s"] = 1200.0
-    scenario = Scenario.model_validate(data).with_policy(policy, config)
+    scenario = resolve_scenario("lab-day", max_time_s=1200.0).with_policy(policy, config)
     result = simulate(scenario, plots=False)
     overall = result.summary["overall"]
     allocations = result.tables["allocations"]
