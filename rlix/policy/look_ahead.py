@@ -190,14 +190,19 @@ def own_home(sched: Scheduler, pipeline: PipelineState) -> tuple[tuple[int, ...]
     if pipeline.own_home_key != key:
         count = cluster.home_count
         gpus = tuple(g for g in pipeline.spec.home if count[g] == 1)
-        bits = 0
+        # One pass over the slots touching those GPUs, not over every rank of the pipeline: a
+        # bundle wholly on them is among those slots, and a cold round at 1,024 GPUs fills
+        # this cache for pipelines of 500 ranks.
+        mine, bits, slots = set(gpus), 0, 0
+        slot_mask, slot_gpus, rank_by_slot = cluster.slot_mask, cluster.slot_gpus, pipeline.rank_by_slot
         for gpu in gpus:
             for slot in cluster.slots_by_gpu[gpu]:
-                bits |= cluster.slot_mask[slot]
-        mine, slots = set(gpus), 0
-        for rank in pipeline.ranks:
-            if mine.issuperset(rank.gpus):
-                slots |= cluster.slot_mask[rank.slot]
+                mask = slot_mask[slot]
+                if bits & mask:
+                    continue
+                bits |= mask
+                if slot in rank_by_slot and mine.issuperset(slot_gpus[slot]):
+                    slots |= mask
         pipeline.own_home_slots = slots
         pipeline.own_home, pipeline.own_home_key = (gpus, bits), key
     return pipeline.own_home

@@ -453,3 +453,32 @@ def test_a_home_is_not_lent_in_the_instant_between_its_owners_init_and_first_rol
     # B's ranks 0-1 are its home's GPUs 2-3 (spec lists the home first).
     assert driver.send(ClusterRequested(60.0, "B", "actor_infer", Priority.ROLLOUT, 16.0)) == [
         "expand B0", "expand B1"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_own_home_is_the_home_no_other_covers_and_the_slots_on_it(data: st.DataObject) -> None:
+    """`own_home` (one pass over the slots on the pipeline's GPUs, cached) against a brute-force
+    reading of the specs: the home's GPUs no other home covers, every slot sharing a GPU with
+    them, and the pipeline's ranks wholly on them."""
+    from rlix.policy import PipelineRegistered, Scheduler
+    from rlix.policy.look_ahead import own_home, own_home_slots
+    from tests.policy.builders import pipeline_specs, topologies
+
+    topology = data.draw(topologies())
+    sched = Scheduler(topology)
+    specs = [data.draw(pipeline_specs(topology, f"p{i}", homes=True)) for i in range(data.draw(st.integers(1, 4)))]
+    for pipeline_spec in specs:
+        sched.handle(PipelineRegistered(0.0, pipeline_spec))
+    cluster = sched.cluster
+    for pipeline_spec in specs:
+        pipeline = sched.pipelines[pipeline_spec.pipeline_id]
+        others = {g for s in specs if s is not pipeline_spec for g in s.home}
+        gpus = tuple(g for g in pipeline_spec.home if g not in others)
+        slots_near = [s for s, bundle in enumerate(cluster.slot_gpus) if set(bundle) & set(gpus)]
+        ranks_on = [r.slot for r in pipeline.ranks if set(r.gpus) <= set(gpus)]
+        expected_bits = sum(1 << cluster.slot_of_bit.index(s) for s in slots_near)
+        expected_slots = sum(1 << cluster.slot_of_bit.index(s) for s in set(ranks_on))
+        for _ in range(2):  # computed, then from the cache
+            assert own_home(sched, pipeline) == (gpus, expected_bits)
+            assert own_home_slots(sched, pipeline) == expected_slots
