@@ -1,36 +1,44 @@
-"""Policy ablation: the rlix policy with each of its switchable rules turned off in turn.
+"""Policy ablation: the rlix policy with each of its switchable rules switched in turn.
 
-Rules (rlix.policy.PolicyConfig): `keep_busy_tail` (on by default: a pipeline with nothing
-queued keeps its busy ranks and gives its idle ones), `home_floor` (off by default: a rolling
-pipeline's share is at least the GPUs of its home it can use), the no-reversal interval
-`min_rebalance_interval_s` (90 s; off is 0), `look_ahead` (on by default: loans of an away
-pipeline's own home pay for their moves and are handed back on time), and `tail_spread_batch`
-(32 by default: an on-policy tail running more than 32 trajectories per busy rank, on an engine
-that migrates them, takes part in the split; off is 0), and `max_drain_s` (4 s by default: a
-rank at home cut for a grant finishes what it runs, taking nothing new, for as long as the
-gang it delays holds its cluster and at most 4 s; `-drain` cuts it at once), and `keep_warm`
-(on by default: a pipeline's rollout ranks stay loaded between its rollouts on GPUs no other
-home covers while no one else needs them), and `finish_together` (12 in the studies of jobs
-submitted together, off elsewhere: each job's rollout share weighed by its projected time left,
-at least `finish_floor`, so the jobs that finish last get what the early ones can spare, and a
-job so weighed is not held at its busy ranks in its tail; `-finish_together` is 0), and
-`wake_ahead` (on by default: an away pipeline that comes back to roll out has its ranks loaded
-on its own home its load time before it is expected, so its rollout starts on them), and
-`training_yields` (on by default, with `finish_together`: a job whose training cluster is held
-or requested weighs half in the split and gives a bundle on GPUs no home covers to a job with
-no rank weighing three times as much), and `prefetch_weights` (on by default: a pipeline reads
-its weights into host memory before it asks for an init's GPUs, which it then holds only to copy
-them in). For each
-scenario: rlix as it is, with each rule switched the other way (-rule: off, +rule: on), with all of them off,
-and gap-ratio and static for reference. Figures: steps/h, mean JCT, idle and loading shares,
-and recomputed over generated tokens. Deterministic simulator figures; with `--seeds N`, each
-is the mean over seeds 0..N-1 (one seed's steps/h moves by about 1% with any small change of
-timing, as one job's last step decides the makespan: compare rules over several seeds).
+Rules (rlix.policy.PolicyConfig; the defaults in brackets):
+- `keep_busy_tail` (on): a pipeline with nothing queued keeps its busy ranks, gives its idle ones.
+- `home_floor` (off): a rolling pipeline's share is at least the GPUs of its home it can use.
+- `min_rebalance_interval_s` (90 s; off is 0): no rebalance undoes a move younger than this.
+- `look_ahead` (on): loans of an away pipeline's own home pay for their moves, handed back on time.
+- `tail_spread_batch` (32; off is 0): an on-policy tail running more than 32 trajectories per
+  busy rank, on an engine that migrates them, takes part in the split.
+- `max_drain_s` (4 s; off is 0): a rank at home cut for a grant finishes what it runs, taking
+  nothing new, while the gang it delays holds its cluster, at most this long.
+- `keep_warm` (on): rollout ranks stay loaded between a pipeline's rollouts on GPUs no other home
+  covers while no one else needs them.
+- `finish_together` (12 in the studies of jobs submitted together, off elsewhere): each job's
+  rollout share weighed by its projected time left, so the jobs that finish last get what the
+  early ones can spare.
+- `wake_ahead` (on): an away pipeline coming back to roll out has its ranks loaded on its own
+  home its load time before it is expected.
+- `training_yields` (on; acts only with `finish_together`): a job whose training cluster is held
+  or requested weighs half in the split, and gives a bundle no home covers to a job with none.
+- `prefetch_weights` (on): a pipeline reads its weights into host memory before it asks for an
+  init's GPUs, which the init then holds only to copy them in.
+- `stack_by_runtime` (on) and `alike_stack_depth` (4; off is 0): with homes given as sizes, a
+  home joins the stack of jobs most like it in expected runtime, and of its own kind up to that
+  depth, before GPUs no home covers (rlix.policy.homes).
+- `max_home_load` (off; 2.5 on lab-day): jobs start while their homes cover at most this many
+  times the pool, in the scenario's `job_order` (rlix.policy.job_order).
 
-    python bench/policy_ablation.py                  # the table
-    python bench/policy_ablation.py --seeds 8        # means over seeds 0-7
+For each scenario: rlix as the scenario sets it, with each rule switched from that setting in
+turn ("-rule" turns off a rule the scenario has on, "+rule" turns on one it has off, at the
+default above, 2.5 for the home-load limit, 12 for finish_together), with all of them off, and
+gap-ratio and static for reference. A rule that acts only with another the scenario has off is
+left out. Figures: steps/h, mean JCT, idle and loading shares, recomputed over generated
+tokens. Deterministic simulator figures; with `--seeds N`, each is the mean over seeds 0..N-1
+(one seed's steps/h moves by about 1% with any small change of timing, as one job's last step
+decides the makespan: compare rules over several seeds).
+
+    python bench/policy_ablation.py                  # the four studies, each on its own seed
+    python bench/policy_ablation.py --seeds 8        # means over seeds 0-7 (about 4 min)
     python bench/policy_ablation.py --json           # one JSON line: {"rows": [...]}
-    python bench/policy_ablation.py --scenarios agentic-4x32,blog-4on12
+    python bench/policy_ablation.py --scenarios lab-day --seeds 2   # the busy day (about 15 min)
 """
 
 from __future__ import annotations
@@ -38,49 +46,67 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from rlix.runs.text import format_table
-from rlix.scenarios import load_scenario
-from rlix.sim import simulate
+from rlix.scenarios import bundled_scenarios, load_scenario
+from rlix.scenarios.sections import PolicyTunables
+from rlix.sim.parallel import run_all
 
 DEFAULT_SCENARIOS = ("agentic-4x32", "math-rlvr", "mixed-lora", "blog-4on12")
-#: Each rule switched from its default: (label, override).
-SWITCHED = {"keep_busy_tail": ("-keep_busy_tail", False), "home_floor": ("+home_floor", True),
-            "min_rebalance_interval_s": ("-min_rebalance_interval_s", 0.0), "look_ahead": ("-look_ahead", False),
-            "tail_spread_batch": ("-tail_spread", 0), "max_drain_s": ("-drain", 0.0),
-            "keep_warm": ("-keep_warm", False), "finish_together": ("-finish_together", 0.0),
-            "wake_ahead": ("-wake_ahead", False), "training_yields": ("-training_yields", False),
-            "prefetch_weights": ("-prefetch", False)}
-ALL_OFF = {"keep_busy_tail": False, "home_floor": False, "min_rebalance_interval_s": 0.0, "look_ahead": False,
-           "tail_spread_batch": 0, "max_drain_s": 0.0, "keep_warm": False, "finish_together": 0.0,
-           "wake_ahead": False, "training_yields": False, "prefetch_weights": False}
+#: Each switchable rule: (name in the labels, its value off, its value on). A variant switches
+#: one rule from the scenario's own setting: "-name" turns it off where the scenario has it on,
+#: "+name" turns it on (at the value given here) where the scenario has it off.
+RULES: dict[str, tuple[str, Any, Any]] = {
+    "keep_busy_tail": ("keep_busy_tail", False, True),
+    "home_floor": ("home_floor", False, True),
+    "min_rebalance_interval_s": ("min_rebalance_interval_s", 0.0, 90.0),
+    "look_ahead": ("look_ahead", False, True),
+    "tail_spread_batch": ("tail_spread", 0, 32),
+    "max_drain_s": ("drain", 0.0, 4.0),
+    "keep_warm": ("keep_warm", False, True),
+    "finish_together": ("finish_together", 0.0, 12.0),
+    "wake_ahead": ("wake_ahead", False, True),
+    "training_yields": ("training_yields", False, True),
+    "prefetch_weights": ("prefetch", False, True),
+    "stack_by_runtime": ("stack_by_runtime", False, True),
+    "alike_stack_depth": ("alike_stack", 0, 4),
+    "max_home_load": ("home_load_limit", 0.0, 2.5),
+}
+#: Rules that act only while another is on: switching them where it is off changes nothing.
+ACTS_WITH = {"training_yields": "finish_together"}
+ALL_OFF = {rule: off for rule, (_name, off, _on) in RULES.items()}
 FIGURES = ("steps_per_hour", "mean_jct_s", "idle_share", "loading_share", "recomputed_share")
 
 
-def variants() -> list[tuple[str, str, dict[str, Any]]]:
-    """(label, policy, config overrides)."""
+def variants(config: PolicyTunables) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, policy, config overrides) for a scenario whose rlix settings are `config`."""
     out: list[tuple[str, str, dict[str, Any]]] = [("rlix", "rlix", {})]
-    out += [(f"rlix {label}", "rlix", {rule: value}) for rule, (label, value) in SWITCHED.items()]
+    for rule, (name, off, on) in RULES.items():
+        other = ACTS_WITH.get(rule)
+        if other is not None and getattr(config, other) == RULES[other][1]:
+            continue
+        is_on = getattr(config, rule) != off
+        out.append((f"rlix {'-' if is_on else '+'}{name}", "rlix", {rule: off if is_on else on}))
     out += [("rlix, all off", "rlix", dict(ALL_OFF)), ("gap-ratio", "gap-ratio", {}), ("static", "static", {})]
     return out
 
 
-def row(name: str, label: str, policy: str, overrides: dict[str, Any], seeds: int = 0) -> dict[str, Any]:
-    """One variant on one scenario: its own seed, or the mean over seeds 0..seeds-1."""
-    if seeds:
-        rows = [_row(name, label, policy, overrides, seed) for seed in range(seeds)]
-        out = dict(rows[0])
-        for key in FIGURES:
-            values = [r[key] for r in rows if r[key] is not None]
-            out[key] = sum(values) / len(values) if values else None
-        return out
-    return _row(name, label, policy, overrides, None)
+def mean_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows of one variant over seeds, as one row of means."""
+    out = dict(rows[0])
+    out.pop("seed", None)
+    for key in FIGURES:
+        values = [r[key] for r in rows if r[key] is not None]
+        out[key] = sum(values) / len(values) if values else None
+    return out
 
 
-def _row(name: str, label: str, policy: str, overrides: dict[str, Any], seed: int | None) -> dict[str, Any]:
+def run_variant(name: str, label: str, policy: str, overrides: dict[str, Any], seed: int | None) -> dict[str, Any]:
+    """One variant on one scenario and seed (None: the scenario's own)."""
+    from rlix.sim import simulate
+
     base = load_scenario(name)
     scenario = base.with_policy(policy, {**base.policy.config.model_dump(), **overrides})
     if seed is not None:
@@ -91,6 +117,7 @@ def _row(name: str, label: str, policy: str, overrides: dict[str, Any], seed: in
     return {
         "scenario": name,
         "variant": label,
+        "seed": scenario.seed,
         "steps_per_hour": overall["steps_per_hour"],
         "mean_jct_s": overall["jobs"]["mean_jct_s"],
         "idle_share": overall["idle_share"],
@@ -99,17 +126,34 @@ def _row(name: str, label: str, policy: str, overrides: dict[str, Any], seed: in
     }
 
 
+def bench(names: list[str], seeds: int, workers: int, quiet: bool) -> list[dict[str, Any]]:
+    """One row per scenario and variant: its own seed, or the means over seeds 0..seeds-1."""
+    seed_list: list[int | None] = list(range(seeds)) if seeds else [None]
+    keys = [(name, *variant) for name in names for variant in variants(load_scenario(name).policy.config)]
+    jobs = [(*key, seed) for key in keys for seed in seed_list]
+    results = run_all(run_variant, jobs, workers, quiet)
+    per_key = len(seed_list)
+    return [mean_rows(results[i * per_key:(i + 1) * per_key]) for i in range(len(keys))]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS))
     parser.add_argument("--json", action="store_true", help="one JSON line")
     parser.add_argument("--seeds", type=int, default=0, metavar="N",
                         help="mean of each figure over seeds 0..N-1 (default: each scenario's own seed)")
+    parser.add_argument("--workers", type=int, default=2, metavar="N", help="runs at once (default 2)")
     args = parser.parse_args()
     if args.seeds < 0:
         parser.error("--seeds must be >= 0")
-    jobs = [(name, *variant) for name in args.scenarios.split(",") if name for variant in variants()]
-    rows = [row(*job, seeds=args.seeds) for job in tqdm(jobs, disable=args.json, file=sys.stderr, unit="run")]
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    names = [name for name in args.scenarios.split(",") if name]
+    known = set(bundled_scenarios())
+    unknown = [name for name in names if name not in known and not Path(name).is_file()]
+    if unknown or not names:
+        parser.error(f"--scenarios: unknown {', '.join(unknown) or '(none given)'} (bundled: {', '.join(sorted(known))})")
+    rows = bench(names, args.seeds, args.workers, quiet=args.json)
     if args.json:
         print(json.dumps({"rows": rows}))
         return 0

@@ -323,7 +323,8 @@ class PolicyConfig:
     #: would be re-queued and recomputed, and an on-policy step waits for its last ones), it is
     #: lent no more (it cannot use them), and its idle ranks are the ones given away. A job
     #: weighed by `finish_together` whose tails last longer than `min_rebalance_interval_s` is
-    #: not held (rlix.policy.finish), but is still lent no free GPUs in its tail.
+    #: not held (rlix.policy.finish), but is still lent no free GPUs in its tail. The lab-day
+    #: streams turn it off: with jobs arriving all day, a thin tail's ranks serve others better.
     keep_busy_tail: bool = True
     #: A rolling pipeline's share is at least the GPUs of its home it can use (its rollout
     #: bundles inside its home, at most one bundle per trajectory left), when these floors fit
