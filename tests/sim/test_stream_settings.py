@@ -1,6 +1,6 @@
 """The lab-day scenarios set rlix's tunables for a stream of jobs (a 300-s no-reversal
-interval, loans that pay back twice their moves; on lab-day's 64 GPUs no drains and tails not
-held at their busy ranks). The RLix
+interval, loans that pay back twice their moves, tails not held at their busy ranks; on
+lab-day's 64 GPUs no drains). The RLix
 model they are compared against must not read them, or the comparison would move with rlix's
 settings: its run is the same with and without them, on the first 20 minutes of lab-day,
 while rlix's is not."""
