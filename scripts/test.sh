@@ -17,7 +17,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q -e '.[dev,sim,exec]'
   echo "$want" > "$stamp"
 fi
-echo "== ruff"; .venv/bin/ruff check rlix tests bench
+echo "== ruff"; .venv/bin/ruff check rlix tests bench notebooks
 echo "== mypy (rlix/policy, rlix/pipelines)"; .venv/bin/mypy
 echo "== pytest"
 set +e
