@@ -14,6 +14,13 @@ That is no bound for other policies: a policy whose rollouts take fewer GPU-seco
 tighter. It says how much of a gap to the ceiling is this run's moves and idle time, and how
 much is its work itself. Deterministic simulator figures, means over seeds.
 
+Beside the GPUs, the jobs: `rankless_s` sums, over jobs, the seconds after the last init in
+which a job had rollout work it may run (its latest progress report, `RolloutProgressed`, left
+some) and held no rollout rank; `in_gangs` is the part of them while some training gang (any
+cluster but rollout) held GPUs, and `most_rankless_s` the largest one job's. A job's step waits
+on its rollout through most of such time, so it says how long the jobs' chains stalled for want
+of a rank, and whether the training gangs are why.
+
 `--free-moves` runs the same scenarios with every move costing nothing: a rank's weight load
 and offload, the engine's wake and sleep, and the prefill of a re-queued trajectory's prefix.
 What a policy still leaves below the ceiling then is not the price of its moves but where and
@@ -34,6 +41,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from rlix.policy.specs import ROLLOUT_CLUSTER
+from rlix.runs.eventlog import iter_records
+from rlix.runs.intervals import sweep
 from rlix.sim.choices import add_study_arguments
 from rlix.sim.cost_fields import FREE_MOVES
 from rlix.sim.parallel import run_all
@@ -58,6 +68,57 @@ def packing(activity: Any, makespan_s: float, num_gpus: int) -> dict[str, float]
             "packed_makespan_s": start_s + busy / num_gpus + (makespan_s - last_work_s)}
 
 
+def open_rollouts(events_path: Path, end_s: float) -> list[tuple[str, float, float]]:
+    """(pipeline, start s, end s) of the spans in which the pipeline's latest progress report
+    (`RolloutProgressed`, per adapter) left rollout work, from `events_path` (events.jsonl)."""
+    remaining: dict[str, dict[str | None, float]] = {}
+    since: dict[str, float] = {}
+    spans = []
+    for _, record in iter_records(events_path):
+        event = record.get("event") or {}
+        if event.get("type") != "RolloutProgressed":
+            continue
+        pid, now_s = event["pipeline_id"], float(event["now"])
+        left = remaining.setdefault(pid, {})
+        was_open = any(n > 0 for n in left.values())
+        left[event.get("adapter")] = float(event["remaining"])
+        is_open = any(n > 0 for n in left.values())
+        if is_open and not was_open:
+            since[pid] = now_s
+        elif was_open and not is_open:
+            spans.append((pid, since.pop(pid), now_s))
+    spans += [(pid, start_s, end_s) for pid, start_s in since.items()]
+    return spans
+
+
+def rankless(open_spans: list[tuple[str, float, float]], allocations: Any, start_s: float) -> dict[str, float]:
+    """Job-seconds after `start_s` with rollout work open and no rollout rank held, summed over
+    jobs; the part of them while a training gang held GPUs; the largest one job's (module
+    docstring). `allocations` is a run's allocations table (pipeline_id, cluster, t_start, t_end)."""
+    import numpy as np
+
+    ids = sorted({pid for pid, _, _ in open_spans} | set(allocations["pipeline_id"].astype(str)))
+    key = {pid: i for i, pid in enumerate(ids)}
+    rollout = allocations[allocations["cluster"] == ROLLOUT_CLUSTER]
+    gangs = allocations[allocations["cluster"] != ROLLOUT_CLUSTER]
+    parts = [  # (keys, starts, ends, layer): 0 work open, 1 a rank held, 2 a gang anywhere
+        ([key[p] for p, _, _ in open_spans], [s for _, s, _ in open_spans], [e for _, _, e in open_spans], 0),
+        (rollout["pipeline_id"].astype(str).map(key), rollout["t_start"], rollout["t_end"], 1),
+    ]
+    for i in range(len(ids)):  # every job sees every gang
+        parts.append(([i] * len(gangs), gangs["t_start"], gangs["t_end"], 2))
+    keys = np.concatenate([np.asarray(k, dtype=np.int64) for k, _, _, _ in parts])
+    starts = np.concatenate([np.asarray(s, dtype=float) for _, s, _, _ in parts]).clip(min=start_s)
+    ends = np.concatenate([np.asarray(e, dtype=float) for _, _, e, _ in parts])
+    layers = np.concatenate([np.full(len(k), layer, dtype=np.int64) for k, _, _, layer in parts])
+    segments = sweep(keys, starts, ends, layers, 3)
+    stalled = segments.covered(0) & ~segments.covered(1)
+    seconds = segments.duration * stalled
+    per_job = np.bincount(segments.keys, weights=seconds, minlength=len(ids))
+    return {"rankless_s": float(seconds.sum()), "rankless_in_gangs_s": float(seconds[segments.covered(2)].sum()),
+            "most_rankless_s": float(per_job.max(initial=0.0))}
+
+
 def run_one(name: str, policy: str, seed: int, free_moves: bool = False) -> dict[str, Any]:
     import pandas as pd
 
@@ -76,6 +137,8 @@ def run_one(name: str, policy: str, seed: int, free_moves: bool = False) -> dict
         activity = pd.read_parquet(folder / "activity.parquet")
         makespan_s = float(comparison.summaries[policy]["makespan_s"])
         row = packing(activity, makespan_s, scenario.num_gpus)
+        allocations = pd.read_parquet(folder / "allocations.parquet")
+        row.update(rankless(open_rollouts(folder / "events.jsonl", makespan_s), allocations, row["inits_end_s"]))
     bound_s = comparison.makespan_bound_s()
     row.update({"scenario": name, "policy": policy, "seed": seed, "ceiling_makespan_s": bound_s,
                 "steps_per_hour": float(comparison.summaries[policy]["overall"]["steps_per_hour"])})
@@ -93,7 +156,8 @@ def bench(names: list[str], policies: list[str], seeds: int, workers: int, quiet
         for policy in policies:
             mine = [r for r in runs if r["scenario"] == name and r["policy"] == policy]
             row: dict[str, Any] = {"scenario": name, "policy": policy}
-            for key in ("steps_per_hour", "inits_end_s", "busy_gpu_s", "loading_gpu_s", "idle_gpu_s", "makespan_s", "packed_makespan_s"):
+            for key in ("steps_per_hour", "inits_end_s", "busy_gpu_s", "loading_gpu_s", "idle_gpu_s", "makespan_s", "packed_makespan_s",
+                        "rankless_s", "rankless_in_gangs_s", "most_rankless_s"):
                 row[key] = fmean(r[key] for r in mine)
             if all(r["ceiling_makespan_s"] for r in mine):
                 row["of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["makespan_s"] for r in mine)
@@ -122,9 +186,10 @@ def main() -> int:
 
     gpu_s, share = "{:,.0f}", "{:.1%}"
     formats = {"steps_per_hour": "{:.1f}", "inits_end_s": gpu_s, "busy_gpu_s": gpu_s, "loading_gpu_s": gpu_s, "idle_gpu_s": gpu_s,
-               "makespan_s": gpu_s, "packed_makespan_s": gpu_s, "of_ceiling": share, "packed_of_ceiling": share}
+               "makespan_s": gpu_s, "packed_makespan_s": gpu_s, "rankless_s": gpu_s,
+               "rankless_in_gangs_s": gpu_s, "most_rankless_s": gpu_s, "of_ceiling": share, "packed_of_ceiling": share}
     costs = "; every move free" if args.free_moves else ""
-    print(f"means over seeds 0-{args.seeds - 1}; GPU-seconds after the last init ends{costs}")
+    print(f"means over seeds 0-{args.seeds - 1}; GPU-seconds (rankless: job-seconds) after the last init ends{costs}")
     print(format_table(pd.DataFrame(rows), formats))
     return 0
 
