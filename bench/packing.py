@@ -41,9 +41,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from rlix.policy.specs import ROLLOUT_CLUSTER
-from rlix.runs.eventlog import iter_records
-from rlix.runs.intervals import sweep
+from rlix.runs.rankless import run_rankless
 from rlix.sim.choices import add_study_arguments
 from rlix.sim.cost_fields import FREE_MOVES
 from rlix.sim.parallel import run_all
@@ -68,57 +66,6 @@ def packing(activity: Any, makespan_s: float, num_gpus: int) -> dict[str, float]
             "packed_makespan_s": start_s + busy / num_gpus + (makespan_s - last_work_s)}
 
 
-def open_rollouts(events_path: Path, end_s: float) -> list[tuple[str, float, float]]:
-    """(pipeline, start s, end s) of the spans in which the pipeline's latest progress report
-    (`RolloutProgressed`, per adapter) left rollout work, from `events_path` (events.jsonl)."""
-    remaining: dict[str, dict[str | None, float]] = {}
-    since: dict[str, float] = {}
-    spans = []
-    for _, record in iter_records(events_path):
-        event = record.get("event") or {}
-        if event.get("type") != "RolloutProgressed":
-            continue
-        pid, now_s = event["pipeline_id"], float(event["now"])
-        left = remaining.setdefault(pid, {})
-        was_open = any(n > 0 for n in left.values())
-        left[event.get("adapter")] = float(event["remaining"])
-        is_open = any(n > 0 for n in left.values())
-        if is_open and not was_open:
-            since[pid] = now_s
-        elif was_open and not is_open:
-            spans.append((pid, since.pop(pid), now_s))
-    spans += [(pid, start_s, end_s) for pid, start_s in since.items()]
-    return spans
-
-
-def rankless(open_spans: list[tuple[str, float, float]], allocations: Any, start_s: float) -> dict[str, float]:
-    """Job-seconds after `start_s` with rollout work open and no rollout rank held, summed over
-    jobs; the part of them while a training gang held GPUs; the largest one job's (module
-    docstring). `allocations` is a run's allocations table (pipeline_id, cluster, t_start, t_end)."""
-    import numpy as np
-
-    ids = sorted({pid for pid, _, _ in open_spans} | set(allocations["pipeline_id"].astype(str)))
-    key = {pid: i for i, pid in enumerate(ids)}
-    rollout = allocations[allocations["cluster"] == ROLLOUT_CLUSTER]
-    gangs = allocations[allocations["cluster"] != ROLLOUT_CLUSTER]
-    parts = [  # (keys, starts, ends, layer): 0 work open, 1 a rank held, 2 a gang anywhere
-        ([key[p] for p, _, _ in open_spans], [s for _, s, _ in open_spans], [e for _, _, e in open_spans], 0),
-        (rollout["pipeline_id"].astype(str).map(key), rollout["t_start"], rollout["t_end"], 1),
-    ]
-    for i in range(len(ids)):  # every job sees every gang
-        parts.append(([i] * len(gangs), gangs["t_start"], gangs["t_end"], 2))
-    keys = np.concatenate([np.asarray(k, dtype=np.int64) for k, _, _, _ in parts])
-    starts = np.concatenate([np.asarray(s, dtype=float) for _, s, _, _ in parts]).clip(min=start_s)
-    ends = np.concatenate([np.asarray(e, dtype=float) for _, _, e, _ in parts])
-    layers = np.concatenate([np.full(len(k), layer, dtype=np.int64) for k, _, _, layer in parts])
-    segments = sweep(keys, starts, ends, layers, 3)
-    stalled = segments.covered(0) & ~segments.covered(1)
-    seconds = segments.duration * stalled
-    per_job = np.bincount(segments.keys, weights=seconds, minlength=len(ids))
-    return {"rankless_s": float(seconds.sum()), "rankless_in_gangs_s": float(seconds[segments.covered(2)].sum()),
-            "most_rankless_s": float(per_job.max(initial=0.0))}
-
-
 def run_one(name: str, policy: str, seed: int, free_moves: bool = False) -> dict[str, Any]:
     import pandas as pd
 
@@ -137,8 +84,7 @@ def run_one(name: str, policy: str, seed: int, free_moves: bool = False) -> dict
         activity = pd.read_parquet(folder / "activity.parquet")
         makespan_s = float(comparison.summaries[policy]["makespan_s"])
         row = packing(activity, makespan_s, scenario.num_gpus)
-        allocations = pd.read_parquet(folder / "allocations.parquet")
-        row.update(rankless(open_rollouts(folder / "events.jsonl", makespan_s), allocations, row["inits_end_s"]))
+        row.update(run_rankless(folder, makespan_s, row["inits_end_s"]))
     bound_s = comparison.makespan_bound_s()
     row.update({"scenario": name, "policy": policy, "seed": seed, "ceiling_makespan_s": bound_s,
                 "steps_per_hour": float(comparison.summaries[policy]["overall"]["steps_per_hour"])})

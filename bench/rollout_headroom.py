@@ -13,6 +13,9 @@ target share says how many GPUs that share asks for.
 On blog-4on12 (four 7B jobs whose training gangs take 8 of 12 GPUs): while a gang runs, two
 TP-2 rollout ranks are left for four jobs, each of which has a rollout open most of the time
 (staleness 1). One more node, two more ranks, is about what it takes for one rank a job.
+`rankless_s` (rlix.runs.rankless) sums the seconds after the last init in which a job had
+rollout work and no rank, `rankless_in_gangs_s` those while a training gang held GPUs: how much
+of that wait the added ranks take away.
 
     python bench/rollout_headroom.py                          # blog-4on12, rlix, +0..3 nodes, 8 seeds
     python bench/rollout_headroom.py --policies rlix,gap-ratio --nodes 0,1,3 --seeds 2 --json
@@ -34,6 +37,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from rlix.runs.rankless import run_rankless
 from rlix.sim.choices import add_study_arguments
 from rlix.sim.parallel import run_all
 
@@ -114,15 +118,19 @@ def run_one(name: str, policy: str, seed: int, nodes: tuple[int, ...], ceiling: 
             folder, base = result.run_dir, result.summary
         assert folder is not None
         homes = placed_homes(folder / "events.jsonl")
-    rows = []
-    for extra in nodes:
-        summary = base if extra == 0 else simulate(widened(scenario, homes, extra), policy, plots=False).summary
-        rows.append({"scenario": name, "policy": policy, "seed": seed, "extra_nodes": extra,
-                     "num_gpus": scenario.num_gpus + extra * scenario.topology_config.gpus_per_node,
-                     "makespan_s": float(summary["makespan_s"]),
-                     "steps_per_hour": float(summary["overall"]["steps_per_hour"]),
-                     "mean_jct_s": float(summary["overall"]["jobs"]["mean_jct_s"]),
-                     "ceiling_makespan_s": ceiling_s})
+        rows = []
+        for extra in nodes:
+            summary = base
+            if extra:
+                folder = Path(out) / f"plus{extra}"
+                summary = simulate(widened(scenario, homes, extra), policy, out=folder, plots=False).summary
+            makespan_s = float(summary["makespan_s"])
+            rows.append({"scenario": name, "policy": policy, "seed": seed, "extra_nodes": extra,
+                         "num_gpus": scenario.num_gpus + extra * scenario.topology_config.gpus_per_node,
+                         "makespan_s": makespan_s,
+                         "steps_per_hour": float(summary["overall"]["steps_per_hour"]),
+                         "mean_jct_s": float(summary["overall"]["jobs"]["mean_jct_s"]),
+                         "ceiling_makespan_s": ceiling_s, **run_rankless(folder, makespan_s)})
     return rows
 
 
@@ -139,7 +147,7 @@ def bench(names: list[str], policies: list[str], nodes: tuple[int, ...], seeds: 
                 mine = [r for r in runs if (r["scenario"], r["policy"], r["extra_nodes"]) == (name, policy, extra)]
                 row: dict[str, Any] = {"scenario": name, "policy": policy, "extra_nodes": extra,
                                        "num_gpus": mine[0]["num_gpus"]}
-                for key in ("steps_per_hour", "makespan_s", "mean_jct_s"):
+                for key in ("steps_per_hour", "makespan_s", "mean_jct_s", "rankless_s", "rankless_in_gangs_s"):
                     row[key] = fmean(r[key] for r in mine)
                 if all(r["ceiling_makespan_s"] for r in mine):
                     row["of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["makespan_s"] for r in mine)
@@ -185,7 +193,8 @@ def main() -> int:
 
     from rlix.sim.report import format_table
 
-    formats = {"steps_per_hour": "{:.1f}", "makespan_s": "{:,.0f}", "mean_jct_s": "{:,.0f}", "of_ceiling": "{:.1%}"}
+    formats = {"steps_per_hour": "{:.1f}", "makespan_s": "{:,.0f}", "mean_jct_s": "{:,.0f}", "rankless_s": "{:,.0f}",
+               "rankless_in_gangs_s": "{:,.0f}", "of_ceiling": "{:.1%}"}
     against = "" if args.no_ceiling else "; of ceiling: against the study's own ceiling, as it is"
     print(f"means over seeds 0-{args.seeds - 1}{against}")
     print(format_table(pd.DataFrame(rows), formats))

@@ -66,6 +66,10 @@ def test_added_gpus_run_rollout_only(tmp_path: Path) -> None:
     rows = bench.run_one("blog-4on12", "rlix", 0, (0, 1))
     assert [row["num_gpus"] for row in rows] == [12, 16]
     assert all(row["ceiling_makespan_s"] == rows[0]["ceiling_makespan_s"] for row in rows)
+    for row in rows:
+        assert 0 <= row["rankless_in_gangs_s"] <= row["rankless_s"] <= 4 * row["makespan_s"]
+    # two ranks no gang takes: the jobs wait far less for one (seed 0: 326 -> 13 job-seconds)
+    assert rows[1]["rankless_s"] < rows[0]["rankless_s"] / 4
     # the widened study again, with its tables: the added GPUs 12-15 hold rollout ranks and no
     # other stage, and the homes stay on the GPUs the study as it is placed them
     base = simulate("blog-4on12", "rlix", seed=0, out=tmp_path / "base", plots=False)
