@@ -16,10 +16,10 @@ much is its work itself. Deterministic simulator figures, means over seeds.
 
 Beside the GPUs, the jobs: `rankless_s` sums, over jobs, the seconds after the last init in
 which a job had rollout work it may run (its latest progress report, `RolloutProgressed`, left
-some) and held no rollout rank; `in_gangs` is the part of them while some training gang (any
-cluster but rollout) held GPUs, and `most_rankless_s` the largest one job's. A job's step waits
-on its rollout through most of such time, so it says how long the jobs' chains stalled for want
-of a rank, and whether the training gangs are why.
+some) and held no rollout rank; `rankless_in_gangs_s` is the part of them while some training
+gang (any cluster but rollout) held GPUs, and `most_rankless_s` the largest one job's
+(rlix.runs.rankless): how long the jobs' rollouts stalled for want of a rank, and whether the
+training gangs are why.
 
 `--free-moves` runs the same scenarios with every move costing nothing: a rank's weight load
 and offload, the engine's wake and sleep, and the prefill of a re-queued trajectory's prefix.

@@ -2,8 +2,8 @@
 
 A job's step waits on its rollout, and its rollout advances only on a rank of its own, so the
 seconds in which a job had rollout work left (its latest progress report, `RolloutProgressed`,
-per adapter) and held no rollout rank (the `allocations` table) are seconds its chain of steps
-stalled for want of a rank. Splitting them by whether some training gang (any cluster but
+per adapter) and held no rollout rank (the `allocations` table) are seconds its rollout
+stalled for want of a rank, and its chain of steps with it unless the rollout had slack there. Splitting them by whether some training gang (any cluster but
 rollout) held GPUs at the time says whether the gangs are why: while a gang holds most of a
 pool, few ranks are left for the jobs rolling out. Used by `bench/packing.py` and
 `bench/rollout_headroom.py`; works on any run folder, simulated or live.
