@@ -17,7 +17,10 @@ gain and others lose, their sum can be near zero and each group's share of it an
 `slowdown`, and `train_wait_s`: the summed waits of the job's training requests
 (t_grant - t_request in `waits` of every stage but init and rollout), what the job spent
 waiting for training GPUs once started (a job alone waits too, for its own rollout ranks to
-offload). The stage table splits the waits by stage; its `init` column is the wait to start
+offload); `rollout_wait_s`: the seconds the job had rollout work left (its latest progress
+report) and held no rollout rank (rlix.runs.rankless), what its rollout waited for GPUs (a
+job alone waits so only while its own training holds its ranks' GPUs). The two waits may
+overlap in time (an off-policy job's next rollout waits while its training does). The stage table splits the waits by stage; its `init` column is the wait to start
 (a job's first request is its init), the queueing column again. Figures a run does not have (alone times of an executor run, the finish
 of a job still running) are null and left out of the means.
 """
@@ -33,7 +36,7 @@ from rlix.policy.specs import Priority
 
 GROUPINGS = ("name", "pipeline", "arrival")
 BREAKDOWN_COLUMNS = ("group", "jobs", "finished", "alone_s", "queueing_s", "run_s", "jct_s", "excess_s",
-                     "excess_share", "slowdown", "train_wait_s")
+                     "excess_share", "slowdown", "train_wait_s", "rollout_wait_s")
 _NUMBERED = re.compile(r"^(.*)-\d+$")
 
 
@@ -90,10 +93,12 @@ def train_waits(waits: pd.DataFrame) -> pd.DataFrame:
 
 
 def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
-              bin_s: float = 3600.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+              bin_s: float = 3600.0, rollout_waits: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(groups, stage_waits): one row per group (BREAKDOWN_COLUMNS) in order of first arrival,
     then a row "all" over every job; and each group's mean per-job wait by stage. `waits`
-    None (a run that did not keep the table): training waits unknown."""
+    None (a run that did not keep the table): training waits unknown. `rollout_waits`: each
+    job's rank-less seconds by pipeline id (rlix.runs.rankless.rankless_by_job), None if
+    unknown (a job missing from it had none)."""
     if not bin_s > 0:
         raise ValueError(f"bin_s must be positive, got {bin_s}")
     jobs = jobs.reset_index(drop=True)
@@ -107,6 +112,8 @@ def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
         excess_s=jobs["jct_s"] - jobs["alone_s"],
         lost_s=lambda f: f["excess_s"].clip(lower=0.0),  # what excess_share shares out
         train_wait_s=stages.drop(columns=["init"], errors="ignore").sum(axis=1) if waits is not None else np.nan,
+        rollout_wait_s=np.nan if rollout_waits is None
+        else rollout_waits.reindex(jobs["pipeline_id"]).fillna(0.0).to_numpy(),
         finished=jobs["finish_s"].notna(),
     )
     keys = group_order(frame, frame["group"])
@@ -125,5 +132,6 @@ def _summary(frame: pd.DataFrame, keys: list[str], total_lost: float) -> pd.Data
         "excess_share": share,
         "slowdown": grouped["slowdown"].mean(),
         "train_wait_s": grouped["train_wait_s"].mean(),
+        "rollout_wait_s": grouped["rollout_wait_s"].mean(),
     }).reindex(keys)
     return table.rename_axis("group").reset_index()[list(BREAKDOWN_COLUMNS)]

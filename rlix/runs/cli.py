@@ -53,13 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     check.set_defaults(run=_guarded(main_check))
     jobs = subparsers.add_parser(
         "jobs",
-        help="where a run's jobs spent their time: queueing, time above alone, training waits",
+        help="where a run's jobs spent their time: queueing, time above alone, training and rollout waits",
         description="Group RUN_DIR's jobs (a simulator or executor run folder) and show, per "
         "group, the mean wait to start, run time, JCT, time above the job's time alone on its "
         "home (what sharing cost it, waiting included) and that group's share of the time the "
         "run's jobs lost (excess_share: each job's excess where positive), and the waits for "
         "training GPUs inside it, by stage and by what held the job's home meanwhile (another "
-        "job's training or init, rollout ranks moving); then what the rollout ranks' moves bought: "
+        "job's training or init, rollout ranks moving), and the time its rollout had work left and "
+        "no rank (rollout_wait); then what the rollout ranks' moves bought: "
         "their loads and offloads against the rollout they ran, and how many were cut before "
         "they had run as long as their moves took. Stream jobs (<template>-<n>) group by "
         "template; --by arrival shows bursts of arrivals.",
@@ -113,9 +114,15 @@ def main_jobs(args: argparse.Namespace) -> int:
     run = load(args.run_dir)
     jobs = run.jobs  # the one table this needs: a RunError naming the tables kept
     waits = run.waits if "waits" in run.kept_tables else None
-    groups, stages = breakdown(jobs, waits, args.by, args.bin_s)
-    causes = moves = None
     holds = run.allocations if "allocations" in run.kept_tables else None
+    rollout_waits = None
+    if holds is not None:
+        from rlix.runs.rankless import open_rollouts, rankless_by_job
+
+        spans = open_rollouts(run.path / "events.jsonl", float(run.summary["makespan_s"]))
+        rollout_waits = rankless_by_job(spans, holds)["rankless_s"]
+    groups, stages = breakdown(jobs, waits, args.by, args.bin_s, rollout_waits)
+    causes = moves = None
     activity = run.activity if "activity" in run.kept_tables else None
     if waits is not None and activity is not None:
         from rlix.runs.wait_causes import wait_causes
@@ -135,10 +142,12 @@ def main_jobs(args: argparse.Namespace) -> int:
                           "wait_causes_s": None if causes is None else _records(causes),
                           "rank_moves": None if moves is None else _records(moves)}))
         return 0
-    seconds = {c: "{:,.0f}" for c in ("alone_s", "queueing_s", "run_s", "jct_s", "excess_s", "train_wait_s")}
+    seconds = {c: "{:,.0f}" for c in ("alone_s", "queueing_s", "run_s", "jct_s", "excess_s", "train_wait_s",
+                                      "rollout_wait_s")}
     print(f"{args.run_dir}: {len(run.jobs)} jobs, policy {run.policy}; means per job, seconds; excess = JCT - "
           "alone on its home (waiting included); excess_share = share of the time jobs lost (excesses "
-          "above 0); train_wait = waits for training GPUs once started")
+          "above 0); train_wait = waits for training GPUs once started; rollout_wait = time with rollout "
+          "work and no rollout rank")
     print(format_table(groups, {**seconds, "excess_share": "{:.0%}", "slowdown": "{:.2f}"}))
     if groups["alone_s"].isna().all():
         print("(no times alone in this run, so no excess or slowdown: rlix-sim run simulates them "

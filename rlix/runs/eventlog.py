@@ -62,7 +62,7 @@ def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, record
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of every non-blank line."""
     try:
         handle = path.open(encoding="utf-8")
@@ -78,7 +78,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
             raise RunError("not UTF-8 text", file=path, line=number + 1) from error
 
 
-def _parse(line: str, path: Path, number: int) -> dict[str, Any]:
+def parse_line(line: str, path: Path, number: int) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as error:
@@ -89,8 +89,8 @@ def _parse(line: str, path: Path, number: int) -> dict[str, Any]:
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, line in _lines(path):
-        yield number, _parse(line, path, number)
+    for number, line in read_lines(path):
+        yield number, parse_line(line, path, number)
 
 
 class EventFacts:
@@ -144,7 +144,7 @@ def facts_from_lines(lines: Iterable[str]) -> EventFacts:
 
 
 def facts_from_file(path: Path) -> EventFacts:
-    lines = _lines(path)
+    lines = read_lines(path)
     next(lines, None)  # the header (read_header checks it)
     read_header(path)
     facts = EventFacts()
@@ -152,7 +152,7 @@ def facts_from_file(path: Path) -> EventFacts:
         if not _worth_parsing(line):
             continue
         try:
-            facts.add_record(_parse(line, path, number))
+            facts.add_record(parse_line(line, path, number))
         except (KeyError, TypeError, ValueError) as error:
             raise RunError(f"bad PipelineRegistered or Shrink record: {error!r}", file=path, line=number) from error
     return facts

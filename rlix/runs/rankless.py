@@ -17,18 +17,21 @@ import numpy as np
 import pandas as pd
 
 from rlix.policy.specs import ROLLOUT_CLUSTER, Priority
-from rlix.runs.eventlog import iter_records
+from rlix.runs.eventlog import parse_line, read_lines
 from rlix.runs.intervals import sweep
 
 
 def open_rollouts(events_path: Path, end_s: float) -> list[tuple[str, float, float]]:
     """(pipeline, start s, end s) of the spans in which the pipeline's latest progress report
-    (`RolloutProgressed`, per adapter) left rollout work, from `events_path` (events.jsonl)."""
+    (`RolloutProgressed`, per adapter) left rollout work, from `events_path` (events.jsonl);
+    a span still open at the end of the log ends at `end_s`. RunError on an unreadable log."""
     remaining: dict[str, dict[str | None, float]] = {}
     since: dict[str, float] = {}
     spans = []
-    for _, record in iter_records(events_path):
-        event = record.get("event") or {}
+    for number, line in read_lines(events_path):
+        if '"RolloutProgressed"' not in line:  # most lines are not: skip their JSON parse
+            continue
+        event = parse_line(line, events_path, number).get("event") or {}
         if event.get("type") != "RolloutProgressed":
             continue
         pid, now_s = event["pipeline_id"], float(event["now"])
@@ -40,14 +43,16 @@ def open_rollouts(events_path: Path, end_s: float) -> list[tuple[str, float, flo
             since[pid] = now_s
         elif was_open and not is_open:
             spans.append((pid, since.pop(pid), now_s))
-    spans += [(pid, start_s, end_s) for pid, start_s in since.items()]
+    spans += [(pid, start_s, max(start_s, end_s)) for pid, start_s in since.items()]
     return spans
 
 
-def rankless(open_spans: list[tuple[str, float, float]], allocations: pd.DataFrame, start_s: float) -> dict[str, float]:
-    """Job-seconds after `start_s` with rollout work open and no rollout rank held, summed over
-    jobs; the part of them while a training gang held GPUs; the largest one job's (module
-    docstring). `allocations` is a run's allocations table (pipeline_id, cluster, t_start, t_end)."""
+def rankless_by_job(open_spans: list[tuple[str, float, float]], allocations: pd.DataFrame,
+                    start_s: float = -np.inf) -> pd.DataFrame:
+    """Per pipeline (the index), the seconds after `start_s` with rollout work open and no
+    rollout rank held (`rankless_s`), and those of them while any training gang held GPUs
+    (`rankless_in_gangs_s`). `allocations` is a run's allocations table (pipeline_id, cluster,
+    t_start, t_end)."""
     ids = sorted({pid for pid, _, _ in open_spans} | set(allocations["pipeline_id"].astype(str)))
     key = {pid: i for i, pid in enumerate(ids)}
     rollout = allocations[allocations["cluster"] == ROLLOUT_CLUSTER]
@@ -63,11 +68,19 @@ def rankless(open_spans: list[tuple[str, float, float]], allocations: pd.DataFra
     ends = np.concatenate([np.asarray(e, dtype=float) for _, _, e, _ in parts])
     layers = np.concatenate([np.full(len(k), layer, dtype=np.int64) for k, _, _, layer in parts])
     segments = sweep(keys, starts, ends, layers, 3)
-    stalled = segments.covered(0) & ~segments.covered(1)
-    seconds = segments.duration * stalled
-    per_job = np.bincount(segments.keys, weights=seconds, minlength=len(ids))
-    return {"rankless_s": float(seconds.sum()), "rankless_in_gangs_s": float(seconds[segments.covered(2)].sum()),
-            "most_rankless_s": float(per_job.max(initial=0.0))}
+    seconds = segments.duration * (segments.covered(0) & ~segments.covered(1))
+    return pd.DataFrame(
+        {"rankless_s": np.bincount(segments.keys, weights=seconds, minlength=len(ids)),
+         "rankless_in_gangs_s": np.bincount(segments.keys, weights=seconds * segments.covered(2), minlength=len(ids))},
+        index=pd.Index(ids, name="pipeline_id"))
+
+
+def rankless(open_spans: list[tuple[str, float, float]], allocations: pd.DataFrame, start_s: float) -> dict[str, float]:
+    """`rankless_by_job` summed over jobs, and the largest one job's (`most_rankless_s`)."""
+    per_job = rankless_by_job(open_spans, allocations, start_s)
+    return {"rankless_s": float(per_job["rankless_s"].sum()),
+            "rankless_in_gangs_s": float(per_job["rankless_in_gangs_s"].sum()),
+            "most_rankless_s": float(per_job["rankless_s"].max()) if len(per_job) else 0.0}
 
 
 def run_rankless(run_dir: Path, end_s: float, start_s: float | None = None) -> dict[str, float]:

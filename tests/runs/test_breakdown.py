@@ -128,8 +128,31 @@ def test_a_run_without_alone_times_says_why_excess_is_missing(tmp_path: Path,
 
 def test_without_a_waits_table_training_waits_are_unknown() -> None:
     groups, stages = breakdown(jobs(), None)
-    assert groups.train_wait_s.isna().all() and stages.columns.tolist() == ["group"]
+    assert groups.train_wait_s.isna().all() and groups.rollout_wait_s.isna().all() and stages.columns.tolist() == ["group"]
     assert groups.set_index("group").loc["m", "excess_s"] == 70  # the rest stands
+
+
+def test_rollout_waits_by_group() -> None:
+    # m-0 waited 12 s for a rollout rank, big 30; m-1 is not in the series: it had none.
+    rollout_waits = pd.Series({"m-0": 12.0, "big": 30.0, "gone": 99.0})
+    groups, _ = breakdown(jobs(), waits(), rollout_waits=rollout_waits)
+    by_group = groups.set_index("group")["rollout_wait_s"]
+    assert by_group.to_dict() == pytest.approx({"m": 6.0, "big": 30.0, "all": 14.0})
+    assert groups.set_index("group").loc["m", "train_wait_s"] == pytest.approx(10.0)  # apart from it
+
+
+def test_the_command_reports_rollout_waits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rlix.runs.rankless import open_rollouts, rankless_by_job
+    from rlix.sim.api import simulate
+
+    run = simulate("tiny", "rlix", seed=0, out=tmp_path / "tiny", plots=False)
+    assert main(["jobs", str(run.run_dir), "--by", "pipeline", "--json"]) == 0
+    groups = {g["group"]: g for g in json.loads(capsys.readouterr().out)["groups"]}
+    spans = open_rollouts(run.run_dir / "events.jsonl", run.summary["makespan_s"])
+    expected = rankless_by_job(spans, pd.read_parquet(run.run_dir / "allocations.parquet"))["rankless_s"]
+    for pipeline_id, seconds in expected.items():
+        assert groups[pipeline_id]["rollout_wait_s"] == pytest.approx(seconds)
+        assert 0 <= seconds <= groups[pipeline_id]["run_s"]
 
 
 def test_no_share_when_no_job_lost_time() -> None:

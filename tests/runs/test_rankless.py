@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rlix.runs.rankless import open_rollouts, rankless
+from rlix.runs.rankless import open_rollouts, rankless, rankless_by_job
 
 
 def _events(path: Path, *reports: tuple[float, str, str | None, float]) -> Path:
@@ -40,3 +40,8 @@ def test_rankless_by_hand(tmp_path: Path) -> None:
     assert row["rankless_s"] == pytest.approx(16.0 + 17.0)
     assert row["rankless_in_gangs_s"] == pytest.approx(4.0)
     assert row["most_rankless_s"] == pytest.approx(17.0)
+    per_job = rankless_by_job(spans, allocations, start_s=14.0)
+    assert per_job.loc["a"].tolist() == pytest.approx([16.0, 0.0])
+    assert per_job.loc["b"].tolist() == pytest.approx([17.0, 4.0])
+    # over the whole run a also waits 10-14 (4 s more); b's work starts at 12 with a rank
+    assert rankless_by_job(spans, allocations)["rankless_s"].tolist() == pytest.approx([20.0, 17.0])
