@@ -18,7 +18,7 @@ import pandas as pd
 
 from rlix.policy.specs import ROLLOUT_CLUSTER, Priority
 from rlix.runs.eventlog import parse_line, read_lines
-from rlix.runs.intervals import sweep
+from rlix.runs.intervals import merge, sweep
 
 
 def open_rollouts(events_path: Path, end_s: float) -> list[tuple[str, float, float]]:
@@ -61,8 +61,11 @@ def rankless_by_job(open_spans: list[tuple[str, float, float]], allocations: pd.
         ([key[p] for p, _, _ in open_spans], [s for _, s, _ in open_spans], [e for _, _, e in open_spans], 0),
         (rollout["pipeline_id"].astype(str).map(key), rollout["t_start"], rollout["t_end"], 1),
     ]
-    for i in range(len(ids)):  # every job sees every gang
-        parts.append(([i] * len(gangs), gangs["t_start"], gangs["t_end"], 2))
+    # Every job sees every gang: their union first (one row per GPU held would be repeated per job).
+    _, gang_starts, gang_ends = merge(np.zeros(len(gangs), dtype=np.int64), gangs["t_start"].to_numpy(float),
+                                      gangs["t_end"].to_numpy(float))
+    for i in range(len(ids)):
+        parts.append(([i] * len(gang_starts), gang_starts, gang_ends, 2))
     keys = np.concatenate([np.asarray(k, dtype=np.int64) for k, _, _, _ in parts])
     starts = np.concatenate([np.asarray(s, dtype=float) for _, s, _, _ in parts]).clip(min=start_s)
     ends = np.concatenate([np.asarray(e, dtype=float) for _, _, e, _ in parts])
