@@ -20,8 +20,9 @@ waiting for training GPUs once started (a job alone waits too, for its own rollo
 offload); `rollout_wait_s`: the seconds the job had rollout work left (its latest progress
 report) and held no rollout rank (rlix.runs.rankless), what its rollout waited for GPUs (a
 job alone waits so only while its own training holds its ranks' GPUs). The two waits may
-overlap in time (an off-policy job's next rollout waits while its training does). The stage table splits the waits by stage; its `init` column is the wait to start
-(a job's first request is its init), the queueing column again. Figures a run does not have (alone times of an executor run, the finish
+overlap in time (an off-policy job's next rollout waits while its training does). The stage
+table splits the waits by stage; its `init` column is the wait to start (a job's first
+request is its init), the queueing column again. Figures a run does not have (alone times of an executor run, the finish
 of a job still running) are null and left out of the means.
 """
 

@@ -117,9 +117,10 @@ def main_jobs(args: argparse.Namespace) -> int:
     holds = run.allocations if "allocations" in run.kept_tables else None
     rollout_waits = None
     if holds is not None:
+        from rlix.runs.eventlog import events_path
         from rlix.runs.rankless import open_rollouts, rankless_by_job
 
-        spans = open_rollouts(run.path / "events.jsonl", float(run.summary["makespan_s"]))
+        spans = open_rollouts(events_path(run.path), float(run.summary["makespan_s"]))
         rollout_waits = rankless_by_job(spans, holds)["rankless_s"]
     groups, stages = breakdown(jobs, waits, args.by, args.bin_s, rollout_waits)
     causes = moves = None

@@ -3,10 +3,11 @@
 A job's step waits on its rollout, and its rollout advances only on a rank of its own, so the
 seconds in which a job had rollout work left (its latest progress report, `RolloutProgressed`,
 per adapter) and held no rollout rank (the `allocations` table) are seconds its rollout
-stalled for want of a rank, and its chain of steps with it unless the rollout had slack there. Splitting them by whether some training gang (any cluster but
-rollout) held GPUs at the time says whether the gangs are why: while a gang holds most of a
-pool, few ranks are left for the jobs rolling out. Used by `bench/packing.py` and
-`bench/rollout_headroom.py`; works on any run folder, simulated or live.
+stalled for want of a rank, and its chain of steps with it unless the rollout had slack
+there. Splitting them by whether some training gang (any cluster but rollout) held GPUs at
+the time says whether the gangs are why: while a gang holds most of a pool, few ranks are
+left for the jobs rolling out. Used by `rlix-sim jobs` (rollout_wait_s), `bench/packing.py`
+and `bench/rollout_headroom.py`; works on any run folder, simulated or live.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from rlix.policy.specs import ROLLOUT_CLUSTER, Priority
-from rlix.runs.eventlog import parse_line, read_lines
+from rlix.runs.eventlog import events_path, parse_line, read_lines
 from rlix.runs.intervals import merge, sweep
+from rlix.traces.tables import read_table
 
 
 def open_rollouts(events_path: Path, end_s: float) -> list[tuple[str, float, float]]:
@@ -87,11 +89,11 @@ def rankless(open_spans: list[tuple[str, float, float]], allocations: pd.DataFra
 
 
 def run_rankless(run_dir: Path, end_s: float, start_s: float | None = None) -> dict[str, float]:
-    """`rankless` of the run in `run_dir` (its events.jsonl and allocations.parquet) from
+    """`rankless` of the run in `run_dir` (its event log and allocations table) from
     `start_s`, by default the end of the run's last init (its first allocation's start if it
     has none), with rollout work still open at `end_s` (the makespan) counted up to it."""
-    allocations = pd.read_parquet(run_dir / "allocations.parquet")
+    allocations = read_table(run_dir, "allocations")
     if start_s is None:
         inits = allocations[allocations["priority"] == Priority.INIT]
         start_s = float(inits["t_end"].max()) if len(inits) else float(allocations["t_start"].min())
-    return rankless(open_rollouts(run_dir / "events.jsonl", end_s), allocations, start_s)
+    return rankless(open_rollouts(events_path(run_dir), end_s), allocations, start_s)
