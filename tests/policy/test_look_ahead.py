@@ -292,10 +292,10 @@ def test_without_look_ahead_the_interval_keeps_the_owner_off_its_home() -> None:
 def test_a_planner_that_leaves_the_owner_short_of_its_home_breaks_6(monkeypatch: pytest.MonkeyPatch) -> None:
     """The split check (invariant 6) finds O's home takeable its own way, from the specs and
     the holdings: a planner without rule 3 fails it."""
-    from rlix.policy import rollout
+    from rlix.policy import donors
     from rlix.policy.errors import InvariantViolation
 
-    monkeypatch.setattr(rollout._Donors, "_home_back", lambda self, pipeline, planner: None)
+    monkeypatch.setattr(donors.Donors, "_home_back", lambda self, pipeline, planner: None)
     with pytest.raises(InvariantViolation, match="invariant 6"):
         owner_back_short(PolicyConfig())
 
@@ -371,15 +371,15 @@ def test_an_owner_that_gave_ranks_away_still_takes_its_home_back() -> None:
 def test_the_split_check_wants_a_home_back_from_a_recent_donor(monkeypatch: pytest.MonkeyPatch) -> None:
     """Invariant 6 finds C's home takeable whatever C did within the interval: a planner that
     gates the home on the interval, as rlix once did, fails it."""
-    from rlix.policy import rollout
+    from rlix.policy import donors
     from rlix.policy.errors import InvariantViolation
 
-    home_back = rollout._Donors._home_back
+    home_back = donors.Donors._home_back
 
-    def gated(self: rollout._Donors, pipeline: PipelineState, planner: RoundPlanner) -> object:
+    def gated(self: donors.Donors, pipeline: PipelineState, planner: RoundPlanner) -> object:
         return home_back(self, pipeline, planner) if may_receive(self.sched, pipeline) else None
 
-    monkeypatch.setattr(rollout._Donors, "_home_back", gated)
+    monkeypatch.setattr(donors.Donors, "_home_back", gated)
     with pytest.raises(InvariantViolation, match="invariant 6"):
         a_donor_comes_home(PolicyConfig())
 

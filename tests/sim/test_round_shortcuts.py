@@ -1,7 +1,7 @@
 """The rollout planner's shortcuts for pools of many jobs make the decisions of the scans they
 replace. Two are found from the few GPUs that matter instead of from every pipeline:
 
-- an owner taking its own home back (`_Donors._home_back`) looks only at pipelines holding
+- an owner taking its own home back (`Donors._home_back`) looks only at pipelines holding
   ranks on that home's GPUs, not at every pipeline above its target;
 - a pipeline in its tail is held at its busy ranks outside reserved GPUs (`_tail_targets`),
   found from the reserved GPUs' holders, not by testing every busy rank against them;
@@ -25,12 +25,12 @@ import yaml
 
 from rlix.policy import rollout
 from rlix.policy.core import Scheduler
+from rlix.policy.donors import Donors
 from rlix.policy.look_ahead import own_home, own_home_slots
-from rlix.policy.rollout import _Donors
 from rlix.sim import simulate
 
 
-def _home_back_by_scan(self: _Donors, pipeline: Any, planner: Any) -> Any:
+def _home_back_by_scan(self: Donors, pipeline: Any, planner: Any) -> Any:
     """Every pipeline above its target is a donor; donor_fit skips the ranks off the home."""
     only = own_home_slots(self.sched, pipeline)
     if not only:
@@ -79,9 +79,9 @@ def hour_of_lab_day(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_shortcuts_decide_as_the_scans_do(hour_of_lab_day: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = {"home_back_found": 0, "tail_on_reserved": 0}
-    fast_home_back = _Donors._home_back
+    fast_home_back = Donors._home_back
 
-    def counting_home_back(self: _Donors, pipeline: Any, planner: Any) -> Any:
+    def counting_home_back(self: Donors, pipeline: Any, planner: Any) -> Any:
         found = fast_home_back(self, pipeline, planner)
         seen["home_back_found"] += found is not None
         return found
@@ -96,11 +96,11 @@ def test_shortcuts_decide_as_the_scans_do(hour_of_lab_day: Path, tmp_path: Path,
         return fast_tail_targets(sched, rollers, demands, budget)
 
     with monkeypatch.context() as patch:
-        patch.setattr(_Donors, "_home_back", counting_home_back)
+        patch.setattr(Donors, "_home_back", counting_home_back)
         patch.setattr(rollout, "_tail_targets", counting_tail_targets)
         fast = simulate(hour_of_lab_day, out=tmp_path / "fast", plots=False, tables={"jobs"})
     with monkeypatch.context() as patch:
-        patch.setattr(_Donors, "_home_back", _home_back_by_scan)
+        patch.setattr(Donors, "_home_back", _home_back_by_scan)
         patch.setattr(rollout, "_tail_targets", _tail_targets_by_scan)
         # An id no job has: the job order never takes its shortcut and sorts every round.
         patch.setattr(Scheduler, "admitted_ids", lambda self: frozenset({"\0no job"}))
