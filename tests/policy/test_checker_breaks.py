@@ -29,7 +29,8 @@ from rlix.policy import (
     Topology,
 )
 from rlix.policy.decisions import AllowRollout, Decision, Expand, Grant, Shrink
-from rlix.policy.invariants import InvariantChecker, check_rebalance_keeps_targets, check_split
+from rlix.policy.invariants import InvariantChecker
+from rlix.policy.invariants_split import check_rebalance_keeps_targets, check_split
 from tests.policy.builders import full_finetune
 from tests.policy.drive import Driver
 

@@ -18,12 +18,8 @@ from rlix.policy import (
     Topology,
 )
 from rlix.policy.decisions import Expand
-from rlix.policy.invariants import (
-    InvariantChecker,
-    check_ownership,
-    check_shrink_reasons,
-    check_split,
-)
+from rlix.policy.invariants import InvariantChecker, check_ownership, check_shrink_reasons
+from rlix.policy.invariants_split import check_split
 from rlix.policy.policies import RlixPolicy
 from rlix.policy.rollout import compute_split
 from rlix.policy.run_checks import check_allocations, check_rollouts

@@ -39,7 +39,7 @@ from rlix.policy import (
     Topology,
 )
 from rlix.policy.decisions import describe
-from rlix.policy.invariants import check_split
+from rlix.policy.invariants_split import check_split
 from tests.policy.builders import full_finetune
 from tests.policy.digest import digest
 from tests.policy.drive import Driver, grants, rollout_only
