@@ -32,7 +32,8 @@ from rlix.executor import session
 from rlix.executor.orchestrator import ORCHESTRATOR_NAME, Orchestrator
 from rlix.executor.placement import control_options
 from rlix.executor.workload import PipelineSetup
-from rlix.policy.specs import PipelineSpec, PolicyConfig, Topology
+from rlix.policy.config import PolicyConfig
+from rlix.policy.specs import PipelineSpec, Topology
 from rlix.runs.codec import spec_to_dict
 
 RemoteOrchestrator = ray.remote(Orchestrator)

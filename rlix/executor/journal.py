@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from rlix.policy.specs import PolicyConfig, Topology
+from rlix.policy.config import PolicyConfig
+from rlix.policy.specs import Topology
 from rlix.runs.recorder import ROLLOUT_COLUMNS, Recorder
 
 JOURNAL_FILE = "journal.jsonl"

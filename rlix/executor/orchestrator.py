@@ -40,8 +40,9 @@ from rlix.executor.records import AsyncioFutures, PipelineRecord, RolloutBook
 from rlix.executor.workload import PipelineSetup
 from rlix.pipelines import ops
 from rlix.policy import events as ev
+from rlix.policy.config import PolicyConfig
 from rlix.policy.core import Scheduler
-from rlix.policy.specs import PipelineSpec, PolicyConfig, Topology
+from rlix.policy.specs import PipelineSpec, Topology
 from rlix.runs.host import RETRY, VALUE, WAIT, WORK, Host, program_under
 from rlix.runs.loop import Loop
 from rlix.runs.recorder import Recorder

@@ -4,6 +4,7 @@ Drivers build a `Scheduler`, feed it `events` and carry out its `decisions`; see
 `rlix.policy.core` for the theory of operation.
 """
 
+from rlix.policy.config import PolicyConfig
 from rlix.policy.core import Scheduler
 from rlix.policy.decisions import (
     AllowRollout,
@@ -42,7 +43,6 @@ from rlix.policy.specs import (
     ClusterSpec,
     PipelineKind,
     PipelineSpec,
-    PolicyConfig,
     Priority,
     Topology,
 )

@@ -47,12 +47,13 @@ from typing import TYPE_CHECKING
 from rlix.policy import lifecycle
 from rlix.policy.admission import Reservations, serve_requests
 from rlix.policy.cluster import ClusterState
+from rlix.policy.config import PolicyConfig
 from rlix.policy.decisions import Decision
 from rlix.policy.errors import EventError, SpecError
 from rlix.policy.events import Event
 from rlix.policy.ledger import Ledger
 from rlix.policy.policies import Policy, get_policy
-from rlix.policy.specs import PolicyConfig, Topology, is_number
+from rlix.policy.specs import Topology, is_number
 from rlix.policy.state import PipelineState, RankStatus, Request
 from rlix.policy.warm import may_stay_warm, requested_gpus
 

@@ -31,9 +31,9 @@ from rlix.policy.queueing import JobQueue, place_admitted
 from rlix.policy.rollout import fill_free, plan_rlix
 
 if TYPE_CHECKING:
+    from rlix.policy.config import PolicyConfig
     from rlix.policy.core import Scheduler
     from rlix.policy.events import Event
-    from rlix.policy.specs import PolicyConfig
 
 ALL_INVARIANTS = frozenset(range(1, 11))
 

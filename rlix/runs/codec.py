@@ -14,8 +14,9 @@ from typing import Any
 
 from rlix.policy import decisions as dec
 from rlix.policy import events as ev
+from rlix.policy.config import PolicyConfig
 from rlix.policy.homes import with_mappings
-from rlix.policy.specs import ClusterSpec, PipelineKind, PipelineSpec, PolicyConfig, Topology
+from rlix.policy.specs import ClusterSpec, PipelineKind, PipelineSpec, Topology
 
 EVENT_TYPES: dict[str, type[ev.Event]] = {
     cls.__name__: cls for cls in vars(ev).values()

@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from rlix.policy.specs import PipelineSpec, PolicyConfig, Topology
+from rlix.policy.config import PolicyConfig
+from rlix.policy.specs import PipelineSpec, Topology
 from rlix.runs import codec
 from rlix.runs.errors import RunError
 from rlix.runs.eventlog import EventFacts, events_path, facts_from_file, iter_records, read_header

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlix.policy import decisions as dec
 from rlix.policy import events as ev
-from rlix.policy.specs import ROLLOUT_CLUSTER, PolicyConfig, Topology
+from rlix.policy.config import PolicyConfig
+from rlix.policy.specs import ROLLOUT_CLUSTER, Topology
 from rlix.runs import codec
 from rlix.runs.eventlog import SEGMENT
 

@@ -9,7 +9,7 @@ def test_a_recorder_copied_in_pieces_equals_the_original() -> None:
     (the copy starts with the same header line, as the driver's does)."""
     import copy as copying
 
-    from rlix.policy.specs import PolicyConfig
+    from rlix.policy.config import PolicyConfig
     from rlix.runs.recorder import Recorder
     from tests.runs.fake_run import two_pipeline_run
 
