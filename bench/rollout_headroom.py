@@ -120,17 +120,17 @@ def run_one(name: str, policy: str, seed: int, nodes: tuple[int, ...], ceiling: 
         homes = placed_homes(folder / "events.jsonl")
         rows = []
         for extra in nodes:
-            summary = base
+            run_dir, summary = folder, base
             if extra:
-                folder = Path(out) / f"plus{extra}"
-                summary = simulate(widened(scenario, homes, extra), policy, out=folder, plots=False).summary
+                run_dir = Path(out) / f"plus{extra}"
+                summary = simulate(widened(scenario, homes, extra), policy, out=run_dir, plots=False).summary
             makespan_s = float(summary["makespan_s"])
             rows.append({"scenario": name, "policy": policy, "seed": seed, "extra_nodes": extra,
                          "num_gpus": scenario.num_gpus + extra * scenario.topology_config.gpus_per_node,
                          "makespan_s": makespan_s,
                          "steps_per_hour": float(summary["overall"]["steps_per_hour"]),
                          "mean_jct_s": float(summary["overall"]["jobs"]["mean_jct_s"]),
-                         "ceiling_makespan_s": ceiling_s, **run_rankless(folder, makespan_s)})
+                         "ceiling_makespan_s": ceiling_s, **run_rankless(run_dir, makespan_s)})
     return rows
 
 

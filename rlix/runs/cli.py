@@ -15,13 +15,18 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlix.policy.errors import InvariantViolation
 from rlix.runs.breakdown import GROUPINGS
 from rlix.runs.errors import RunError
 from rlix.traces.errors import TraceError
 from rlix.traces.options import positive_number
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from rlix.runs.reader import Run
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -106,6 +111,15 @@ def main_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rollout_waits(run: Run, holds: pd.DataFrame) -> pd.Series:
+    """Each job's seconds with rollout work and no rollout rank (rlix.runs.rankless)."""
+    from rlix.runs.eventlog import events_path
+    from rlix.runs.rankless import open_rollouts, rankless_by_job
+
+    spans = open_rollouts(events_path(run.path), float(run.summary["makespan_s"]))
+    return rankless_by_job(spans, holds)["rankless_s"]
+
+
 def main_jobs(args: argparse.Namespace) -> int:
     from rlix.runs.breakdown import breakdown
     from rlix.runs.reader import load
@@ -115,13 +129,7 @@ def main_jobs(args: argparse.Namespace) -> int:
     jobs = run.jobs  # the one table this needs: a RunError naming the tables kept
     waits = run.waits if "waits" in run.kept_tables else None
     holds = run.allocations if "allocations" in run.kept_tables else None
-    rollout_waits = None
-    if holds is not None:
-        from rlix.runs.eventlog import events_path
-        from rlix.runs.rankless import open_rollouts, rankless_by_job
-
-        spans = open_rollouts(events_path(run.path), float(run.summary["makespan_s"]))
-        rollout_waits = rankless_by_job(spans, holds)["rankless_s"]
+    rollout_waits = None if holds is None else _rollout_waits(run, holds)
     groups, stages = breakdown(jobs, waits, args.by, args.bin_s, rollout_waits)
     causes = moves = None
     activity = run.activity if "activity" in run.kept_tables else None

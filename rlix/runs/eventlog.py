@@ -62,7 +62,7 @@ def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, record
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of every non-blank line."""
     try:
         handle = path.open(encoding="utf-8")
@@ -78,7 +78,7 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
             raise RunError("not UTF-8 text", file=path, line=number + 1) from error
 
 
-def parse_line(line: str, path: Path, number: int) -> dict[str, Any]:
+def _parse(line: str, path: Path, number: int) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as error:
@@ -89,8 +89,20 @@ def parse_line(line: str, path: Path, number: int) -> dict[str, Any]:
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, line in read_lines(path):
-        yield number, parse_line(line, path, number)
+    for number, line in _lines(path):
+        yield number, _parse(line, path, number)
+
+
+def iter_events(path: Path, types: frozenset[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, event) of every event of one of `types` (by its "type"), in log order.
+    Lines that do not name one of them are not parsed: most of a long log is progress reports."""
+    quoted = tuple(f'"{name}"' for name in types)
+    for number, line in _lines(path):
+        if not any(word in line for word in quoted):
+            continue
+        event = _parse(line, path, number).get("event")
+        if isinstance(event, dict) and event.get("type") in types:
+            yield number, event
 
 
 class EventFacts:
@@ -144,7 +156,7 @@ def facts_from_lines(lines: Iterable[str]) -> EventFacts:
 
 
 def facts_from_file(path: Path) -> EventFacts:
-    lines = read_lines(path)
+    lines = _lines(path)
     next(lines, None)  # the header (read_header checks it)
     read_header(path)
     facts = EventFacts()
@@ -152,7 +164,7 @@ def facts_from_file(path: Path) -> EventFacts:
         if not _worth_parsing(line):
             continue
         try:
-            facts.add_record(parse_line(line, path, number))
+            facts.add_record(_parse(line, path, number))
         except (KeyError, TypeError, ValueError) as error:
             raise RunError(f"bad PipelineRegistered or Shrink record: {error!r}", file=path, line=number) from error
     return facts

@@ -18,24 +18,20 @@ import numpy as np
 import pandas as pd
 
 from rlix.policy.specs import ROLLOUT_CLUSTER, Priority
-from rlix.runs.eventlog import events_path, parse_line, read_lines
+from rlix.runs.eventlog import events_path, iter_events
 from rlix.runs.intervals import merge, sweep
 from rlix.traces.tables import read_table
 
 
-def open_rollouts(events_path: Path, end_s: float) -> list[tuple[str, float, float]]:
+def open_rollouts(path: Path, end_s: float) -> list[tuple[str, float, float]]:
     """(pipeline, start s, end s) of the spans in which the pipeline's latest progress report
-    (`RolloutProgressed`, per adapter) left rollout work, from `events_path` (events.jsonl);
-    a span still open at the end of the log ends at `end_s`. RunError on an unreadable log."""
+    (`RolloutProgressed`, per adapter) left rollout work, from the event log at `path`
+    (events.jsonl); a span still open at the end of the log ends at `end_s`. RunError on an
+    unreadable log."""
     remaining: dict[str, dict[str | None, float]] = {}
     since: dict[str, float] = {}
     spans = []
-    for number, line in read_lines(events_path):
-        if '"RolloutProgressed"' not in line:  # most lines are not: skip their JSON parse
-            continue
-        event = parse_line(line, events_path, number).get("event") or {}
-        if event.get("type") != "RolloutProgressed":
-            continue
+    for _number, event in iter_events(path, frozenset({"RolloutProgressed"})):
         pid, now_s = event["pipeline_id"], float(event["now"])
         left = remaining.setdefault(pid, {})
         was_open = any(n > 0 for n in left.values())

@@ -61,4 +61,3 @@ def test_free_moves_leave_no_loading_time() -> None:
     assert priced["loading_gpu_s"] > 0  # else the comparison below says nothing
     assert free["loading_gpu_s"] == pytest.approx(0.0, abs=1e-6)
     assert free["steps_per_hour"] > 0
-
