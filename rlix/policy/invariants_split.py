@@ -9,6 +9,7 @@ its bugs.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from rlix.policy.decisions import Decision, Expand, Shrink
@@ -45,6 +46,22 @@ def _work_left(pipeline: PipelineState) -> float:
     return sum(reports[a] if a in reports else baseline / len(adapters) for a in adapters)
 
 
+def _check_targets(targets: Mapping[str, int], rollers: Sequence[PipelineState], budget: int) -> None:
+    """Invariant 6's targets: they fit the budget, each pipeline's demand is the rollout work
+    its reports leave, and where every demanding pipeline's bundle fits, each has one."""
+    if sum(targets.get(p.pipeline_id, 0) for p in rollers) > budget:
+        _fail(6, f"targets {dict(targets)} sum past the budget {budget}")
+    for p in rollers:
+        work = _work_left(p)
+        if not math.isclose(p.demand, work, rel_tol=1e-9, abs_tol=1e-9):
+            _fail(6, f"{p.pipeline_id}: counted {p.demand} rollout work left, its reports give {work}")
+    demanding = [p for p in rollers if p.demand > 0]
+    if sum(p.tp for p in demanding) <= budget:
+        for p in demanding:
+            if targets.get(p.pipeline_id, 0) < p.tp:
+                _fail(6, f"{p.pipeline_id} has demand but no bundle in its target")
+
+
 def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
     """Invariant 6: targets fit the GPUs rollout may use, and no pipeline short of its target by
     a whole bundle has a bundle it could take: free, or held by donors (above target, not given
@@ -59,18 +76,7 @@ def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:
     rollers = sched.rolling_pipelines()
     targets = sched.targets
     config = sched.config
-    budget = _rollout_budget(sched, rollers, view)
-    if sum(targets.get(p.pipeline_id, 0) for p in rollers) > budget:
-        _fail(6, f"targets {targets} sum past the budget {budget}")
-    for p in rollers:
-        work = _work_left(p)
-        if not math.isclose(p.demand, work, rel_tol=1e-9, abs_tol=1e-9):
-            _fail(6, f"{p.pipeline_id}: counted {p.demand} rollout work left, its reports give {work}")
-    demanding = [p for p in rollers if p.demand > 0]
-    if sum(p.tp for p in demanding) <= budget:
-        for p in demanding:
-            if targets.get(p.pipeline_id, 0) < p.tp:
-                _fail(6, f"{p.pipeline_id} has demand but no bundle in its target")
+    _check_targets(targets, rollers, _rollout_budget(sched, rollers, view))
     holds = {p.pipeline_id: sum(len(r.gpus) for r in p.ranks if r.status is not RankStatus.INACTIVE) for p in rollers}
     above = {
         p.pipeline_id: holds[p.pipeline_id] - targets.get(p.pipeline_id, 0)

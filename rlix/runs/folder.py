@@ -20,7 +20,7 @@ import importlib.util
 import json
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,18 +80,29 @@ def write_run(
         raise RunError("plots need matplotlib (pip install 'rlix[sim]'); or write the run without plots")
     if not recorder.finished:  # holdings still open: finish() closes them
         raise RunError("the recorder is not finished: call recorder.finish(now) first")
-    if tables is None:
-        tables = tables_from_recorder(recorder, dict(specs) if specs is not None else None)
-    figures = summary(tables, alone_s=alone_s, prefetch_s=recorder.prefetch_s)
+    built = tables if tables is not None else tables_from_recorder(recorder, dict(specs) if specs is not None else None)
+    figures = summary(built, alone_s=alone_s, prefetch_s=recorder.prefetch_s)
     figures.update(extra_summary or {})
     _add_run_state(figures, run_state or {})
+
+    def write(staging: Path) -> None:
+        _write_all(staging, recorder, built, figures, scenario_yaml, format, plots)
+        write_table(job_rows(built, alone_s), staging, "jobs", format)
+
+    _write_staged(out_dir, write, folders or {})
+    return out_dir
+
+
+def _write_staged(out_dir: Path, write: Callable[[Path], None], folders: Mapping[str, Path]) -> None:
+    """Run `write` into a staging folder beside `out_dir`, move `folders` in, then put it in
+    `out_dir`'s place: a failure anywhere leaves `out_dir` as it was and `folders` where they
+    were."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     moved: list[tuple[Path, Path]] = []
     try:
-        _write_all(staging, recorder, tables, figures, scenario_yaml, format, plots)
-        write_table(job_rows(tables, alone_s), staging, "jobs", format)
-        for name, folder in (folders or {}).items():
+        write(staging)
+        for name, folder in folders.items():
             shutil.move(str(folder), str(staging / name))
             moved.append((staging / name, Path(folder)))
         if out_dir.exists():
@@ -102,7 +113,6 @@ def write_run(
             shutil.move(str(inside), str(origin))
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return out_dir
 
 
 def _add_run_state(figures: dict[str, Any], state: Mapping[str, Any]) -> None:
