@@ -192,17 +192,7 @@ class PipelineRollout:
         for dp_rank in list(self.group.engines):
             self.group.remove_engine(dp_rank, self.env.now)
         self._absorb()
-        for dp_rank, t0, t1 in self.group.drain_busy(self.env.now):
-            self.sim.recorder.add_activity(
-                self.pipeline_id,
-                "actor_infer",
-                dp_rank,
-                self.host.spec.rollout.bundle(dp_rank),
-                "busy",
-                "rollout",
-                t0,
-                t1,
-            )
+        self._record_busy(self.group.drain_busy(self.env.now))
         self.alive = False
         self._poke()
         open_ids = np.flatnonzero(~self._completed.view)
@@ -281,17 +271,7 @@ class PipelineRollout:
             if count:
                 self.num_completed += count
                 self.remaining[self._adapters[code]] -= count
-        for dp_rank, t0, t1 in group.drain_busy():
-            self.sim.recorder.add_activity(
-                self.pipeline_id,
-                "actor_infer",
-                dp_rank,
-                self.host.spec.rollout.bundle(dp_rank),
-                "busy",
-                "rollout",
-                t0,
-                t1,
-            )
+        self._record_busy(group.drain_busy())
         finished = group.done_batches()
         total = sum(self.remaining.values())
         if finished or total <= self._reported_total - self._report_every:
@@ -309,6 +289,14 @@ class PipelineRollout:
                 if not group.has_engine(dp_rank) or not group.engine(dp_rank).b:
                     del self._draining[dp_rank]
                     done.succeed()
+
+    def _record_busy(self, spans: Any) -> None:
+        """Record the engines' busy spans, (dp rank, start, end), as the rank's rollout activity."""
+        bundle = self.host.spec.rollout.bundle
+        for dp_rank, t0, t1 in spans:
+            self.sim.recorder.add_activity(
+                self.pipeline_id, "actor_infer", dp_rank, bundle(dp_rank), "busy", "rollout", t0, t1
+            )
 
     def _drop_completed(self) -> None:
         """Cut the per-trajectory buffers to start at the first open trajectory, once at least

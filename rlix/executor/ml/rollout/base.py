@@ -174,3 +174,12 @@ class RolloutBackend(ABC):
 
     def _stop_requested(self, should_stop: StopCheck | None) -> bool:
         return self._interrupted.is_set() or (should_stop is not None and should_stop())
+
+    def _stopped(self, active: Sequence[Any], should_stop: StopCheck | None) -> bool:
+        """Whether generation stops now; if it does, the `active` requests' states (anything
+        with a `reason`) are marked interrupted, so their partial completions are returned."""
+        if not self._stop_requested(should_stop):
+            return False
+        for state in active:
+            state.reason = FinishReason.INTERRUPTED
+        return True

@@ -196,9 +196,7 @@ class HfBackend(RolloutBackend):
             active = [t for t in trajectories if t.reason is None]
             if not active:
                 break
-            if self._stop_requested(should_stop):
-                for trajectory in active:
-                    trajectory.reason = FinishReason.INTERRUPTED
+            if self._stopped(active, should_stop):
                 break
             with self._lock:
                 if self._model is None:

@@ -249,9 +249,7 @@ class VllmBackend(RolloutBackend):
             active = [s for s in states if s.reason is None]
             if not active:
                 break
-            if self._stop_requested(should_stop):
-                for state in active:
-                    state.reason = FinishReason.INTERRUPTED
+            if self._stopped(active, should_stop):
                 break
             with self._lock:
                 if not self.is_loaded:
