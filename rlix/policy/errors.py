@@ -18,7 +18,12 @@ class FieldError(PolicyError, ValueError):
         self.field = field
         self.value = value
         self.problem = problem
-        super().__init__(f"{field}={value!r}: {problem}")
+        # args are the constructor's, so that copies (SimPy re-raises a process's exception
+        # as type(e)(*e.args), pickling does the same) are whole.
+        super().__init__(field, value, problem)
+
+    def __str__(self) -> str:
+        return f"{self.field}={self.value!r}: {self.problem}"
 
 
 class SpecError(FieldError):

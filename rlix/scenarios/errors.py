@@ -18,8 +18,21 @@ from typing import Any
 #: A field path as pydantic reports locations: field names and list indices.
 Path = tuple[str | int, ...]
 
+
+class _NoValue:
+    """The type of NO_VALUE: one instance, which a pickle brings back as itself."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_VALUE"
+
+    def __reduce__(self) -> str:
+        return "NO_VALUE"
+
+
 #: Passed as `value` when there is none to show (e.g. a missing field).
-NO_VALUE: object = object()
+NO_VALUE: object = _NoValue()
 _MAX_VALUE_CHARS = 80
 
 
@@ -66,7 +79,6 @@ class ScenarioError(ValueError):
     def __init__(
         self,
         problem: str,
-        *,
         file: str | None = None,
         line: int | None = None,
         path: str = "",
@@ -78,13 +90,18 @@ class ScenarioError(ValueError):
         self.has_value = value is not NO_VALUE
         self.value = value if self.has_value else None
         self.problem = " ".join(problem.split())
-        where = file or "<scenario>"
-        if line is not None:
-            where += f":{line}"
-        field = path
+        # args are the constructor's, so that copies (SimPy re-raises a process's exception
+        # as type(e)(*e.args), pickling does the same) are whole.
+        super().__init__(problem, file, line, path, value)
+
+    def __str__(self) -> str:
+        where = self.file or "<scenario>"
+        if self.line is not None:
+            where += f":{self.line}"
+        field = self.path
         if self.has_value:
-            field = f"{path}={format_value(value)}" if path else format_value(value)
-        super().__init__(f"{where}: {field}: {self.problem}" if field else f"{where}: {self.problem}")
+            field = f"{self.path}={format_value(self.value)}" if self.path else format_value(self.value)
+        return f"{where}: {field}: {self.problem}" if field else f"{where}: {self.problem}"
 
 
 class FieldProblem(ValueError):
@@ -94,5 +111,8 @@ class FieldProblem(ValueError):
         self.path = path
         self.value = value
         self.problem = problem
-        shown = "" if value is NO_VALUE else f"={format_value(value)}"
-        super().__init__(f"{format_path(path)}{shown}: {problem}")
+        super().__init__(path, value, problem)  # the constructor's args: copies and pickles are whole
+
+    def __str__(self) -> str:
+        shown = "" if self.value is NO_VALUE else f"={format_value(self.value)}"
+        return f"{format_path(self.path)}{shown}: {self.problem}"

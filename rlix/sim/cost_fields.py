@@ -42,8 +42,12 @@ class CostFieldError(ValueError):
     """A cost override is unknown or out of range; `key` names the field."""
 
     def __init__(self, key: str, problem: str) -> None:
-        super().__init__(problem)
+        super().__init__(key, problem)  # the constructor's args: copies and pickles are whole
         self.key = key
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return self.problem
 
 
 def model_by_name(name: str) -> ModelShape:

@@ -18,7 +18,6 @@ class TraceError(ValueError):
     def __init__(
         self,
         message: str,
-        *,
         file: str | Path | None = None,
         row: int | None = None,
         line: int | None = None,
@@ -29,7 +28,12 @@ class TraceError(ValueError):
         self.row = row
         self.line = line
         self.column = column
-        super().__init__(self._one_line())
+        # args are the constructor's, so that copies (SimPy re-raises a process's exception
+        # as type(e)(*e.args), pickling does the same) are whole.
+        super().__init__(message, self.file, row, line, column)
+
+    def __str__(self) -> str:
+        return self._one_line()
 
     def _one_line(self) -> str:
         where = []
