@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import simpy
 
+from rlix.policy.specs import ROLLOUT_CLUSTER
 from rlix.sim._engine import AttemptRows
 from rlix.sim.batches import Batch
 from rlix.traces.schema import ROLLOUT_STATUSES
@@ -290,12 +292,12 @@ class PipelineRollout:
                     del self._draining[dp_rank]
                     done.succeed()
 
-    def _record_busy(self, spans: Any) -> None:
+    def _record_busy(self, spans: Iterable[tuple[int, float, float]]) -> None:
         """Record the engines' busy spans, (dp rank, start, end), as the rank's rollout activity."""
         bundle = self.host.spec.rollout.bundle
         for dp_rank, t0, t1 in spans:
             self.sim.recorder.add_activity(
-                self.pipeline_id, "actor_infer", dp_rank, bundle(dp_rank), "busy", "rollout", t0, t1
+                self.pipeline_id, ROLLOUT_CLUSTER, dp_rank, bundle(dp_rank), "busy", "rollout", t0, t1
             )
 
     def _drop_completed(self) -> None:
