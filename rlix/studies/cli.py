@@ -19,7 +19,8 @@ Run a scenario over a grid of values (policies, seeds, any scenario field) as Ra
 row per point in DIR/results.parquet (the grid values and every figure of the point's
 summary.json), with a plot of each metric against each axis in DIR/plots. Run it again into
 the same DIR to resume: points already done are skipped. Locally by default (--workers Ray
-workers, every listener on loopback); --address joins an existing Ray cluster.
+workers, every listener on loopback); --address joins an existing Ray cluster. Needs Ray: the
+exec extra (pip install -e '.[exec]').
 
 A grid axis is KEY=V1,V2,...: KEY is policy, seed, or a dotted path into the scenario
 (topology.num_nodes, pipelines.0.steps, pipelines.*.max_staleness for every pipeline,
@@ -68,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
     from rlix.scenarios import load_scenario
     from rlix.studies.grid import parse_grid
     from rlix.studies.plots import plot_sweep
-    from rlix.studies.sweep import run_sweep
+    from rlix.studies.sweep import require_ray, run_sweep
 
+    require_ray()  # before anything is read or written
     spec = read_sweep_file(args.file) if args.file else {}
     scenario_ref = args.scenario or spec.get("scenario")
     if not scenario_ref:

@@ -14,6 +14,7 @@ A folder written by another sweep (another scenario or grid) is refused.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from collections.abc import Callable
@@ -30,6 +31,16 @@ from rlix.traces.options import UsageError
 
 SWEEP_FILE = "sweep.json"
 RESULTS_FILE = "results.parquet"
+#: The install that brings Ray (pyproject.toml's `exec` extra), named in the error without it.
+RAY_INSTALL = "pip install -e '.[exec]'"
+
+
+def require_ray() -> None:
+    """UsageError unless Ray can be imported: a sweep runs its points as Ray tasks. Checked
+    before anything is written, so a sweep without Ray leaves no folder behind."""
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError(f"rlix-sim sweep runs its points on Ray, which is not installed: install "
+                         f"the exec extra ({RAY_INSTALL})")
 
 
 @dataclass
@@ -99,6 +110,7 @@ def run_sweep(
     """Run every point not done yet (see the module docstring) and return all rows. `tables`:
     stream each point's record to disk and keep only those tables (`rlix-sim run --tables`)."""
     points = grid.points(base)  # validated up front: a bad axis runs nothing
+    require_ray()
     out.mkdir(parents=True, exist_ok=True)
     done = _claim_folder(out, base, grid)
     todo = [p for p in points if p.point_id not in done]

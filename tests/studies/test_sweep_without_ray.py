@@ -1,0 +1,40 @@
+"""`rlix-sim sweep` without Ray (an install with only the `sim` extra): one line naming the
+extra that brings it, exit 2, and nothing written. Kept apart from test_sweep.py, which is
+skipped where Ray is missing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlix.scenarios import load_scenario
+from rlix.sim.cli import main
+from rlix.studies import parse_grid, run_sweep
+from rlix.traces.options import UsageError
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    # None in sys.modules: `import ray` fails and importlib.util.find_spec("ray") is None.
+    monkeypatch.setitem(sys.modules, "ray", None)
+
+
+def test_the_command_says_which_extra_brings_ray_and_writes_nothing(
+    no_ray: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    status = main(["sweep", "tiny", "--grid", "seed=0,1", "--out", str(out), "--quiet", "--no-plots"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("rlix-sim: error: ")
+    assert "Ray" in err and "pip install -e '.[exec]'" in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_run_sweep_refuses_before_making_its_folder(no_ray: None, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    with pytest.raises(UsageError, match=r"exec extra"):
+        run_sweep(load_scenario("tiny"), parse_grid(["seed=0,1"]), out)
+    assert not out.exists()
