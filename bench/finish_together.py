@@ -112,7 +112,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", type=bundled_scenario_names, default=",".join(DEFAULT_SCENARIOS),
                         help="bundled scenarios, separated by commas (default: the four studies)")
-    parser.add_argument("--gammas", type=_gammas, default=list(DEFAULT_GAMMAS), help="default: 0,2,4,8,16")
+    parser.add_argument("--gammas", type=_gammas, default=list(DEFAULT_GAMMAS), help=f"default: {','.join(f'{g:g}' for g in DEFAULT_GAMMAS)}")
     parser.add_argument("--seeds", type=non_negative_int, default=8, metavar="N",
                         help="means over seeds 0..N-1 (default 8; 0: each scenario's own seed)")
     parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")

@@ -36,7 +36,7 @@ tokens. Deterministic simulator figures; with `--seeds N`, each is the mean over
 decides the makespan: compare rules over several seeds).
 
     python bench/policy_ablation.py                  # the four studies, each on its own seed
-    python bench/policy_ablation.py --seeds 8        # means over seeds 0-7 (about 3 min on two workers)
+    python bench/policy_ablation.py --seeds 8        # means over seeds 0-7 (about 5 min on two workers)
     python bench/policy_ablation.py --json           # one JSON line: {"rows": [...]}
     python bench/policy_ablation.py --scenarios lab-day --seeds 2   # the busy day (about 13 min)
 """

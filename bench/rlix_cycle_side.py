@@ -1,5 +1,8 @@
 """RLix's own scheduling cycle, run stand-alone on situations read as JSON lines (one per line).
 
+Not a benchmark to run by hand: bench/rlix_differential.py writes the situations and reads the
+answers (run that one: `python bench/rlix_differential.py --rlix RLIX_CHECKOUT`).
+
 Run by bench/rlix_differential.py in a process of its own, because RLix's package is also
 called `rlix`: this process imports RLix's `rlix.scheduler` modules from the checkout given on
 the command line (its package `__init__`, which starts RLix's Ray client, is bypassed), never
@@ -13,7 +16,10 @@ shutdown of its Ray cluster when a cycle fails (the error is printed instead). I
 `{"active": {pipeline: [dp ranks]}, "granted": [pipelines whose actor_train was granted],
 "cpu_s": the cycle's CPU time}`.
 
-    python bench/rlix_cycle_side.py RLIX_CHECKOUT < situations.jsonl
+    python bench/rlix_cycle_side.py RLIX_CHECKOUT < situations.jsonl   # as rlix_differential.py runs it
+
+Run by hand without a checkout or without situations on its input, or with --help, it says what
+it is in one line (exit 2; 0 for --help) instead of importing anything.
 """
 
 from __future__ import annotations
@@ -25,7 +31,13 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+#: RLix's scheduler module, inside a checkout (bench/rlix_differential.py checks the same file).
+SCHEDULER = "rlix/scheduler/scheduler.py"
+WHAT = ("rlix_cycle_side.py runs RLix's own scheduling cycle on situations read as JSON lines; it is "
+        "an internal helper that bench/rlix_differential.py runs (python bench/rlix_differential.py "
+        "--rlix RLIX_CHECKOUT), not a benchmark to run by hand")
 
 
 def import_scheduler(checkout: Path) -> tuple[Any, Any, Any]:
@@ -103,8 +115,23 @@ def cycle(situation: dict[str, Any], scheduler: Any, st: Any, protocol: Any) -> 
     return {"active": active, "granted": granted, "cpu_s": cpu_s}
 
 
+def refuse(reason: str) -> NoReturn:
+    print(f"{WHAT}: {reason}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
-    checkout = Path(sys.argv[1])
+    args = sys.argv[1:]
+    if any(arg in ("-h", "--help") for arg in args):
+        print(f"{WHAT}.")
+        sys.exit(0)
+    if len(args) != 1:
+        refuse("it takes one argument, the RLix checkout")
+    checkout = Path(args[0])
+    if not (checkout / SCHEDULER).is_file():
+        refuse(f"{checkout} is not an RLix checkout (no {SCHEDULER})")
+    if sys.stdin.isatty():
+        refuse("it reads the situations on its standard input, not from a terminal")
     scheduler, st, protocol = import_scheduler(checkout)
     for line in sys.stdin:
         if not line.strip():

@@ -295,10 +295,13 @@ def main() -> None:
         instants_s = [float(t) for t in args.at.split(",")]
     except ValueError:
         fail(f"--at takes simulated seconds, comma-separated, not {args.at!r}")
+    clone = "git clone https://github.com/rlops/rlix PATH makes one; see --help"
     if args.rlix is None:
-        fail("needs an RLix checkout to compare with: --rlix PATH (git clone https://github.com/rlops/rlix PATH)")
+        fail(f"needs an RLix checkout to compare with: --rlix PATH ({clone})")
+    if not args.rlix.is_dir():
+        fail(f"--rlix {args.rlix}: no such folder; give an RLix checkout ({clone})")
     if not (args.rlix / SCHEDULER).is_file():
-        fail(f"{args.rlix} is not an RLix checkout (no {SCHEDULER})")
+        fail(f"--rlix {args.rlix} is not an RLix checkout: it has no {SCHEDULER} ({clone})")
     situations, what = chosen_situations(args, instants_s)
     result = compare(args.rlix, situations, args.seed)
     if args.json:

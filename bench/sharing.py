@@ -1,12 +1,12 @@
 """Sharing bench: every bundled scenario under every policy, the figures users compare.
 
-For each scenario (default: every bundled one but the day-long cluster-1024 and the executor's
-cpu-demo) `rlix.sim.compare` runs every policy plus each pipeline alone (on its home, and with
-every GPU its mappings allow, for slowdowns and the ceiling), and this prints one row per
-scenario and policy: steps/h, experiments/h, mean and p95 JCT, mean and p95 queueing, mean and
-p95 slowdown, idle share (over the run, and while some job waits to start), recomputed over
-generated tokens, the ceiling, and the JCT floor (the mean JCT no policy beats) with each mean
-JCT over it. Deterministic (the simulator's figures); the wall time is
+For each scenario (default: every bundled one but the day-long cluster-1024, the executor's
+cpu-demo and the large lab-day-256 and lab-day-1024) `rlix.sim.compare` runs every policy plus
+each pipeline alone (on its home, and with every GPU its mappings allow, for slowdowns and the
+ceiling), and this prints one row per scenario and policy: steps/h, experiments/h, mean and p95
+JCT, mean and p95 queueing, mean and p95 slowdown, idle share (over the run, and while some job
+waits to start), recomputed over generated tokens, the ceiling, and the JCT floor (the mean JCT
+no policy beats) with each mean JCT over it. Deterministic (the simulator's figures); the wall time is
 the machine's.
 
     python bench/sharing.py                         # the table

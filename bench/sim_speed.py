@@ -38,10 +38,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rlix.runs.tablechoice import tables_option
 from rlix.scenarios import load_scenario
+from rlix.scenarios.errors import ScenarioError
 from rlix.scenarios.load import validate_scenario
 
 
@@ -51,15 +52,26 @@ def scenario_cut(
 ) -> Any:
     """The scenario with its max_time_s (or `days`) cut to `fraction` of it (policy and the
     engine's progress_every overridden when given). A scenario without max_time_s (a stream
-    that runs until its last job ends) runs whole; it cannot be cut."""
+    that runs until its last job ends) runs whole; it cannot be cut. A scenario that does not
+    load (an unknown name, a bad file, an unknown --policy) is one line and exit 2."""
+    try:
+        return _cut(name, fraction, policy, progress_every, days)
+    except ScenarioError as error:
+        fail(" ".join(str(error).split()))
+
+
+def fail(message: str) -> NoReturn:
+    print(f"sim_speed.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _cut(name: str, fraction: float, policy: str | None, progress_every: float | None, days: float | None) -> Any:
     scenario = load_scenario(name)
     data = scenario.model_dump(mode="json", exclude_none=True)
     length_s = scenario.max_time_s if days is None else days * 86400.0
     if length_s is None:
         if fraction != 1.0:
-            print(f"sim_speed.py: error: {name} runs until its last job ends (no max_time_s): "
-                  "--fraction needs --days", file=sys.stderr)
-            raise SystemExit(2)
+            fail(f"{name} runs until its last job ends (no max_time_s): --fraction needs --days")
     else:
         data["max_time_s"] = length_s * fraction
     if policy is not None:

@@ -54,7 +54,7 @@ Example:
 
 DEMO_HELP = """\
 `rlix-sim compare` on a small bundled scenario, `tiny` unless named: two pipelines (one
-full-finetune, one multi-LoRA) on one node of 8 GPUs under every policy, in seconds. Takes every
+full-finetune, one multi-LoRA) on one node of 4 GPUs under every policy, in seconds. Takes every
 option of `compare`. For the main study:
 
   rlix-sim compare agentic-4x32

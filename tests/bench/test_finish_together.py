@@ -1,16 +1,18 @@
 """bench/finish_together.py on the bundled tiny scenario: each row is a plain rlix run at its
-gamma, the plot is written, and bad gammas are refused."""
+gamma, the plot is written, bad gammas are refused, and --help gives the default gammas."""
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rlix.scenarios import load_scenario
 from rlix.sim import simulate
-from tests.bench.bench_module import load
+from tests.bench.bench_module import BENCH, load
 
 
 def test_rows_match_plain_runs_at_each_gamma(tmp_path: Path) -> None:
@@ -34,3 +36,11 @@ def test_gammas_reject_bad_input() -> None:
     for text in ("", "-1", "a,1", "inf", "nan"):
         with pytest.raises(argparse.ArgumentTypeError):
             finish._gammas(text)
+
+
+def test_the_help_gives_the_default_gammas() -> None:
+    finish = load("finish_together")
+    done = subprocess.run([sys.executable, str(BENCH / "finish_together.py"), "--help"], capture_output=True,
+                          text=True, check=True)
+    default = ",".join(f"{g:g}" for g in finish.DEFAULT_GAMMAS)
+    assert f"default: {default}" in " ".join(done.stdout.split())

@@ -28,6 +28,10 @@ def test_without_a_checkout_it_says_so_in_one_line_and_exits_2(tmp_path: Path) -
         done = run(*args)
         assert done.returncode == 2 and done.stdout == ""
         assert len(done.stderr.strip().splitlines()) == 1 and "RLix checkout" in done.stderr
+    missing = tmp_path / "nowhere"
+    done = run("--rlix", str(missing))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"rlix_differential: --rlix {missing}: no such folder; give an RLix checkout")
 
 
 def assert_staged_as_given(bench: Any, s: dict[str, Any]) -> None:

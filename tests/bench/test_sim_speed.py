@@ -31,3 +31,13 @@ def test_a_fraction_of_a_run_without_an_end_is_refused(capsys: pytest.CaptureFix
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["sim_speed.py: error: tiny runs until its last job ends (no max_time_s): --fraction needs --days"]
     assert sim_speed.scenario_cut("tiny", 0.5, days=1.0).max_time_s == 43200.0
+
+
+def test_a_scenario_that_does_not_load_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    sim_speed = load("sim_speed")
+    for name, policy, said in (("nope", None, "no bundled scenario 'nope'"), ("tiny", "nope", "unknown policy")):
+        with pytest.raises(SystemExit) as stop:
+            sim_speed.scenario_cut(name, 1.0, policy)
+        assert stop.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("sim_speed.py: error: ") and said in line

@@ -48,3 +48,12 @@ def test_run_refuses_a_non_empty_out_folder_before_simulating(
     (tmp_path / "summary.json").write_text("{}")  # now it looks like a run: --overwrite is named
     assert main(["run", "tiny", "--quiet", "--out", str(tmp_path)]) == 2
     assert "run folder exists and is not empty; choose another or --overwrite it" in capsys.readouterr().err
+
+
+def test_the_help_says_what_tiny_is() -> None:
+    from rlix.scenarios import load_scenario
+    from rlix.sim.commands import DEMO_HELP
+
+    topology = load_scenario("tiny").topology_config
+    assert topology.num_nodes == 1
+    assert f"on one node of {topology.gpus_per_node} GPUs" in " ".join(DEMO_HELP.split())
