@@ -59,7 +59,13 @@ def list_checkpoints(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     found = [p for p in folder.iterdir() if p.name.startswith(PREFIX) and (p / CHECKPOINT_FILE).is_file()]
-    return sorted(found, key=lambda p: p.name)
+    return sorted(found, key=_order)
+
+
+def _order(path: Path) -> tuple[int, str]:
+    """By sequence number (not by name: the number outgrows its zero padding in a long run)."""
+    sequence = path.name[len(PREFIX):].split("-", 1)[0]
+    return (int(sequence) if sequence.isdigit() else -1, path.name)
 
 
 def prune(folder: Path, keep: int) -> None:

@@ -4,7 +4,8 @@ The driver pulls the orchestrator's record every half second (`rlix.executor.liv
 is also appended here, one JSON line, flushed, so a driver killed with SIGKILL (or a machine
 that stops) leaves the record up to its last piece. `rlix-exec resume` rebuilds the Recorder
 from it. The first line says what wrote it: the resolved scenario and the version of rlix (a
-resume refuses another's journal); a last line cut short by the kill is ignored.
+resume refuses another's journal); a last line cut short by the kill is ignored when read and
+cut off before the journal is written again (so a resume's lines start on a line of their own).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class JournalWriter:
     def __init__(self, path: Path, scenario_yaml: str, version: str, owner: dict[str, Any] | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        _cut_unfinished_line(path)
         self._handle: IO[str] | None = path.open("a", encoding="utf-8")
         if path.stat().st_size == 0:
             self._line({"journal": {"scenario_yaml": scenario_yaml, "rlix_version": version}})
@@ -56,9 +58,12 @@ class JournalWriter:
     def write(self, piece: dict[str, Any], progress: dict[str, Any]) -> None:
         self._line({"record": _encode(piece), "progress": progress})
 
-    def resumed(self, cut: dict[str, Any]) -> None:
-        """A resume's cut (`apply_cut`'s arguments), so the record rebuilt later makes it too."""
-        self._line({"resume": cut})
+    def resumed(self, cut: dict[str, Any], states: dict[str, dict[str, Any]], faults: list[dict[str, Any]]) -> None:
+        """A resume's cut (`apply_cut`'s arguments), so the record rebuilt later makes it too,
+        with what the run knew before it of pipelines not started again (their final states)
+        and of the faults it survived: a later resume has them from here, as no progress line
+        after this one names them."""
+        self._line({"resume": cut, "states": states, "faults": faults})
 
     def _line(self, data: dict[str, Any]) -> None:
         if self._handle is not None:
@@ -71,6 +76,30 @@ class JournalWriter:
             self._handle = None
 
 
+def _cut_unfinished_line(path: Path) -> None:
+    """Drop a last line cut short by a kill (what follows it would be glued onto it)."""
+    try:
+        with path.open("rb+") as handle:
+            size = handle.seek(0, 2)
+            if size == 0:
+                return
+            handle.seek(size - 1)
+            if handle.read(1) == b"\n":
+                return
+            end = size
+            while end > 0:  # back to the last newline, a block at a time (a journal can be large)
+                start = max(0, end - 65536)
+                handle.seek(start)
+                found = handle.read(end - start).rfind(b"\n")
+                if found >= 0:
+                    handle.truncate(start + found + 1)
+                    return
+                end = start
+            handle.truncate(0)
+    except FileNotFoundError:
+        return
+
+
 @dataclass
 class Journal:
     """A journal read back: what wrote it, the record it holds, the last progress it saw."""
@@ -81,6 +110,10 @@ class Journal:
     progress: dict[str, Any] = field(default_factory=dict)
     #: The last driver that wrote it: {"driver_pid", "raylet_pids"}.
     owner: dict[str, Any] = field(default_factory=dict)
+    #: As of the last resume: the final states of the pipelines it did not start again, and the
+    #: faults the run had survived (`progress` says what came after).
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    faults: list[dict[str, Any]] = field(default_factory=list)
 
 
 def read_journal(path: Path, topology: Topology, policy: str, config: PolicyConfig) -> Journal:
@@ -96,6 +129,8 @@ def read_journal(path: Path, topology: Topology, policy: str, config: PolicyConf
     recorder = Recorder(topology, policy, config)
     progress: dict[str, Any] = {}
     owner: dict[str, Any] = {}
+    states: dict[str, dict[str, Any]] = {}
+    faults: list[dict[str, Any]] = []
     for number, line in enumerate(lines[1:], start=2):
         try:
             data = json.loads(line)
@@ -105,13 +140,15 @@ def read_journal(path: Path, topology: Topology, policy: str, config: PolicyConf
             raise JournalError(f"{path}, line {number}: not JSON") from None
         if "resume" in data:
             apply_cut(recorder, **data["resume"])
+            states, faults = dict(data.get("states", {})), list(data.get("faults", []))
+            progress = {}  # the cut took in what the progress before it said
             continue
         if "owner" in data:
             owner = data["owner"]
             continue
         recorder.extend(_decode(data["record"]))
         progress = data["progress"]
-    return Journal(str(head["scenario_yaml"]), str(head["rlix_version"]), recorder, progress, owner)
+    return Journal(str(head["scenario_yaml"]), str(head["rlix_version"]), recorder, progress, owner, states, faults)
 
 
 def apply_cut(recorder: Recorder, at_s: float, restarts: dict[str, dict[str, int]],

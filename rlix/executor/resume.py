@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -34,7 +35,14 @@ from typing import Any
 
 import rlix
 from rlix.executor.checkpoints import CheckpointError, list_checkpoints, read_checkpoint
-from rlix.executor.journal import JOURNAL_FILE, JournalError, JournalWriter, apply_cut, read_journal
+from rlix.executor.journal import (
+    JOURNAL_FILE,
+    Journal,
+    JournalError,
+    JournalWriter,
+    apply_cut,
+    read_journal,
+)
 from rlix.executor.live import Cut, live_folder
 from rlix.executor.run import Plan, plan
 from rlix.executor.workload import PipelineSetup, ResumeFrom
@@ -52,7 +60,18 @@ class ResumeError(ValueError):
 def prepare_resume(run_dir: str | Path) -> tuple[Plan, Cut]:
     """The plan of what starts again and the cut record it continues (module docstring)."""
     run_dir = Path(run_dir)
-    live = _gather(run_dir)
+    live, moved = _gather(run_dir)
+    try:
+        return _prepare(live)
+    except BaseException:  # refused (or interrupted): the run's files go back as they were
+        for origin, inside in reversed(moved):
+            shutil.move(str(inside), str(origin))
+        if moved and not any(live.iterdir()):
+            live.rmdir()
+        raise
+
+
+def _prepare(live: Path) -> tuple[Plan, Cut]:
     journal_path = live / JOURNAL_FILE
     try:
         head = json.loads(journal_path.read_text(encoding="utf-8").split("\n", 1)[0])["journal"]
@@ -70,7 +89,7 @@ def prepare_resume(run_dir: str | Path) -> tuple[Plan, Cut]:
     except (ScenarioError, JournalError) as error:
         raise ResumeError(str(error)) from None
     _wait_for_stragglers(journal.owner, journal_path)
-    return _continue(the_plan, journal.recorder, journal.progress, live, journal_path)
+    return _continue(the_plan, journal, live, journal_path)
 
 
 #: How long a resume waits for a cut run's left-over Ray workers to exit before it kills them.
@@ -86,7 +105,8 @@ def _wait_for_stragglers(owner: dict[str, Any], journal_path: Path) -> None:
     from rlix.executor.session import process_alive
 
     driver = owner.get("driver_pid")
-    if driver is not None and process_alive(int(driver)):
+    # Not this process: in a container the resume can be given the dead driver's pid.
+    if driver is not None and int(driver) != os.getpid() and process_alive(int(driver)):
         raise ResumeError(f"{journal_path}: its run is still going (driver pid {driver}): stop it first")
     raylets = {str(pid) for pid in owner.get("raylet_pids", [])}
     deadline = time.monotonic() + STRAGGLER_WAIT_S
@@ -115,11 +135,13 @@ def _workers_of(raylets: set[str]) -> list[Any]:
     return found
 
 
-def _gather(run_dir: Path) -> Path:
-    """The live folder of the cut run, with what a written partial run folder holds of it."""
+def _gather(run_dir: Path) -> tuple[Path, list[tuple[Path, Path]]]:
+    """The live folder of the cut run, with what a written partial run folder holds of it
+    (and the moves that put it there, undone if the resume is refused)."""
     from rlix.runs.paths import is_run_folder
 
     live = live_folder(run_dir)
+    moved: list[tuple[Path, Path]] = []
     if run_dir.exists():
         if not run_dir.is_dir() or not is_run_folder(run_dir):
             raise ResumeError(f"{run_dir}: not an rlix run folder")
@@ -129,50 +151,62 @@ def _gather(run_dir: Path) -> Path:
             finished = False  # no summary: cut before one was written
         if finished:
             raise ResumeError(f"{run_dir / 'summary.json'}: the run finished; there is nothing to resume")
-        live.mkdir(exist_ok=True)
-        for name in LIVE_PARTS:  # beside it again, so a resume cut short keeps them too
-            if (run_dir / name).exists() and not (live / name).exists():
+        found = [name for name in LIVE_PARTS if (run_dir / name).exists() and not (live / name).exists()]
+        if JOURNAL_FILE in found or (live / JOURNAL_FILE).exists():
+            live.mkdir(exist_ok=True)
+            for name in found:  # beside it again, so a resume cut short keeps them too
                 shutil.move(str(run_dir / name), str(live / name))
+                moved.append((run_dir / name, live / name))
     if not run_dir.exists() and not live.exists():
         raise ResumeError(f"{run_dir}: no such run folder (nor {live.name} of a run cut before it was written)")
     if not (live / JOURNAL_FILE).exists():
         raise ResumeError(f"{run_dir if run_dir.exists() else live}: no {JOURNAL_FILE} to resume from "
                           "(not a cut live run)")
-    return live
+    return live, moved
 
 
-def _continue(the_plan: Plan, recorder: Recorder, progress: dict[str, Any], live: Path,
-              journal_path: Path) -> tuple[Plan, Cut]:
+def _continue(the_plan: Plan, journal: Journal, live: Path, journal_path: Path) -> tuple[Plan, Cut]:
+    recorder, progress = journal.recorder, journal.progress
     facts = facts_from_lines(recorder.event_lines)
     described = progress.get("pipelines", {})
     states: dict[str, dict[str, Any]] = {}
     setups: list[PipelineSetup] = []
     restarts: dict[str, dict[str, int]] = {}
     resumed: dict[str, str | None] = {}
+    stale: list[Path] = []
     for setup in the_plan.setups:
         pid = setup.pipeline_id
         if pid not in facts.specs:  # not arrived yet
             setups.append(setup)
         elif pid in facts.removed_s:  # ended: stays ended
-            states[pid] = described.get(pid) or {"pipeline_id": pid, "status": "ended", "error": "before a resume"}
+            states[pid] = (described.get(pid) or journal.states.get(pid)
+                           or {"pipeline_id": pid, "status": "ended", "error": "before a resume"})
         else:
-            restarted, starts, checkpoint = _restart(setup, recorder, live)
+            restarted, starts, checkpoint, unreached = _restart(setup, recorder, live)
             setups.append(restarted)
             restarts[pid] = starts
             resumed[pid] = checkpoint
-    cut = {"at_s": float(progress.get("now", 0.0)), "restarts": restarts, "resumed": resumed}
+            stale += unreached
+    # Without a progress line since the last cut (or since the start), the clock stood there.
+    cut = {"at_s": float(progress.get("now", recorder.end_s)), "restarts": restarts, "resumed": resumed}
+    faults = journal.faults + list(progress.get("faults", []))
+    for path in stale:  # checkpoints past the resume point: the restarted run writes its own
+        shutil.rmtree(path)
     apply_cut(recorder, **cut)
     writer = JournalWriter(journal_path, "", rlix.__version__)  # the journal exists: no head line
-    writer.resumed(cut)
+    writer.resumed(cut, states, faults)
     writer.close()
-    return dataclasses.replace(the_plan, setups=setups), Cut(recorder, states, list(progress.get("faults", [])))
+    return dataclasses.replace(the_plan, setups=setups), Cut(recorder, states, faults)
 
 
-def _restart(setup: PipelineSetup, recorder: Recorder, live: Path) -> tuple[PipelineSetup, dict[str, int], str | None]:
-    """A running pipeline started again from its newest checkpoint (or step 0 without one)."""
+def _restart(setup: PipelineSetup, recorder: Recorder,
+             live: Path) -> tuple[PipelineSetup, dict[str, int], str | None, list[Path]]:
+    """A running pipeline started again from its newest checkpoint (or step 0 without one),
+    and its checkpoints the record did not reach (to be removed)."""
     pid = setup.pipeline_id
     adapters = [a.name for a in setup.program.adapters]
-    checkpoints = _reached(list_checkpoints(live / "checkpoints" / pid), recorder, pid)
+    written = list_checkpoints(live / "checkpoints" / pid)
+    checkpoints = _reached(written, recorder, pid)
     starts = dict.fromkeys(adapters, 0)
     next_checkpoint = 1
     if checkpoints:
@@ -188,7 +222,8 @@ def _restart(setup: PipelineSetup, recorder: Recorder, live: Path) -> tuple[Pipe
     program = dataclasses.replace(setup.program, start_steps=tuple(starts.items()))
     resume = ResumeFrom(str(checkpoints[-1]) if checkpoints else None, first_ids, next_checkpoint)
     name = checkpoints[-1].name if checkpoints else None
-    return dataclasses.replace(setup, program=program, resume=resume), starts, name
+    unreached = [path for path in written if path not in checkpoints]
+    return dataclasses.replace(setup, program=program, resume=resume), starts, name, unreached
 
 
 def _reached(checkpoints: list[Path], recorder: Recorder, pipeline_id: str) -> list[Path]:

@@ -124,3 +124,11 @@ def test_a_damaged_checkpoint_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "ckpt-00001-base-v1" / CHECKPOINT_FILE).write_text(json.dumps({"pipeline_id": "ft"}))
     with pytest.raises(CheckpointError, match="missing adapter, version, versions, next_step"):
         read_checkpoint(tmp_path / "ckpt-00001-base-v1")
+
+
+def test_checkpoints_are_in_sequence_past_the_zero_padding(tmp_path: Path) -> None:
+    names = ["ckpt-99999-base-v99999", "ckpt-100000-base-v100000", "ckpt-00002-base-v2"]
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / CHECKPOINT_FILE).write_text("{}")
+    assert [p.name for p in list_checkpoints(tmp_path)] == [names[2], names[0], names[1]]
