@@ -28,11 +28,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,16 +38,13 @@ from typing import Any
 import rlix
 from rlix.executor.journal import JOURNAL_FILE, JournalWriter
 from rlix.executor.run import ExecutorInputError, Plan, cache_dir, describe
+from rlix.executor.stops import RunStopped, Stops, stop_on_signals
 from rlix.runs.recorder import Recorder
 
 #: How often the driver polls the orchestrator (progress bars, kills, its copy of the record).
 POLL_S = 0.5
 #: How long a stopping driver waits for the orchestrator's last word before using its copy.
 LAST_WORD_S = 5.0
-
-
-class RunStopped(Exception):
-    """The run was asked to stop (a signal) before its end."""
 
 
 @dataclass
@@ -67,6 +62,9 @@ class RunResult:
     write_error: str = ""
     #: How busy the machine was besides the run (rlix.executor.machine; {} off Linux).
     machine: dict[str, Any] = field(default_factory=dict)
+    #: What cut the run short when it was neither a signal nor the orchestrator's death (a
+    #: timeout, a bug): `execute` raises it after writing the record.
+    failure: Exception | None = None
 
 
 @dataclass
@@ -88,13 +86,17 @@ class _Copy:
     recorder: Recorder
     progress: dict[str, Any] = field(default_factory=dict)
     journal: JournalWriter | None = None
+    #: The run's stop signals, held while a piece is taken: one taken into the copy but cut
+    #: out of the journal (or cut mid-line) would leave a hole no later poll fills.
+    stops: Stops | None = None
 
     def take(self, progress: dict[str, Any]) -> dict[str, Any]:
         piece = progress.pop("record")
-        self.recorder.extend(piece)
-        self.progress = progress
-        if self.journal is not None:
-            self.journal.write(piece, progress)
+        with self.stops.held() if self.stops is not None else nullcontext():
+            self.recorder.extend(piece)
+            self.progress = progress
+            if self.journal is not None:
+                self.journal.write(piece, progress)
         return progress
 
 
@@ -110,7 +112,7 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
     if out_dir is not None:
         if cut is None:
             check_out_dir(out_dir, overwrite)  # before the run, which can take hours
-        live = _live_folder(Path(out_dir), fresh=cut is None)
+        live = _live_folder(Path(out_dir), fresh=cut is None, overwrite=overwrite)
         the_plan = _with_folders(the_plan, live)
     topology = the_plan.topology
     if address is None and topology.num_nodes > 1:
@@ -127,10 +129,10 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
     # The stop signals are the run's from the moment Ray is up (ray.init installs Ray's own
     # SIGTERM handler, which aborts the driver with a stack dump and no record); one that comes
     # before the run begins is held until it does, and then stops it at once.
-    with _stop_on_signals() as begin:
+    with stop_on_signals() as begin:
         t0 = time.monotonic()
         copy = _Copy(cut.recorder if cut is not None else Recorder(topology, scenario.policy.name,
-                                                                   scenario.policy_config()))
+                                                                   scenario.policy_config()), stops=begin)
         if live is not None:
             owner = {"driver_pid": os.getpid(), "raylet_pids": session.raylet_pids() if address is None else []}
             copy.journal = JournalWriter(live / JOURNAL_FILE, scenario.to_yaml(), rlix.__version__, owner)
@@ -139,17 +141,18 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
         finally:
             if copy.journal is not None:
                 copy.journal.close()
-    result.wall_s = time.monotonic() - t0
-    if out_dir is not None:
-        _write(result, Path(out_dir), the_plan, overwrite or cut is not None, live)
+        result.wall_s = time.monotonic() - t0
+        if out_dir is not None:
+            _write(result, Path(out_dir), the_plan, overwrite or cut is not None, live)
+    if result.failure is not None:  # the record is written; what cut the run short is not hidden
+        raise result.failure
     return result
 
 
 def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invariants: bool,
-         timeout_s: float | None, started: bool, stops: _Stops) -> RunResult:
+         timeout_s: float | None, started: bool, stops: Stops) -> RunResult:
     """The run itself, from the orchestrator's start to a record (finished or cut short);
     `stops` raises the stop signals as RunStopped while it is on."""
-    import ray
 
     from rlix.executor.actors import ACTOR_GONE
     from rlix.executor.api import launch_orchestrator
@@ -158,6 +161,7 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     from rlix.executor.machine import MachineMeter
 
     stop_reason, status, recorder, by_signal = "", {}, None, False
+    failure: Exception | None = None
     meter = MachineMeter()
     handle = None
     try:
@@ -167,19 +171,21 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
                                             record=cut.recorder if cut is not None else None)
         _get(ready)  # the orchestrator's set-up: seconds on a busy machine
         _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0, meter)
-        status = ray.get(handle.wait_done.remote(None))
-        recorder = ray.get(handle.finish_run.remote())
+        status = _get(handle.wait_done.remote(None))
+        recorder = _get(handle.finish_run.remote())
     except KeyboardInterrupt:
         stop_reason, by_signal = "interrupted (SIGINT)", True
     except RunStopped as exc:
         stop_reason, by_signal = str(exc), True
     except ACTOR_GONE as exc:
         stop_reason = f"the orchestrator actor died ({type(exc).__name__})"
+    except Exception as exc:  # noqa: BLE001 - re-raised by `execute` once the record is written
+        stop_reason, failure = f"the driver failed ({type(exc).__name__}: {exc})", exc
     finally:
         stops.off()  # a second signal does not cut the shut-down and the record short
         if handle is not None and (stop_reason or recorder is None):
             _last_word(handle, copy)
-        _shut_down(handle, started)
+        _shut_down(handle, started, the_plan.topology.num_nodes)
     if recorder is None:
         recorder, status = _stopped_record(copy, stop_reason or "the run ended early")
     faults = (cut.faults if cut is not None else []) + copy.progress.get("faults", [])
@@ -193,7 +199,7 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
         if accounts:
             machine["worker_cpu"] = list(accounts)
     return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults,
-                     machine=machine)
+                     machine=machine, failure=failure)
 
 
 def live_folder(out_dir: Path) -> Path:
@@ -202,9 +208,15 @@ def live_folder(out_dir: Path) -> Path:
     return out_dir.parent / f".{out_dir.name}.live"
 
 
-def _live_folder(out_dir: Path, fresh: bool) -> Path:
+def _live_folder(out_dir: Path, fresh: bool, overwrite: bool = False) -> Path:
+    """The live folder of a run about to start (`fresh`) or resume. A fresh run's takes the
+    place of an earlier attempt's; one with a journal is a cut run's, to resume: replaced only
+    with `overwrite`."""
     live = live_folder(out_dir)
-    if fresh:  # an earlier, abandoned attempt's
+    if fresh and live.exists():
+        if (live / JOURNAL_FILE).exists() and not overwrite:
+            raise ExecutorInputError(f"{live}: holds a cut run of {out_dir}; continue it with "
+                                     f"`rlix-exec resume {out_dir}`, or --overwrite to start again")
         shutil.rmtree(live, ignore_errors=True)
     return live
 
@@ -263,50 +275,6 @@ def _get(ref: Any) -> Any:
         raise
 
 
-class _Stops:
-    """The run's SIGINT and SIGTERM handler: while `on`, a signal raises RunStopped; before
-    that it is held, and `on` raises it; after `off` it is ignored."""
-
-    def __init__(self) -> None:
-        self.raising = False
-        self.over = False
-        self.held: int | None = None
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        if self.raising:
-            raise RunStopped(f"{'interrupted' if signum == signal.SIGINT else 'stopped'} "
-                             f"({signal.Signals(signum).name})")
-        if not self.over and self.held is None:
-            self.held = signum
-
-    def on(self) -> None:
-        self.raising = True
-        if self.held is not None:
-            held, self.held = self.held, None
-            self(held, None)
-
-    def off(self) -> None:
-        self.raising, self.over = False, True
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[_Stops]:
-    """SIGINT and SIGTERM stop the run the same way (`_Stops`). Taken explicitly: a process
-    started in the background of a script inherits SIGINT ignored, and Ray's own SIGTERM
-    handler prints a stack dump instead of stopping cleanly."""
-    stops = _Stops()
-    try:
-        previous = {signum: signal.signal(signum, stops) for signum in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: signals are not ours to take
-        yield stops
-        return
-    try:
-        yield stops
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
 def _last_word(handle: Any, copy: _Copy) -> None:
     """The record's last piece, if the orchestrator still answers within seconds."""
     import ray
@@ -317,17 +285,24 @@ def _last_word(handle: Any, copy: _Copy) -> None:
         pass
 
 
-def _shut_down(handle: Any, started: bool) -> None:
+def _shut_down(handle: Any, started: bool, num_nodes: int) -> None:
     import ray
 
     from rlix.executor import session
+    from rlix.executor.placement import remove_left_groups
 
     if handle is not None:  # None: stopped before the orchestrator was launched
         try:
             ray.get(handle.shutdown.remote(), timeout=30)
-            ray.kill(handle)
+            shut = True
         except Exception:  # noqa: BLE001 - a dead orchestrator has nothing left to shut down
+            shut = False
+        try:  # one that did not shut down in time still goes (in a Ray cluster it would outlive us)
+            ray.kill(handle)
+        except Exception:  # noqa: BLE001 - already gone
             pass
+        if not shut and not started:  # our own Ray session goes with what it holds
+            remove_left_groups(num_nodes)
     if started:
         session.stop()
 
@@ -336,7 +311,8 @@ def _stopped_record(copy: _Copy, reason: str) -> tuple[Recorder, dict[str, dict[
     """The copy, closed at the last time the orchestrator told; pipelines still running are
     `stopped`."""
     recorder = copy.recorder
-    recorder.finish(float(copy.progress.get("now", 0.0)))
+    # Without a poll yet, the clock stands where the record does (a resumed run's cut).
+    recorder.finish(float(copy.progress.get("now", recorder.end_s)))
     status = {}
     for pid, described in copy.progress.get("pipelines", {}).items():
         if described["status"] == "running":
@@ -346,7 +322,9 @@ def _stopped_record(copy: _Copy, reason: str) -> tuple[Recorder, dict[str, dict[
 
 
 def _write(result: RunResult, out_dir: Path, the_plan: Plan, overwrite: bool, live: Path | None = None) -> None:
-    """The run folder where asked; if that fails now, in a fallback folder (named in the result)."""
+    """The run folder where asked; if that fails now, in a fallback folder (named in the result).
+    A stop signal waits for it (a run folder cut short would be lost); the journal stays beside
+    it until it is written, so a run killed while writing can still be resumed."""
     from rlix.runs.errors import RunError
     from rlix.runs.folder import write_run
 
@@ -355,19 +333,20 @@ def _write(result: RunResult, out_dir: Path, the_plan: Plan, overwrite: bool, li
         "states": {pid: (s["status"], s.get("error") or None) for pid, s in result.status.items()},
     }
     yaml = the_plan.scenario.to_yaml()
-    if live is not None and result.finished:  # a finished run needs no journal to resume from
-        (live / JOURNAL_FILE).unlink(missing_ok=True)
     folders = {p.name: p for p in live.iterdir()} if live is not None and live.is_dir() else {}
-    try:
-        result.out_dir = write_run(result.recorder, out_dir, scenario_yaml=yaml, overwrite=overwrite,
-                                   run_state=state, folders=folders, extra_summary=_machine(result))
-    except (OSError, RunError) as error:
-        fallback = cache_dir() / "unsaved" / f"{out_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        result.write_error = f"{out_dir}: {error}"
-        result.out_dir = write_run(result.recorder, fallback, scenario_yaml=yaml, run_state=state, folders=folders,
-                                   extra_summary=_machine(result))
-    if live is not None:
-        shutil.rmtree(live, ignore_errors=True)  # emptied by the moves
+    if result.finished:  # a finished run needs no journal to resume from
+        folders.pop(JOURNAL_FILE, None)
+    with stop_on_signals():
+        try:
+            result.out_dir = write_run(result.recorder, out_dir, scenario_yaml=yaml, overwrite=overwrite,
+                                       run_state=state, folders=folders, extra_summary=_machine(result))
+        except (OSError, RunError) as error:
+            fallback = cache_dir() / "unsaved" / f"{out_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            result.write_error = f"{out_dir}: {error}"
+            result.out_dir = write_run(result.recorder, fallback, scenario_yaml=yaml, run_state=state,
+                                       folders=folders, extra_summary=_machine(result))
+        if live is not None:
+            shutil.rmtree(live, ignore_errors=True)  # emptied by the moves, but for a finished run's journal
 
 
 def _machine(result: RunResult) -> dict[str, Any]:

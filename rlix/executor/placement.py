@@ -78,7 +78,7 @@ class GpuPool:
             )
         node_ids = tuple(order[: topology.num_nodes])
         groups = tuple(
-            placement_group([{"GPU": 1.0}] * gpn, strategy="STRICT_PACK", name=f"rlix-node-{i}",
+            placement_group([{"GPU": 1.0}] * gpn, strategy="STRICT_PACK", name=group_name(i),
                             bundle_label_selector=[{"ray.io/node-id": node_id}] * gpn)
             for i, node_id in enumerate(node_ids)
         )
@@ -126,6 +126,22 @@ class GpuPool:
 
         for group in self.groups:
             ray.util.remove_placement_group(group)
+
+
+def group_name(node: int) -> str:
+    return f"rlix-node-{node}"
+
+
+def remove_left_groups(num_nodes: int) -> None:
+    """Remove the run's placement groups if an orchestrator that died left them: they live as
+    long as the driver's Ray job, and the next run in it could reserve no GPU."""
+    import ray
+
+    for node in range(num_nodes):
+        try:
+            ray.util.remove_placement_group(ray.util.get_placement_group(group_name(node)))
+        except Exception:  # noqa: BLE001 - none left by that name
+            continue
 
 
 def _bundle_options(group: Any, bundle_index: int) -> dict[str, Any]:

@@ -294,3 +294,18 @@ def test_a_run_folder_that_cannot_be_written_at_the_end_goes_to_a_fallback(
     assert "No space left" in result.write_error and str(tmp_path / "wanted") in result.write_error
     assert result.out_dir is not None and result.out_dir.parent == tmp_path / "cache" / "rlix" / "unsaved"
     assert (result.out_dir / "summary.json").exists()
+
+
+def test_a_driver_failure_still_writes_the_record_then_raises(ray_session: Any, tmp_path: Path) -> None:
+    """Anything else that cuts the run short (here its time limit) gets the record written
+    before it is raised."""
+    from rlix.executor.live import execute
+    from rlix.executor.run import plan
+    from rlix.runs.verify import replay
+    from rlix.scenarios.load import validate_scenario
+
+    with pytest.raises(TimeoutError, match="did not finish within"):
+        execute(plan(validate_scenario(two_gpu_demo(12))), out_dir=tmp_path / "run", quiet=True, timeout_s=3)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["finished"] is False and "TimeoutError" in summary["stop_reason"]
+    assert replay(tmp_path / "run").identical
