@@ -30,7 +30,7 @@ from rlix.runs.eventlog import EVENTS_FILE
 from rlix.runs.frames import RunTables, tables_from_recorder
 from rlix.runs.jobs import job_rows
 from rlix.runs.metrics import summary
-from rlix.runs.paths import check_out_dir
+from rlix.runs.paths import check_out_dir, put_in_place
 from rlix.runs.recorder import Recorder
 from rlix.runs.timeline import write_timeline
 from rlix.traces.schema import TABLE_NAMES
@@ -105,9 +105,7 @@ def _write_staged(out_dir: Path, write: Callable[[Path], None], folders: Mapping
         for name, folder in folders.items():
             shutil.move(str(folder), str(staging / name))
             moved.append((staging / name, Path(folder)))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        staging.rename(out_dir)
+        put_in_place(staging, out_dir)
     except BaseException:
         for inside, origin in moved:  # what was the caller's goes back before the staging goes
             shutil.move(str(inside), str(origin))

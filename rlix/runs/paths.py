@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -97,3 +98,21 @@ def _probe(folder: Path, target: Path) -> None:
     except OSError as error:
         where = "" if folder == target else f" (in {folder})"
         raise RunError(f"cannot be written{where}: {error.strerror or error}", file=target) from None
+
+
+def put_in_place(new: Path, folder: Path) -> None:
+    """Rename the finished folder `new` to `folder`, replacing what is there: the old one is
+    renamed aside first and removed only once `new` is in its place (put back if that fails),
+    so at every moment one of the two complete folders is there."""
+    if not folder.exists():
+        new.rename(folder)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
+    aside.rmdir()  # the name is ours; rename needs it free
+    folder.rename(aside)
+    try:
+        new.rename(folder)
+    except BaseException:
+        aside.rename(folder)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)

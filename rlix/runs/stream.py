@@ -132,7 +132,7 @@ def finish_streamed(
     from rlix.runs.folder import SCENARIO_FILE, SUMMARY_FILE, _add_run_state, write_extras
     from rlix.runs.jobs import job_rows
     from rlix.runs.metrics import summary
-    from rlix.runs.paths import check_out_dir
+    from rlix.runs.paths import check_out_dir, put_in_place
 
     sink = recorder.sink
     if sink is None or not recorder.finished:
@@ -162,9 +162,7 @@ def finish_streamed(
         shown = {name: read_table(folder, name) for name in STREAMED if name in sink.tables}
         write_extras(dataclasses.replace(tables, **shown), folder, plots)
         out = check_out_dir(sink.out_dir, overwrite)
-        if out.exists():
-            shutil.rmtree(out)
-        folder.rename(out)
+        put_in_place(folder, out)
     except BaseException:
         sink.discard()
         raise

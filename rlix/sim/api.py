@@ -165,7 +165,12 @@ def collect(
     if alone and alone_s is None:
         from rlix.sim.alone import alone_jct_s
 
-        alone_s = alone_jct_s(sim.scenario)
+        try:
+            alone_s = alone_jct_s(sim.scenario)
+        except BaseException:  # the streamed folder would stay behind, half written
+            if sim.recorder.sink is not None:
+                sim.recorder.sink.discard()
+            raise
     if sim.recorder.sink is not None:
         return _collect_streamed(sim, specs, plots, overwrite, alone_s)
     run_tables = tables_from_recorder(sim.recorder, specs)

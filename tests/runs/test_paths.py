@@ -104,3 +104,24 @@ def test_write_run_refuses_to_replace_a_folder_it_did_not_write(tmp_path: Path) 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["finished"] is True and summary["faults"] == []
     write_run(finished_recorder(), run, scenario_yaml="", overwrite=True, plots=False)  # its own: replaced
+
+
+def test_a_replace_that_fails_leaves_the_old_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--overwrite puts the new folder in place before the old one goes: a failure in between
+    (here, the rename into place) leaves the old run whole and no hidden folder behind."""
+    from rlix.runs.folder import write_run
+    from tests.runs.fake_run import two_pipeline_run as finished_recorder
+
+    run = write_run(finished_recorder(), tmp_path / "run", scenario_yaml="old", plots=False)
+    real_rename = Path.rename
+
+    def rename(self: Path, target: str | os.PathLike[str]) -> Path:
+        if Path(target) == run and self.name.startswith(".run.") and ".old." not in self.name:
+            raise OSError(5, "Input/output error")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(OSError, match="Input/output"):
+        write_run(finished_recorder(), run, scenario_yaml="new", overwrite=True, plots=False)
+    assert (run / "scenario.yaml").read_text() == "old" and (run / "summary.json").exists()
+    assert _entries(tmp_path) == ["run"]

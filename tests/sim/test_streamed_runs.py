@@ -175,3 +175,16 @@ def test_a_run_logs_plain_progress_lines_where_stderr_is_no_terminal(
     progress = [line for line in err.splitlines() if line.startswith("tiny [rlix]: ")]
     assert progress and progress[0].startswith("tiny [rlix]: 60 sim s (10%) after ")
     assert "\r" not in err and "sim s/s" not in err
+
+
+def test_a_streamed_run_cut_while_its_alone_times_run_leaves_nothing(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlix.sim.alone
+
+    def interrupted(scenario: Any) -> dict[str, float]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rlix.sim.alone, "alone_jct_s", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        simulate("tiny", out=tmp_path / "run", plots=False, tables={"steps"}, alone=True)
+    assert list(tmp_path.iterdir()) == []
