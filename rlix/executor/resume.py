@@ -19,8 +19,11 @@ starts a fresh core there too, so the whole record replays exactly) and starts a
 - pipelines that had not arrived: at their arrival time (the clock goes on from the cut);
 - pipelines that had ended (finished, failed, killed) stay ended.
 
-Refused in one line, nothing changed: a folder that is not a run, a run that finished, one
-without a journal, one written by another version of rlix, or a damaged checkpoint.
+Refused in one line, nothing changed (a partial run folder's journal and checkpoints stay in
+it): a folder that is not a run, a run that finished, one without a journal, one written by
+another version of rlix, a damaged checkpoint, or a driver still running. A run can be cut and
+resumed again: each resume line in the journal carries what the run knew before it of the
+pipelines it did not start again, and the faults it had survived.
 """
 
 from __future__ import annotations
