@@ -145,6 +145,8 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
         if out_dir is not None:
             _write(result, Path(out_dir), the_plan, overwrite or cut is not None, live)
     if result.failure is not None:  # the record is written; what cut the run short is not hidden
+        if result.out_dir is not None:
+            result.failure.add_note(f"the record so far is in {result.out_dir}")
         raise result.failure
     return result
 

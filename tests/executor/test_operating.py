@@ -304,8 +304,9 @@ def test_a_driver_failure_still_writes_the_record_then_raises(ray_session: Any, 
     from rlix.runs.verify import replay
     from rlix.scenarios.load import validate_scenario
 
-    with pytest.raises(TimeoutError, match="did not finish within"):
+    with pytest.raises(TimeoutError, match="did not finish within") as raised:
         execute(plan(validate_scenario(two_gpu_demo(12))), out_dir=tmp_path / "run", quiet=True, timeout_s=3)
+    assert raised.value.__notes__ == [f"the record so far is in {tmp_path / 'run'}"]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["finished"] is False and "TimeoutError" in summary["stop_reason"]
     assert replay(tmp_path / "run").identical
