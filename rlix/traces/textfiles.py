@@ -13,13 +13,23 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any, Final
 
 import pandas as pd
+from pandas._libs.parsers import STR_NA_VALUES
 
 from rlix.traces.errors import TraceError
+from rlix.traces.schema import INPUT_KINDS, TABLE_COLUMNS
 from rlix.traces.validate import FILE_LINE
 
 _SNIPPET_CHARS = 40
+
+#: The columns of a trace or a run table that hold labels (schema: kind "text", dtype
+#: "string"), read from CSV as the text written.
+TEXT_COLUMNS: Final = frozenset(
+    [name for name, kind in INPUT_KINDS.items() if kind == "text"]
+    + [name for table in TABLE_COLUMNS.values() for name, dtype in table.items() if dtype == "string"]
+)
 
 
 def read_json_text(path: Path, lines: bool) -> pd.DataFrame:
@@ -97,9 +107,15 @@ def read_csv_text(path: Path) -> pd.DataFrame:
     column without a header as the index, or fail with a message that counts lines its own way).
     If the line count and pandas disagree about the records (an unusual dialect), rows keep
     pandas' positions and errors name rows, not lines.
+
+    The label columns of the schema (TEXT_COLUMNS: pipeline ids, adapters, clusters, ...) are
+    read as text, as written: an id "01", "2.0" or "NA" stays that string (pandas would read
+    1, 2.0 and a missing value); only an empty field there is missing. Other columns are
+    parsed as pandas does.
     """
     try:
-        frame = pd.read_csv(path)
+        header = pd.read_csv(path, nrows=0).columns
+        frame = pd.read_csv(path, **_csv_options(header))
     except pd.errors.ParserError as error:
         csv_record_lines(path, strict=True)  # names the line when the `csv` module sees the fault
         raise TraceError(f"cannot parse as csv: {_first_line(error)}", file=path) from error
@@ -107,6 +123,22 @@ def read_csv_text(path: Path) -> pd.DataFrame:
     if starts is not None and len(starts) == len(frame):
         frame.index = pd.Index(starts, name=FILE_LINE, dtype="int64")
     return frame
+
+
+def _csv_options(header: pd.Index) -> dict[str, Any]:
+    """`pd.read_csv` options that keep the TEXT_COLUMNS of `header` as text: read as str, with
+    only an empty field taken as missing (not "NA", "null", "nan", ...); the other columns keep
+    pandas' own list of missing-value markers."""
+    text = [name for name in header if name in TEXT_COLUMNS]
+    if not text:
+        return {}
+    return {
+        "dtype": dict.fromkeys(text, str),
+        "keep_default_na": False,
+        "na_values": {
+            name: [""] if name in TEXT_COLUMNS else sorted(STR_NA_VALUES) for name in header
+        },
+    }
 
 
 def csv_record_lines(path: Path, strict: bool = False) -> list[int] | None:

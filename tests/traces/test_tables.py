@@ -214,3 +214,29 @@ def test_unsigned_and_float_integers_become_int64() -> None:
     assert str(out["trajectory_id"].dtype) == "int64"
     assert str(out["prompt_tokens"].dtype) == "int64"
     assert str(out["response_tokens"].dtype) == "int32"
+
+
+LABELS_LIKE_NUMBERS = ["01", "2.0", "NA", "null", "nan", "1e3"]
+
+
+def test_csv_labels_that_look_like_numbers_or_missing_read_back_as_written(tmp_path: Path) -> None:
+    n = len(LABELS_LIKE_NUMBERS)
+    frame = steps().iloc[[0] * n].reset_index(drop=True)
+    frame["pipeline_id"] = LABELS_LIKE_NUMBERS
+    frame["adapter"] = [*LABELS_LIKE_NUMBERS[1:], ""]
+    frame["step"] = range(n)
+    frame["rollout_s"] = [1.5, None, 3.0, None, 5.0, 6.0]  # other columns: pandas' missing values
+    back = read_table(write_table(frame, tmp_path, "steps", "csv"))
+    assert back["pipeline_id"].tolist() == LABELS_LIKE_NUMBERS
+    assert back["adapter"].tolist()[:-1] == LABELS_LIKE_NUMBERS[1:]
+    assert back["adapter"].isna().tolist() == [False] * (n - 1) + [True]  # empty: no adapter
+    assert back["rollout_s"].isna().tolist() == [False, True, False, True, False, False]
+
+
+def test_csv_trace_pipeline_labels_read_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text("pipeline,adapter,response_tokens\n01,NA,5\n2.0,,7\nNA,n/a,9\n")
+    trace = read_trace(path)
+    assert trace["pipeline"].tolist() == ["01", "2.0", "NA"]
+    assert trace["adapter"].tolist()[0] == "NA" and trace["adapter"].tolist()[2] == "n/a"
+    assert trace["adapter"].isna().tolist() == [False, True, False]
