@@ -98,12 +98,21 @@ def scenario_costs(scenario: Any) -> dict[str, CostModel]:
         raise scenario.field_error(("topology", "gpu"), gpu,
                                    f"no cost figures for this GPU in the simulator (known: {', '.join(GPUS)})")
     try:
-        return {model: CostModel.for_model(model, gpu, scenario.costs)
-                for model in dict.fromkeys(p.model for p in scenario.pipelines)}
+        by_model = {model: CostModel.for_model(model, gpu, scenario.costs)
+                    for model in dict.fromkeys(p.model for p in scenario.pipelines)}
     except CostFieldError as exc:
         if exc.key not in scenario.costs:
             raise
         raise scenario.field_error(("costs", exc.key), scenario.costs[exc.key], str(exc)) from None
+    for index, pipeline in enumerate(scenario.pipelines):  # else it fails when the pipeline starts
+        tp = pipeline.clusters.actor_infer.tp
+        try:
+            by_model[pipeline.model].kv_capacity_tokens(tp)
+        except ValueError as exc:
+            memory = " with costs.hbm_capacity_bytes" if "hbm_capacity_bytes" in scenario.costs else ""
+            raise scenario.field_error(("pipelines", index, "model"), pipeline.model,
+                                       f"{exc}{memory}: its rollout needs a larger tp") from None
+    return by_model
 
 
 def pipeline_costs(scenario: Any) -> dict[str, CostModel]:

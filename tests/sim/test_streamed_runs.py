@@ -5,6 +5,10 @@ folder that replays and checks, and a run length set from the command line."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +192,34 @@ def test_a_streamed_run_cut_while_its_alone_times_run_leaves_nothing(tmp_path: P
     with pytest.raises(KeyboardInterrupt):
         simulate("tiny", out=tmp_path / "run", plots=False, tables={"steps"}, alone=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_too_big_for_its_rollout_tp_is_an_error_at_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked before the run, not when the pipeline starts (a traceback mid-run)."""
+    path = tmp_path / "big.yaml"
+    text = load_scenario("tiny").to_yaml()
+    path.write_text(text.replace("model: 1.5b", "model: 70b", 1))
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "model: 70b" in text)
+    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:{line}: pipelines[0].model='70b': model 70b does not fit at tp=1" in err
+    assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+    with pytest.raises(ScenarioError, match="does not fit"):
+        simulate(str(path))
+
+
+def test_a_streamed_run_stopped_by_sigterm_leaves_nothing(tmp_path: Path) -> None:
+    """SIGTERM (a job scheduler's stop, `timeout`) cleans up as Ctrl-C does."""
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "rlix.sim.cli", "run", "lab-day", "--no-alone", "--quiet",
+                                "--tables", "steps", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not [p for p in tmp_path.iterdir() if p.name.startswith(".run.")]:  # the run is streaming
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, "no streamed folder within 120 s"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 143, err
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == []
