@@ -11,16 +11,19 @@ on a small scenario; rlix.sim.commands), `replay` and `check` (rlix.runs.cli), `
 - a bad argument prints one line naming it (argparse's usage block is left to ``--help``) and
   exits with status 2;
 - output into a pipe closed early (``rlix-sim ... | head``) ends quietly with status 141, what a
-  shell reports for a command ended by SIGPIPE; Ctrl-C ends quietly with status 130.
+  shell reports for a command ended by SIGPIPE; Ctrl-C ends quietly with status 130, SIGTERM
+  with 143, both removing what a run had half written.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rlix.traces.options import UsageError
 
@@ -32,6 +35,7 @@ __all__ = ["UsageError", "build_parser", "main", "run_command", "user_errors"]
 BAD_INPUT_STATUS = 2
 BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE
 INTERRUPTED_STATUS = 130  # 128 + SIGINT
+TERMINATED_STATUS = 143  # 128 + SIGTERM
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -83,17 +87,41 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `rlix-sim ARGV...`; return the exit status (see the module docstring)."""
     try:
-        try:
-            args = build_parser().parse_args(argv)
-            return run_command(args)
-        finally:
-            # Flush here, not at exit, so a closed pipe is noticed while it can be handled.
-            sys.stdout.flush()
+        with _terminate_like_interrupt():
+            try:
+                args = build_parser().parse_args(argv)
+                return run_command(args)
+            finally:
+                # Flush here, not at exit, so a closed pipe is noticed while it can be handled.
+                sys.stdout.flush()
     except BrokenPipeError:
         _point_stdout_at_devnull()
         return BROKEN_PIPE_STATUS
+    except Terminated:
+        return TERMINATED_STATUS
     except KeyboardInterrupt:
         return INTERRUPTED_STATUS
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is, so it cleans up as after a Ctrl-C (a streamed run's
+    half-written folder goes) instead of dying where it stands."""
+
+
+@contextmanager
+def _terminate_like_interrupt() -> Iterator[None]:
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread: not ours to take
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_command(args: argparse.Namespace) -> int:
