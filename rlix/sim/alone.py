@@ -38,9 +38,15 @@ def signature(scenario: Scenario, pipeline_id: str, exact: bool = False) -> str:
     return json.dumps(context, sort_keys=True)
 
 
-def alone_jct_s(scenario: Scenario, exact: bool = False, cache: dict[str, float] | None = None) -> dict[str, float]:
+def alone_jct_s(scenario: Scenario, exact: bool = False, cache: dict[str, tuple[float, bool]] | None = None,
+                cut: bool = False) -> dict[str, float]:
     """Each pipeline's alone time in seconds, by pipeline id (runs shared by `signature`;
-    pass `cache` to share them across calls, e.g. the policies of one comparison)."""
+    pass `cache` to share them across calls, e.g. the policies of one comparison).
+
+    An alone run has the time its pipeline had in a scenario cut at `max_time_s`; one that did
+    not end in it has no alone time (left out: its slowdown is unknown, not its JCT over the
+    cut), or with `cut`, the time it ran, which its alone time exceeds (a runtime estimate that
+    errs short, as a Slurm time limit given too low)."""
     from rlix.sim.api import alone_on_home, simulate
 
     runs = {} if cache is None else cache
@@ -49,6 +55,8 @@ def alone_jct_s(scenario: Scenario, exact: bool = False, cache: dict[str, float]
         key = signature(scenario, pipeline.id, exact)
         if key not in runs:
             summary = simulate(alone_on_home(scenario, pipeline.id), plots=False).summary
-            runs[key] = float(summary["makespan_s"])
-        out[pipeline.id] = runs[key]
+            runs[key] = (float(summary["makespan_s"]), bool(summary.get("finished", True)))
+        time_s, finished = runs[key]
+        if finished or cut:
+            out[pipeline.id] = time_s
     return out

@@ -22,7 +22,9 @@ from rlix.policy import POLICIES
 from rlix.runs.errors import RunError
 from rlix.runs.stream import RunSink, open_sink
 from rlix.scenarios import Scenario, load_scenario
-from rlix.scenarios.load import validate_scenario
+from rlix.scenarios.load import read_scenario, validate_scenario
+from rlix.scenarios.streams import expand_in_place, replace_traces
+from rlix.sim.alone import alone_jct_s
 from rlix.sim.simulation import SimResult, Simulation
 
 
@@ -39,32 +41,41 @@ def resolve_scenario(
     max_time_s: float | None = None,
 ) -> Scenario:
     """The scenario with the overrides applied and validated again (errors name the field);
-    `jobs` adds a job log's jobs as pipelines of its templates (rlix.scenarios.jobs);
-    `max_time_s` sets how long the run lasts at most (traces are sampled per step, so a run
-    may outlast its trace's rows)."""
-    if not isinstance(scenario, Scenario):
-        scenario = load_scenario(scenario)
-    if policy is None and trace is None and seed is None and jobs is None and max_time_s is None and costs is None:
-        return scenario
-    data = scenario.model_dump(mode="json", exclude_none=True)
+    `jobs` adds a job log's jobs as pipelines of its templates (rlix.scenarios.jobs), as
+    `jobs:` in the file does (a file of templates alone takes its pipelines from it); `trace`
+    replaces every trace: the scenario's, its pipelines', adapters' and templates', and so
+    those of the jobs of its stream and job logs; `max_time_s` sets how long the run lasts at
+    most (traces are sampled per step, so a run may outlast its trace's rows)."""
+    overrides = (policy, trace, seed, jobs, max_time_s, costs)
+    base_dir: Path | None = None
+    if isinstance(scenario, Scenario):
+        if all(value is None for value in overrides):
+            return scenario
+        data: Any = scenario.model_dump(mode="json", exclude_none=True)
+        source = scenario.source
+    else:  # the file's data as written: --jobs may give all its pipelines
+        data, source, base_dir = read_scenario(scenario)
+    if not isinstance(data, dict) or all(value is None for value in overrides):
+        return validate_scenario(data, source, base_dir)
     if costs is not None:  # a calibrated cost file (rlix-sim calibrate)
         data["costs"] = str(Path(costs).resolve())
     if max_time_s is not None:
         data["max_time_s"] = max_time_s
     if jobs is not None:
+        if data.get("jobs") is not None:  # the file's own log first: --jobs adds to it
+            data = expand_in_place(data, source, base_dir)
         data["jobs"] = {"path": str(Path(jobs).resolve()), "columns": dict(jobs_columns or {})}
     if policy is not None:
-        data["policy"] = {**data.get("policy", {}), "name": policy}
+        given = data.get("policy")
+        data["policy"] = {**(given if isinstance(given, dict) else {}), "name": policy}
     if seed is not None:
         data["seed"] = seed
     if trace is not None:
         ref = {"path": str(Path(trace).resolve()), "columns": dict(columns or {})}
-        data["trace"] = ref
-        for pipeline in data["pipelines"]:
-            pipeline["trace"] = ref
-            for adapter in pipeline.get("adapters", []):
-                adapter["trace"] = ref
-    return validate_scenario(data, scenario.source)
+        # before the expansion, so the jobs are checked with it, and after, for a job log's
+        # own trace column
+        data = replace_traces(expand_in_place(replace_traces(data, ref), source, base_dir), ref)
+    return validate_scenario(data, source, base_dir)
 
 
 def simulate(
@@ -125,13 +136,19 @@ def new_simulation(
     then `collect(sim, ...)`. With a `sink` (`rlix.runs.stream.open_sink`) the record streams
     into its folder, which `collect` completes (its `out` is the sink's)."""
     resolved = resolve_scenario(scenario, policy, trace, columns, seed)
-    return Simulation(
+    alone_runs: dict[str, tuple[float, bool]] = {}
+    estimates = runtime_estimates(resolved, alone_runs)
+    sim = Simulation(
         resolved, resolved.policy.name, resolved.seed, check_invariants=check_invariants,
-        runtime_estimates_s=runtime_estimates(resolved), sink=sink,
+        runtime_estimates_s=estimates, sink=sink,
     )
+    if estimates is not None:  # the slowdowns' alone times: the same runs, those that ended
+        sim.alone_s = alone_jct_s(resolved, cache=alone_runs)
+    return sim
 
 
-def runtime_estimates(scenario: Scenario) -> dict[str, float] | None:
+def runtime_estimates(scenario: Scenario,
+                      cache: dict[str, tuple[float, bool]] | None = None) -> dict[str, float] | None:
     """What a policy that plans ahead (EASY backfill, rlix's shortest-first job order, rlix's
     stacking of sized homes by runtime) is told of each job's run time: its time alone on its
     home, simulated (as a Slurm user gives a time limit), for the jobs the scenario gives no
@@ -141,9 +158,7 @@ def runtime_estimates(scenario: Scenario) -> dict[str, float] | None:
         return None
     if all(p.runtime_estimate_s for p in scenario.pipelines):
         return None  # the scenario gives every one (PipelineConfig.runtime_estimate_s)
-    from rlix.sim.alone import alone_jct_s
-
-    return alone_jct_s(scenario)
+    return alone_jct_s(scenario, cache=cache, cut=True)
 
 
 def collect(
@@ -163,8 +178,6 @@ def collect(
     specs = sim.placed_specs()
     alone_s = sim.alone_s
     if alone and alone_s is None:
-        from rlix.sim.alone import alone_jct_s
-
         try:
             alone_s = alone_jct_s(sim.scenario)
         except BaseException:  # the streamed folder would stay behind, half written

@@ -343,7 +343,8 @@ def _run_alone(
         home, pool = home_runs[key], pool_runs[key]
         (alone_figures,) = home["pipelines"].values()
         comparison.alone_step_s[pid] = alone_figures.get("mean_step_time_s") or float("nan")
-        comparison.alone_jct_s[pid] = float(home["makespan_s"])
+        if home.get("finished", True):  # one cut at the scenario's end has no alone time
+            comparison.alone_jct_s[pid] = float(home["makespan_s"])
         if pool["pipelines"]:
             (unshared,) = pool["pipelines"].values()
             # A run cut before its last step says nothing of the time its steps need.

@@ -63,6 +63,6 @@ def test_jobs_of_one_template_share_an_alone_run() -> None:
     scenario = validate_scenario(data)
     assert signature(scenario, "short") == signature(scenario, "short2")
     assert signature(scenario, "short", exact=True) != signature(scenario, "short2", exact=True)
-    runs: dict[str, float] = {}
+    runs: dict[str, tuple[float, bool]] = {}
     alone = alone_jct_s(scenario, cache=runs)
     assert len(runs) == 3 and alone["short"] == alone["short2"]
