@@ -108,14 +108,15 @@ def iter_events(path: Path, types: frozenset[str]) -> Iterator[tuple[int, dict[s
 class EventFacts:
     """What the tables do not say but the event log does: each pipeline's spec (as placed, for
     a home given as a size), when it was
-    admitted and removed, and how many of its rollout ranks were shrunk, by reason (preempt,
-    rebalance, release)."""
+    admitted and removed (and whether it failed: crashed or was killed), and how many of its
+    rollout ranks were shrunk, by reason (preempt, rebalance, release)."""
 
     def __init__(self) -> None:
         self.specs: dict[str, PipelineSpec] = {}
         self.shrinks: dict[str, Counter[str]] = {}
         self.admitted_s: dict[str, float] = {}
         self.removed_s: dict[str, float] = {}
+        self.failed: set[str] = set()
 
     def add_line(self, line: str) -> None:
         if _worth_parsing(line):
@@ -130,6 +131,8 @@ class EventFacts:
             self.admitted_s.setdefault(event["pipeline_id"], float(event["now"]))
         elif event.get("type") == "PipelineRemoved":
             self.removed_s[event["pipeline_id"]] = float(event["now"])
+            if event.get("failed"):
+                self.failed.add(event["pipeline_id"])
         for decision in record.get("decisions", ()):
             if decision.get("type") == "Shrink":
                 self.shrinks.setdefault(decision["pipeline_id"], Counter())[decision["reason"]] += 1

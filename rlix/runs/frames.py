@@ -42,6 +42,8 @@ class RunTables:
     #: from these was there from the start, or to the end).
     admitted_s: dict[str, float] = field(default_factory=dict)
     removed_s: dict[str, float] = field(default_factory=dict)
+    #: The removed pipelines that failed (crashed or were killed) rather than finished.
+    failed: set[str] = field(default_factory=set)
     #: Pipelines seen only in tables a streamed run did not keep in memory.
     more_pipelines: tuple[str, ...] = ()
 
@@ -78,6 +80,7 @@ def tables_from_recorder(recorder: Recorder, specs: dict[str, PipelineSpec] | No
         shrinks=facts.shrinks,
         admitted_s=facts.admitted_s,
         removed_s=facts.removed_s,
+        failed=facts.failed,
         **frames,
     )
 

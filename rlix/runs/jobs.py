@@ -6,12 +6,14 @@ A pipeline is a job. From the run tables (both drivers write them):
   arrives);
 - `start_s`: its first grant (the earliest holding in `allocations`), null if it never held a
   GPU; `queueing_s` = start - arrival;
-- `finish_s`: when it was removed (its last step done, or killed), null if it was still in the
-  run at its end; `jct_s` = finish - arrival;
+- `finish_s`: when it was removed (its last step done, or killed, or crashed), null if it was
+  still in the run at its end; `jct_s` = finish - arrival for a job that finished, null for
+  one that failed (killed or crashed: it never completed, so it has no completion time);
 - `alone_s`: its JCT alone on its home (simulated by the caller; null when not given, as for
   executor runs); `slowdown` = jct / alone.
 
-Over the run (`overall.jobs` of summary.json): `count`, `finished`, `experiments_per_hour`
+Over the run (`overall.jobs` of summary.json): `count`, `finished` (jobs that completed: not
+those still running at the end, nor those killed or crashed), `failed`, `experiments_per_hour`
 (finished jobs per hour from the first arrival to the last finish), the mean, median (p50) and
 p95 of JCT, the mean and p95 of queueing and of slowdown (percentiles by linear interpolation,
 numpy's default; undefined figures are null). The `jobs` table is one row per pipeline with the
@@ -46,7 +48,7 @@ def job_rows(tables: RunTables, alone_s: Mapping[str, float] | None = None,
         arrival = float(tables.admitted_s.get(pid, 0.0))
         start = _float(first_grant.get(pid))
         finish = _float(tables.removed_s.get(pid))
-        jct = None if finish is None else finish - arrival
+        jct = None if finish is None or pid in tables.failed else finish - arrival
         own = alone.get(pid)
         rows.append({
             "pipeline_id": pid,
@@ -64,7 +66,8 @@ def job_rows(tables: RunTables, alone_s: Mapping[str, float] | None = None,
 def jobs_overall(rows: pd.DataFrame) -> dict[str, Any]:
     """`overall.jobs` of summary.json from the job rows (see the module docstring)."""
     finished = rows.dropna(subset=["jct_s"])
-    out: dict[str, Any] = {"count": len(rows), "finished": len(finished)}
+    failed = int((rows["finish_s"].notna() & rows["jct_s"].isna()).sum())
+    out: dict[str, Any] = {"count": len(rows), "finished": len(finished), "failed": failed}
     span_s = (finished["finish_s"].max() - rows["arrival_s"].min()) if len(finished) else 0.0
     out["experiments_per_hour"] = len(finished) * 3600.0 / span_s if span_s > 0 else None
     for name, column in (("jct_s", "jct_s"), ("queueing_s", "queueing_s"), ("slowdown", "slowdown")):

@@ -25,7 +25,8 @@ from tests.runs.fake_run import driven
 ALONE = {"A": 100.0, "B": 50.0}
 
 
-def two_jobs() -> Recorder:
+def two_jobs(b_killed: bool = False) -> Recorder:
+    """The two jobs; with `b_killed`, B is killed at 150 instead of finishing."""
     recorder, loop, clock = driven(Topology(1, 2), "static")
     home = (0, 1)
 
@@ -43,7 +44,7 @@ def two_jobs() -> Recorder:
     at(10.0, ev.PipelineRegistered(10.0, spec("B")), ev.PipelineAdmitted(10.0, "B"),
        ev.ClusterRequested(10.0, "B", "actor_train", 0))
     at(100.0, ev.ClusterReleased(100.0, "A", "actor_train"), ev.PipelineRemoved(100.0, "A"))
-    at(150.0, ev.ClusterReleased(150.0, "B", "actor_train"), ev.PipelineRemoved(150.0, "B"))
+    at(150.0, ev.ClusterReleased(150.0, "B", "actor_train"), ev.PipelineRemoved(150.0, "B", failed=b_killed))
     recorder.finish(150.0)
     return recorder
 
@@ -56,12 +57,27 @@ def test_job_figures_by_hand() -> None:
     assert (b["arrival_s"], b["start_s"], b["queueing_s"], b["finish_s"], b["jct_s"]) == (10.0, 100.0, 90.0, 150.0, 140.0)
     assert b["slowdown"] == pytest.approx(2.8)
     jobs = figures["overall"]["jobs"]
-    expected = {"count": 2, "finished": 2, "experiments_per_hour": 48.0, "mean_jct_s": 120.0, "p50_jct_s": 120.0,
+    expected = {"count": 2, "finished": 2, "failed": 0, "experiments_per_hour": 48.0, "mean_jct_s": 120.0, "p50_jct_s": 120.0,
                 "p95_jct_s": 138.0, "mean_queueing_s": 45.0, "p95_queueing_s": 85.5, "mean_slowdown": 1.9,
                 "p95_slowdown": 2.71}
     assert jobs.keys() == expected.keys()
     for key, value in expected.items():
         assert jobs[key] == pytest.approx(value), key
+
+
+def test_a_killed_job_ends_but_never_finishes(tmp_path: Path) -> None:
+    """B killed at 150: it left the pool then (finish_s), but it has no JCT or slowdown, and
+    only A counts as an experiment done: one in the 100 s from the first arrival to A's end."""
+    figures = summary(tables_from_recorder(two_jobs(b_killed=True)), alone_s=ALONE)
+    b = figures["pipelines"]["B"]
+    assert (b["finish_s"], b["jct_s"], b["slowdown"]) == (150.0, None, None)
+    jobs = figures["overall"]["jobs"]
+    assert (jobs["count"], jobs["finished"], jobs["failed"]) == (2, 1, 1)
+    assert jobs["experiments_per_hour"] == pytest.approx(36.0)
+    assert (jobs["mean_jct_s"], jobs["mean_slowdown"]) == (100.0, 1.0)
+    folder = write_run(two_jobs(b_killed=True), tmp_path / "run", scenario_yaml="name: x\n", plots=False,
+                       alone_s=ALONE)
+    assert summary(load(folder).tables(), alone_s=ALONE)["overall"]["jobs"] == jobs  # the same read back
 
 
 def test_without_alone_times_slowdown_is_unknown() -> None:
