@@ -4,14 +4,26 @@ One horizontal bar per group of `rlix.runs.breakdown` (the "all" row last): the 
 start, then the run split into the waits for training GPUs once started and the rest of the
 run, with a mark at the mean time alone on the home. A bar past its mark is time lost to
 sharing; a bar short of it, a job that ran faster than alone (it borrowed GPUs).
+
+`plot_path` turns what the user typed into the file that will be written, checked before any
+work: a format by its suffix (`plot_suffixes`; none: PNG), a folder gets `jobs.png`.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from rlix.runs.errors import RunError
+from rlix.runs.paths import check_out_file
+
+#: matplotlib's formats a plot is not written as: pgf needs LaTeX, raw and rgba are bare pixels.
+_NOT_PLOT_FORMATS = frozenset({"pgf", "raw", "rgba"})
+#: The file written into a folder given as the plot's path.
+DEFAULT_NAME = "jobs.png"
 
 #: The parts of a bar, in order, with their legend labels and colours.
 PARTS = (("queueing_s", "waiting to start", "#c44e52"),
@@ -36,9 +48,38 @@ def segments(groups: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def plot_suffixes() -> list[str]:
+    """The suffixes a plot can be written as: matplotlib's image and document formats (.png
+    first, then .pdf, .svg, the others in alphabetical order)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = set(FigureCanvasBase.get_supported_filetypes()) - _NOT_PLOT_FORMATS
+    first = [f for f in ("png", "pdf", "svg") if f in formats]
+    return [f".{f}" for f in [*first, *sorted(formats - set(first))]]
+
+
+def plot_path(path: str | Path) -> Path:
+    """The file a plot asked for as `path` is written to, checked before any work: `path` as
+    given when its suffix is one of `plot_suffixes()` (any case); with no suffix, `path` + ".png";
+    an existing folder, or a path ending in a separator, `<folder>/jobs.png`. RunError (naming
+    the path) for another suffix, or a place that cannot be written; nothing is written."""
+    text = os.fspath(path)
+    out = Path(text)
+    if text.endswith((os.sep, "/")) or out.is_dir():
+        out = out / DEFAULT_NAME
+    elif not out.suffix:
+        out = out.with_name(out.name + ".png")
+    elif out.suffix.lower() not in (suffixes := plot_suffixes()):
+        raise RunError(f"cannot write a plot as {out.suffix!r}; give the file one of the suffixes "
+                       f"{', '.join(suffixes)}", file=text)
+    return check_out_file(out)
+
+
 def plot_breakdown(groups: pd.DataFrame, path: str | Path, title: str = "") -> Path:
-    """Write the plot of `groups` (a `breakdown` table) to `path` (PNG, or any format matplotlib
-    infers from the suffix) and return it."""
+    """Write the plot of `groups` (a `breakdown` table) to `path` (its format by the suffix:
+    `plot_suffixes()`) and return the file written. `path` is taken through `plot_path` (a folder:
+    `jobs.png` in it; no suffix: PNG); RunError if it will not do or cannot be written."""
+    out = plot_path(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -59,8 +100,11 @@ def plot_breakdown(groups: pd.DataFrame, path: str | Path, title: str = "") -> P
     ax.set_title(title or "where jobs' time goes")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (1 + len(parts))), ncol=4,
               fontsize="small", frameon=False)  # below the axes: never over a bar
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=110)
-    plt.close(figure)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(out, dpi=110)
+    except OSError as error:
+        raise RunError(f"cannot write the plot: {error.strerror or error}", file=out) from error
+    finally:
+        plt.close(figure)
     return out

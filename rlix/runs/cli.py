@@ -80,8 +80,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     jobs.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     jobs.add_argument("--plot", metavar="FILE", default=None,
                       help="also write a bar per group: the mean wait to start, the waits for "
-                      "training GPUs and the rest of the run, marked at the time alone (PNG, or "
-                      "another format by the file's suffix)")
+                      "training GPUs and the rest of the run, marked at the time alone. The format "
+                      "goes by the suffix (.png, .pdf, .svg, .jpg, ...: those matplotlib writes); "
+                      "no suffix: .png is added; a folder (or a path ending in /) gets "
+                      "FOLDER/jobs.png. Checked before any work; the file written is printed")
     _traceback_option(jobs)
     jobs.set_defaults(run=_guarded(main_jobs))
 
@@ -125,6 +127,11 @@ def main_jobs(args: argparse.Namespace) -> int:
     from rlix.runs.reader import load
     from rlix.runs.text import format_table
 
+    plot = None
+    if args.plot:
+        from rlix.runs.breakdown_plot import plot_path
+
+        plot = plot_path(args.plot)  # a bad suffix or place fails here, before any work
     run = load(args.run_dir)
     jobs = run.jobs  # the one table this needs: a RunError naming the tables kept
     waits = run.waits if "waits" in run.kept_tables else None
@@ -141,11 +148,11 @@ def main_jobs(args: argparse.Namespace) -> int:
         from rlix.runs.rank_moves import rank_moves
 
         moves = rank_moves(jobs, holds, activity, args.by, args.bin_s)
-    if args.plot:
+    if plot is not None:
         from rlix.runs.breakdown_plot import plot_breakdown
 
         title = f"{Path(args.run_dir).name}: where jobs' time goes ({run.policy})"
-        print(f"plot: {plot_breakdown(groups, args.plot, title)}", file=sys.stderr)
+        print(f"plot: {plot_breakdown(groups, plot, title)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"groups": _records(groups), "stage_waits_s": _records(stages),
                           "wait_causes_s": None if causes is None else _records(causes),

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from rlix.runs.breakdown import breakdown
-from rlix.runs.breakdown_plot import plot_breakdown, segments
+from rlix.runs.breakdown_plot import plot_breakdown, plot_path, segments
+from rlix.runs.errors import RunError
 from rlix.runs.folder import write_run
 from rlix.sim.cli import main
 from tests.runs.test_breakdown import jobs, waits
@@ -48,3 +49,49 @@ def test_the_command_writes_it(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["jobs", str(folder), "--plot", str(tmp_path / "jobs.png")]) == 0
     assert (tmp_path / "jobs.png").read_bytes().startswith(PNG)
     assert "plot: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("given", "written"), [
+    ("plots", "plots/jobs.png"),  # an existing folder: jobs.png in it
+    ("new/", "new/jobs.png"),  # a path ending in a separator: a folder, made
+    ("noext", "noext.png"),  # no suffix: PNG, and the name says so
+    ("jobs.PDF", "jobs.PDF"),
+    ("jobs.svg", "jobs.svg"),
+])
+def test_the_command_reports_the_file_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               given: str, written: str) -> None:
+    folder = write_run(two_jobs(), tmp_path / "run", scenario_yaml="name: x\n", plots=False, alone_s=ALONE)
+    (tmp_path / "plots").mkdir()
+    target = tmp_path / given if not given.endswith("/") else f"{tmp_path / given.rstrip('/')}/"
+    assert main(["jobs", str(folder), "--plot", str(target)]) == 0
+    out = tmp_path / written
+    assert out.stat().st_size > 0
+    assert {p for p in tmp_path.rglob("*") if p.is_file() and folder not in p.parents} == {out}
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines()[-1] == f"plot: {out}"
+    assert "group" in captured.out  # the tables are printed too
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("jobs.xyz", "cannot write a plot as '.xyz'; give the file one of the suffixes .png, .pdf, .svg"),
+    ("run/summary.json/jobs.png", "is a file, so nothing can be written under it"),
+])
+def test_a_bad_plot_path_is_one_line_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     given: str, message: str) -> None:
+    folder = write_run(two_jobs(), tmp_path / "run", scenario_yaml="name: x\n", plots=False, alone_s=ALONE)
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["jobs", str(folder), "--plot", str(tmp_path / given)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before the tables
+    assert captured.err.startswith("rlix-sim: error: ") and message in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_plot_path_needs_no_run(tmp_path: Path) -> None:
+    assert plot_path(tmp_path) == tmp_path / "jobs.png"
+    assert plot_path(tmp_path / "a" / "b") == tmp_path / "a" / "b.png"
+    assert plot_path(tmp_path / "b.tiff") == tmp_path / "b.tiff"
+    with pytest.raises(RunError, match=r"cannot write a plot as '\.txt'"):
+        plot_path(tmp_path / "b.txt")
+    assert not (tmp_path / "a").exists()  # checked, nothing written
