@@ -7,6 +7,7 @@ at its summary costs nothing; the event log is read lazily, record by record.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -138,6 +139,16 @@ def load(run_dir: str | Path) -> Run:
     return Run(path, _read_summary(path / SUMMARY_FILE), _read_text(path / SCENARIO_FILE), header)
 
 
+#: The summary's keys that readers do arithmetic on (seconds: a JSON number, not a boolean,
+#: finite and at least 0) or look into (object: {...}), checked when present; `makespan_s` must be.
+_SUMMARY_TYPES: dict[str, str] = {
+    "makespan_s": "seconds",
+    "overall": "object",
+    "pipelines": "object",
+    "machine": "object",
+}
+
+
 def _read_summary(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(_read_text(path))
@@ -145,7 +156,37 @@ def _read_summary(path: Path) -> dict[str, Any]:
         raise RunError(f"not JSON: {error.msg}", file=path, line=error.lineno) from error
     if not isinstance(data, dict) or "makespan_s" not in data:
         raise RunError("not a run summary (no makespan_s)", file=path)
+    for key, kind in _SUMMARY_TYPES.items():
+        if key in data:
+            _check_summary_value(data[key], key, kind, path)
     return data
+
+
+def _check_summary_value(value: Any, key: str, kind: str, path: Path) -> None:
+    """RunError naming `key` unless `value` is what `_SUMMARY_TYPES` says it must be."""
+    if kind == "object":
+        if not isinstance(value, dict):
+            raise RunError(f"{key} is {_json_kind(value)}, not an object {{...}}", file=path)
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RunError(f"{key} is {_json_kind(value)}, not a number", file=path)
+    if not math.isfinite(value) or value < 0:
+        raise RunError(f"{key} is {value}; it must be a finite number, at least 0", file=path)
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({json.dumps(value)})"
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return f"a string ({json.dumps(shown)})"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a number ({value})"
 
 
 def _read_text(path: Path) -> str:
