@@ -22,8 +22,10 @@ report) and held no rollout rank (rlix.runs.rankless), what its rollout waited f
 job alone waits so only while its own training holds its ranks' GPUs). The two waits may
 overlap in time (an off-policy job's next rollout waits while its training does). The stage
 table splits the waits by stage; its `init` column is the wait to start (a job's first
-request is its init), the queueing column again. Figures a run does not have (alone times of an executor run, the finish
-of a job still running) are null and left out of the means.
+request is its init), the queueing column again. After the groups, each table has a row over
+every job, `all` (`all jobs` when a group is itself named `all`, so the two never mix).
+Figures a run does not have (alone times of an executor run, the finish of a job still
+running) are null and left out of the means.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ import pandas as pd
 from rlix.policy.specs import Priority
 
 GROUPINGS = ("name", "pipeline", "arrival")
+#: The group label of the row over every job, after the groups' rows ...
+OVERALL = "all"
+#: ... and its label when a group is itself named OVERALL (a space: no job id or arrival span has one).
+OVERALL_IF_TAKEN = "all jobs"
 BREAKDOWN_COLUMNS = ("group", "jobs", "finished", "alone_s", "queueing_s", "run_s", "jct_s", "excess_s",
                      "excess_share", "slowdown", "train_wait_s", "rollout_wait_s")
 _NUMBERED = re.compile(r"^(.*)-\d+$")
@@ -74,12 +80,21 @@ def group_order(jobs: pd.DataFrame, group: pd.Series) -> list[str]:
     return group.loc[jobs.sort_values("arrival_s", kind="stable").index].drop_duplicates().tolist()
 
 
+def overall_label(keys: list[str]) -> str:
+    """The label of the row over every job: OVERALL, or OVERALL_IF_TAKEN when a group is itself
+    named OVERALL (a job with id "all"), so the two rows never share a label."""
+    return OVERALL_IF_TAKEN if OVERALL in keys else OVERALL
+
+
 def group_means(per_job: pd.DataFrame, jobs: pd.DataFrame, group: pd.Series) -> pd.DataFrame:
     """Means of `per_job` (a row per job, indexed like `jobs`) per group of `group` (likewise),
-    groups in order of first arrival, then "all"; a "group" column first."""
+    groups in order of first arrival, then the row over every job (`overall_label`); a "group"
+    column first. The overall row is the mean over the jobs, computed apart from the groups."""
     keys = group_order(jobs, group)
-    means = pd.concat([per_job.assign(group=group), per_job.assign(group="all")]).groupby("group", sort=False).mean()
-    return means.reindex([*keys, "all"]).rename_axis("group").reset_index()
+    by_group = per_job.groupby(group, sort=False).mean().reindex(keys)
+    overall = per_job.mean().to_frame(overall_label(keys)).T.astype(by_group.dtypes.to_dict())
+    means = pd.concat([by_group, overall])
+    return means.rename_axis("group").reset_index()
 
 
 def train_waits(waits: pd.DataFrame) -> pd.DataFrame:
@@ -96,7 +111,7 @@ def train_waits(waits: pd.DataFrame) -> pd.DataFrame:
 def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
               bin_s: float = 3600.0, rollout_waits: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(groups, stage_waits): one row per group (BREAKDOWN_COLUMNS) in order of first arrival,
-    then a row "all" over every job; and each group's mean per-job wait by stage. `waits`
+    then a row over every job (OVERALL, "all"; "all jobs" if a group is named "all"); and each group's mean per-job wait by stage. `waits`
     None (a run that did not keep the table): training waits unknown. `rollout_waits`: each
     job's rank-less seconds by pipeline id (rlix.runs.rankless.rankless_by_job), None if
     unknown (a job missing from it had none)."""
@@ -119,7 +134,8 @@ def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
     )
     keys = group_order(frame, frame["group"])
     total_lost = frame["lost_s"].sum(min_count=1)
-    table = pd.concat([_summary(frame, keys, total_lost), _summary(frame.assign(group="all"), ["all"], total_lost)])
+    overall = overall_label(keys)
+    table = pd.concat([_summary(frame, keys, total_lost), _summary(frame.assign(group=overall), [overall], total_lost)])
     return table.reset_index(drop=True), group_means(stages, frame, frame["group"])
 
 

@@ -1,6 +1,6 @@
 """The plot of `rlix-sim jobs --plot`: where each group's mean job time goes, against its time alone.
 
-One horizontal bar per group of `rlix.runs.breakdown` (the "all" row last): the mean wait to
+One horizontal bar per group of `rlix.runs.breakdown` (the row over every job last): the mean wait to
 start, then the run split into the waits for training GPUs once started and the rest of the
 run, with a mark at the mean time alone on the home. A bar past its mark is time lost to
 sharing; a bar short of it, a job that ran faster than alone (it borrowed GPUs).

@@ -68,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "no rank (rollout_wait); then what the rollout ranks' moves bought: "
         "their loads and offloads against the rollout they ran, and how many were cut before "
         "they had run as long as their moves took. Stream jobs (<template>-<n>) group by "
-        "template; --by arrival shows bursts of arrivals.",
+        "template; --by arrival shows bursts of arrivals. Each table ends with a row over every "
+        "job, 'all' ('all jobs' when a group is itself named all).",
         epilog="example: rlix-sim run lab-day --out runs/lab && rlix-sim jobs runs/lab --by arrival",
     )
     jobs.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
@@ -148,6 +149,8 @@ def main_jobs(args: argparse.Namespace) -> int:
         from rlix.runs.rank_moves import rank_moves
 
         moves = rank_moves(jobs, holds, activity, args.by, args.bin_s)
+        # Its last row is over every job, labelled as the other tables label it.
+        moves.loc[moves.index[-1], "group"] = groups["group"].iloc[-1]
     if plot is not None:
         from rlix.runs.breakdown_plot import plot_breakdown
 

@@ -181,3 +181,44 @@ def test_a_run_that_kept_no_waits_table(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["jobs", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "no waits table in this run" in out and "140" in out
+
+
+def _named_all(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(pipeline_id=frame["pipeline_id"].replace("big", "all"))
+
+
+def test_a_group_named_all_keeps_its_own_row_beside_the_overall_one() -> None:
+    groups, stages = breakdown(_named_all(jobs()), _named_all(waits()))
+    assert groups.group.tolist() == ["m", "all", "all jobs"]
+    table = groups.set_index("group")
+    assert table.loc["all", "jobs"] == 1 and table.loc["all", "train_wait_s"] == pytest.approx(30.0)
+    assert table.loc["all jobs", "jobs"] == 3 and table.loc["all jobs", "train_wait_s"] == pytest.approx(50 / 3)
+    assert stages.group.tolist() == ["m", "all", "all jobs"]
+    by_stage = stages.set_index("group")
+    assert by_stage.loc["all", "value"] == pytest.approx(30.0)  # big's alone, not mixed with everyone's
+    assert by_stage.loc["all jobs", "value"] == pytest.approx(10.0)
+    assert by_stage.loc["all jobs", "init"] == pytest.approx(20 / 3)
+    # With no group named "all", the overall row keeps its usual label.
+    assert breakdown(jobs(), waits())[1].group.tolist() == ["m", "big", "all"]
+
+
+def test_the_command_shows_a_job_named_all_and_the_overall_row_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlix.scenarios import load_scenario
+    from rlix.scenarios.load import validate_scenario
+    from rlix.sim import simulate
+
+    data = load_scenario("tiny").model_dump(mode="json", exclude_none=True)
+    data["pipelines"][0]["id"] = "all"
+    simulate(validate_scenario(data), out=tmp_path / "run", plots=False)
+    assert main(["jobs", str(tmp_path / "run"), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    for table in ("groups", "stage_waits_s", "wait_causes_s", "rank_moves"):
+        assert [row["group"] for row in figures[table]][::2] == ["all", "all jobs"], table
+    stages = {row["group"]: row for row in figures["stage_waits_s"]}
+    other = next(g for g in stages if g not in ("all", "all jobs"))
+    for stage in (c for c in stages["all"] if c != "group"):
+        # The overall row is the mean of the two jobs' rows, each of which keeps its own.
+        assert stages["all jobs"][stage] == pytest.approx((stages["all"][stage] + stages[other][stage]) / 2), stage
+    assert any(stages["all"][c] != stages[other][c] for c in stages["all"] if c != "group")
