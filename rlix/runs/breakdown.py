@@ -124,13 +124,13 @@ def breakdown(jobs: pd.DataFrame, waits: pd.DataFrame | None, by: str = "name",
         stages = train_waits(waits).reindex(jobs["pipeline_id"]).fillna(0.0).set_index(jobs.index)
     frame = jobs.assign(
         group=job_groups(jobs, by, bin_s),
-        run_s=jobs["finish_s"] - jobs["start_s"],
+        run_s=(jobs["finish_s"] - jobs["start_s"]).where(jobs["jct_s"].notna()),
         excess_s=jobs["jct_s"] - jobs["alone_s"],
         lost_s=lambda f: f["excess_s"].clip(lower=0.0),  # what excess_share shares out
         train_wait_s=stages.drop(columns=["init"], errors="ignore").sum(axis=1) if waits is not None else np.nan,
         rollout_wait_s=np.nan if rollout_waits is None
         else rollout_waits.reindex(jobs["pipeline_id"]).fillna(0.0).to_numpy(),
-        finished=jobs["finish_s"].notna(),
+        finished=jobs["jct_s"].notna(),  # not killed or crashed: those end with no JCT
     )
     keys = group_order(frame, frame["group"])
     total_lost = frame["lost_s"].sum(min_count=1)

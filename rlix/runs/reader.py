@@ -120,6 +120,7 @@ class Run:
             shrinks=self.facts.shrinks,
             admitted_s=self.facts.admitted_s,
             removed_s=self.facts.removed_s,
+            failed=self.facts.failed,
             allocations=self.allocations,
             activity=self.activity,
             waits=self.waits,

@@ -78,6 +78,11 @@ def test_a_killed_job_ends_but_never_finishes(tmp_path: Path) -> None:
     folder = write_run(two_jobs(b_killed=True), tmp_path / "run", scenario_yaml="name: x\n", plots=False,
                        alone_s=ALONE)
     assert summary(load(folder).tables(), alone_s=ALONE)["overall"]["jobs"] == jobs  # the same read back
+    from rlix.runs.breakdown import breakdown
+
+    groups, _ = breakdown(load(folder).jobs, None, by="name")
+    assert groups.set_index("group")["finished"].to_dict() == {"A": 1, "B": 0, "all": 1}
+    assert groups["run_s"].fillna(-1.0).tolist() == [100.0, -1.0, 100.0]  # B's is no run to completion
 
 
 def test_without_alone_times_slowdown_is_unknown() -> None:
