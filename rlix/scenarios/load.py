@@ -43,6 +43,16 @@ def load_scenario(name_or_path: str | os.PathLike[str]) -> Scenario:
     A string is a path if it has a directory part or a .yaml/.yml suffix, or names an existing
     file; otherwise it is a bundled name. Relative trace paths in a file are relative to it.
     """
+    data, source, base_dir = read_scenario(name_or_path)
+    return validate_scenario(data, source, base_dir)
+
+
+def read_scenario(name_or_path: str | os.PathLike[str]) -> tuple[Any, SourceMap, Path | None]:
+    """The YAML data of a scenario (as `load_scenario` finds it), not yet validated, with its
+    line map and the folder its relative paths are relative to (None: the current one).
+
+    For callers that change the data before it is validated: fields a scenario needs may come
+    from them (a job log's pipelines, `--jobs`)."""
     text = os.fspath(name_or_path)
     is_path = (
         not isinstance(name_or_path, str)
@@ -52,23 +62,25 @@ def load_scenario(name_or_path: str | os.PathLike[str]) -> Scenario:
         or Path(text).is_file()
     )
     if is_path:
-        return _load_file(Path(text))
+        return _read_file(Path(text))
     if text not in bundled_scenarios():
         raise ScenarioError(
             f"no bundled scenario {text!r} and no such file "
             f"(bundled: {', '.join(bundled_scenarios())})"
         )
     resource = resources.files("rlix.scenarios").joinpath("data", f"{text}.yaml")
-    return parse_scenario(resource.read_text(encoding="utf-8"), file=str(resource))
+    data, source = read_yaml(resource.read_text(encoding="utf-8"), file=str(resource))
+    return data, source, None
 
 
-def _load_file(path: Path) -> Scenario:
+def _read_file(path: Path) -> tuple[Any, SourceMap, Path]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ScenarioError(f"cannot read the scenario file: {reason}", file=str(path)) from None
-    return parse_scenario(text, file=str(path), base_dir=path.resolve().parent)
+    data, source = read_yaml(text, file=str(path))
+    return data, source, path.resolve().parent
 
 
 def parse_scenario(

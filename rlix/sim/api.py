@@ -21,9 +21,9 @@ from typing import Any
 from rlix.policy import POLICIES
 from rlix.runs.errors import RunError
 from rlix.runs.stream import RunSink, open_sink
-from rlix.scenarios import Scenario, load_scenario
+from rlix.scenarios import Scenario
 from rlix.scenarios.load import read_scenario, validate_scenario
-from rlix.scenarios.streams import expand_in_place, replace_traces
+from rlix.scenarios.streams import expanded, replace_traces
 from rlix.sim.alone import alone_jct_s
 from rlix.sim.simulation import SimResult, Simulation
 
@@ -63,7 +63,7 @@ def resolve_scenario(
         data["max_time_s"] = max_time_s
     if jobs is not None:
         if data.get("jobs") is not None:  # the file's own log first: --jobs adds to it
-            data = expand_in_place(data, source, base_dir)
+            data = expanded(data, source, base_dir)
         data["jobs"] = {"path": str(Path(jobs).resolve()), "columns": dict(jobs_columns or {})}
     if policy is not None:
         given = data.get("policy")
@@ -74,7 +74,7 @@ def resolve_scenario(
         ref = {"path": str(Path(trace).resolve()), "columns": dict(columns or {})}
         # before the expansion, so the jobs are checked with it, and after, for a job log's
         # own trace column
-        data = replace_traces(expand_in_place(replace_traces(data, ref), source, base_dir), ref)
+        data = replace_traces(expanded(replace_traces(data, ref), source, base_dir), ref)
     return validate_scenario(data, source, base_dir)
 
 

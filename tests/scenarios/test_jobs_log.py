@@ -80,7 +80,7 @@ def test_seconds_and_the_cli(scenario_file: Path, tmp_path: Path, capsys: pytest
 
 @pytest.mark.parametrize(("content", "columns", "words"), [
     ("id,template,arrival\nx,nope,5\n", [], "unknown template"),
-    ("id,template,arrival\nx,small,-5\n", [], "row 2: column arrival: -5 is not seconds >= 0"),
+    ("id,template,arrival\nx,small,-5\n", [], "line 2, column 'arrival': -5 is not seconds >= 0"),
     ("id,template,arrival\nx,small,yesterday\n", [], "'yesterday' is neither seconds nor a timestamp"),
     ("id,kind,arrival\nx,small,5\n", [], "no column template"),
     ("JobID,template,arrival\nx,small,5\n", ["--jobs-column", "id=Job"], "has no column 'Job'"),
