@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -113,7 +114,7 @@ def _add_common(parser: argparse.ArgumentParser, default_scenario: str | None = 
     parser.add_argument("--seed", type=non_negative_int, help="override the scenario's seed")
     parser.add_argument(
         "--costs", metavar="FILE",
-        help="a calibrated cost file (rlix-sim calibrate) replacing the scenario's costs:",
+        help="a calibrated cost file (rlix-sim calibrate) replacing the scenario's `costs` section",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -157,7 +158,9 @@ def _scenario(args: argparse.Namespace) -> Any:
 
 #: Scenario fields a file option replaces, by the option's name (--trace, --jobs, --costs).
 _OVERRIDES = {
-    "trace": re.compile(r"(pipelines\[\d+\]\.(adapters\[\d+\]\.)?)?trace(\.|$)"),
+    "trace": re.compile(
+        r"((pipelines\[\d+\]|templates\.[^.]+|stream\.arrivals\[\d+\])\.(adapters\[\d+\]\.)?)?trace(\.|$)"
+    ),
     "jobs": re.compile(r"jobs(\.|$)"),
     "costs": re.compile(r"costs(\.|$)"),
 }
@@ -175,7 +178,11 @@ def _duration_s(args: argparse.Namespace) -> float | None:
     """`--duration-s` or `--days` (argparse allows one), in simulated seconds; None when
     neither is given or the command has neither (compare)."""
     days: float | None = getattr(args, "days", None)
-    return days * 86400.0 if days is not None else getattr(args, "duration_s", None)
+    if days is None:
+        return getattr(args, "duration_s", None)
+    if not math.isfinite(days * 86400.0):
+        raise UsageError(f"--days: {days:g} days is more seconds than a number holds")
+    return days * 86400.0
 
 
 def run_main(args: argparse.Namespace) -> int:
@@ -214,12 +221,17 @@ def run_main(args: argparse.Namespace) -> int:
 
 
 def _check_compare_out(out: Path, policies: list[str]) -> None:
-    """compare replaces each policy's run folder in `out`: check them all before any run."""
+    """compare replaces each policy's run folder in `out` and its plots: check them all before
+    any run. A folder that is not empty must be one compare wrote (it holds a policy's run
+    folder), so a mistyped --out never overwrites someone's files."""
     from rlix.runs.errors import RunError
-    from rlix.runs.paths import check_out_dir, check_writable
+    from rlix.runs.paths import check_out_dir, check_writable, is_run_folder
 
     try:
         check_writable(out)
+        if out.is_dir() and any(out.iterdir()) and not any(is_run_folder(out / name) for name in POLICIES):
+            raise RunError("exists, is not empty and is not a folder rlix-sim compare wrote (none of its "
+                           "policy run folders is in it); choose another path", file=out)
         for policy in policies:
             check_out_dir(out / policy, overwrite=True)
     except RunError as error:
@@ -335,7 +347,8 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
     parser.add_argument(
         "--out",
         metavar="DIR",
-        help="where run folders and the plot go (default runs/SCENARIO/compare)",
+        help="where run folders and the plot go (default runs/SCENARIO/compare); a folder that is not "
+        "empty must be one compare wrote",
     )
     parser.add_argument(
         "--no-alone", action="store_true",

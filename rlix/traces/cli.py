@@ -16,7 +16,7 @@ from rlix.traces.errors import TraceError
 from rlix.traces.fit import fit_trace
 from rlix.traces.generate import KINDS, generate
 from rlix.traces.io import FORMATS, read_trace, write_trace
-from rlix.traces.options import non_negative_int, positive_int
+from rlix.traces.options import UsageError, non_negative_int, positive_int
 from rlix.traces.stats import LengthStats, TraceStats, trace_stats
 
 _RAW = argparse.RawDescriptionHelpFormatter
@@ -155,6 +155,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
         if args.file not in BUNDLED:
             raise TraceError(f"no such file, nor a bundled trace ({', '.join(bundled_names())})",
                              file=args.file)
+        given = [option for option, value in (("--column", args.column), ("--format", args.format)) if value]
+        if given:  # a bundled trace has rlix's columns and no file format: nothing to apply
+            raise UsageError(f"{' and '.join(given)} {'are' if len(given) > 1 else 'is'} for a trace file; "
+                             f"{args.file} is a bundled trace, already in rlix's columns")
         table = load_bundled(args.file)
     else:
         table = read_trace(args.file, args.column, args.format)
