@@ -183,12 +183,12 @@ def test_a_run_logs_plain_progress_lines_where_stderr_is_no_terminal(
 
 def test_a_streamed_run_cut_while_its_alone_times_run_leaves_nothing(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    import rlix.sim.alone
+    import rlix.sim.api
 
-    def interrupted(scenario: Any) -> dict[str, float]:
+    def interrupted(scenario: Any, **kwargs: Any) -> dict[str, float]:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rlix.sim.alone, "alone_jct_s", interrupted)
+    monkeypatch.setattr(rlix.sim.api, "alone_jct_s", interrupted)
     with pytest.raises(KeyboardInterrupt):
         simulate("tiny", out=tmp_path / "run", plots=False, tables={"steps"}, alone=True)
     assert list(tmp_path.iterdir()) == []
