@@ -26,6 +26,33 @@ from rlix.sim.stages import scenario_costs
 from rlix.traces.options import UsageError
 
 
+def value_text(value: Any) -> str:
+    """A grid value's text form: a string as it is, anything else as compact JSON (`2`, `true`,
+    `{"gpus": "0-3", "tp": 1}`). How an axis whose values are not all of one plain kind (text,
+    number, true/false) is stored and plotted."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "), default=str)
+
+
+def plain_kind(values: list[Any]) -> str | None:
+    """"text", "number" or "bool" when every value (None aside) is of that one kind, else None
+    (mixed kinds, or mappings and lists): such an axis is stored as text (`value_text`)."""
+    kinds = set()
+    for value in values:
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            kinds.add("bool")
+        elif isinstance(value, int | float):
+            kinds.add("number")
+        elif isinstance(value, str):
+            kinds.add("text")
+        else:
+            return None
+    return kinds.pop() if len(kinds) == 1 else None
+
+
 @dataclass(frozen=True)
 class Point:
     """One point of the grid: its values by axis, and the scenario they make."""

@@ -5,7 +5,8 @@ A sweep folder holds `sweep.json` (the scenario and the grid: what makes a folde
 its `error`, the Ray node that ran it, and every figure of the point's `summary.json` flattened to dotted columns,
 `overall.steps_per_hour`, `overall.jobs.mean_jct_s`, ...), optionally `runs/<point_id>/` (each
 point's run folder) and `plots/`. A point's row holds exactly the figures `rlix-sim run` of that
-point writes to its summary.json.
+point writes to its summary.json. An axis whose values are not all text, all numbers or all
+true/false (`0-1` and `2`, mappings, lists) is a text column: strings as written, the rest as JSON.
 
 Resume: a sweep run again into its folder skips the points whose row says ok (a failed point
 is tried again). Rows are written as points finish, so an interrupted sweep keeps what it did.
@@ -26,7 +27,7 @@ import pandas as pd
 
 from rlix.runs.errors import RunError
 from rlix.scenarios import Scenario
-from rlix.studies.grid import Grid, Point
+from rlix.studies.grid import Grid, Point, plain_kind, value_text
 from rlix.traces.options import UsageError
 
 SWEEP_FILE = "sweep.json"
@@ -118,7 +119,7 @@ def run_sweep(
     rows = {pid: row for pid, row in done.items()}
     if todo:
         _run_on_ray(todo, out, rows, address, workers, keep_runs, progress, len(points), tables)
-    frame = _frame(rows, [p.point_id for p in points])
+    frame = _frame(rows, [p.point_id for p in points], list(grid.axes))
     return SweepResult(out, frame, len(todo), len(points) - len(todo), time.monotonic() - started)
 
 
@@ -176,7 +177,7 @@ def _run_on_ray(
                 cause = getattr(error, "cause", None) or error
                 row.update(status="failed", error=f"{type(cause).__name__}: {cause}"[:500])
             rows[point.point_id] = row
-            _frame(rows, list(rows)).to_parquet(out / RESULTS_FILE, index=False)
+            _frame(rows, list(rows), list(todo[0].values)).to_parquet(out / RESULTS_FILE, index=False)
             finished += 1
             if progress is not None:
                 progress(finished, total)
@@ -185,11 +186,19 @@ def _run_on_ray(
             ray.shutdown()
 
 
-def _frame(rows: dict[str, dict[str, Any]], order: list[str]) -> pd.DataFrame:
+def _frame(rows: dict[str, dict[str, Any]], order: list[str], axes: list[str]) -> pd.DataFrame:
+    """The rows in `order`. An axis whose values are not all of one plain kind (text and
+    numbers mixed, mappings, lists) is a text column (`value_text`): Parquet holds one type a
+    column, and resume matches points by `point_id`, not by these values."""
     records = [rows[pid] for pid in order if pid in rows]
     frame = pd.DataFrame.from_records(records)
+    texts = set()
+    for axis in axes:
+        if axis in frame.columns and plain_kind(list(frame[axis])) is None:
+            frame[axis] = [None if v is None else value_text(v) for v in frame[axis]]
+            texts.add(axis)
     for column in frame.columns:  # mixed None/number columns stay numbers
-        if frame[column].dtype == object:
+        if frame[column].dtype == object and column not in texts:
             converted = pd.to_numeric(frame[column], errors="coerce")
             if converted.notna().sum() == frame[column].notna().sum() and frame[column].notna().any():
                 frame[column] = converted

@@ -3,6 +3,7 @@ a failed point is recorded and the sweep goes on, and points run on a two-node R
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,8 +78,9 @@ def test_a_failed_point_is_recorded_and_the_rest_goes_on(local_ray: None, tmp_pa
     bad.write_text("a,b\n1,2\n")  # a file that exists, its columns read only when the point runs
     grid = parse_grid([f"pipelines.0.trace={{path: {good}}},{{path: {bad}}}"])
     result = run_sweep(load_scenario("tiny"), grid, tmp_path / "sweep")
-    status = {str(point["path"]): s for point, s in zip(result.rows["pipelines.0.trace"], result.rows["status"],
-                                                         strict=True)}
+    # a mapping axis is a text column (its JSON), in the rows and in results.parquet
+    status = {json.loads(point)["path"]: s for point, s in zip(result.rows["pipelines.0.trace"], result.rows["status"],
+                                                               strict=True)}
     assert status == {str(good): "ok", str(bad): "failed"}
     assert "response_tokens" in result.rows.set_index("status").loc["failed", "error"]
     assert run_sweep(load_scenario("tiny"), grid, tmp_path / "sweep").num_run == 1  # resume tries the failed one again
@@ -155,3 +157,33 @@ def test_points_run_on_a_two_node_cluster(tmp_path: Path) -> None:
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+ONE_PIPELINE = """\
+name: t2
+topology: {num_nodes: 1, gpus_per_node: 4, gpu: h100}
+trace: {bundled: math_small, max_response_tokens: 4096}
+pipelines:
+  - id: ft
+    kind: full_finetune
+    model: 1.5b
+    home: 0-1
+    clusters:
+      actor_train: {tp: 1, gpus: home}
+      actor_infer: {tp: 1, gpus: pool}
+    prompts_per_step: 4
+    samples_per_prompt: 4
+    steps: 2
+"""
+
+
+def test_an_axis_of_text_and_numbers_is_saved_as_text_and_resumes(local_ray: None, tmp_path: Path) -> None:
+    (tmp_path / "t2.yaml").write_text(ONE_PIPELINE)
+    base = load_scenario(tmp_path / "t2.yaml")
+    grid = parse_grid(["pipelines.0.home=0-1,2"])
+    result = run_sweep(base, grid, tmp_path / "sweep")
+    assert result.num_run == 2 and result.num_failed == 0
+    saved = pd.read_parquet(tmp_path / "sweep" / "results.parquet")
+    assert sorted(saved["pipelines.0.home"]) == ["0-1", "2"] and list(saved["status"]) == ["ok", "ok"]
+    again = run_sweep(base, grid, tmp_path / "sweep")
+    assert again.num_run == 0 and again.num_skipped == 2
