@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,7 +142,12 @@ def _claim_folder(out: Path, base: Scenario, grid: Grid) -> dict[str, dict[str, 
     results = out / RESULTS_FILE
     if not results.exists():
         return {}
-    frame = pd.read_parquet(results)
+    try:
+        frame = pd.read_parquet(results)
+    except Exception as error:  # noqa: BLE001 - pyarrow's errors for a cut or foreign file vary
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UsageError(f"{results}: cannot read the rows of the points done ({reason}): remove it to "
+                         f"run every point again, or give another --out") from None
     return {str(r["point_id"]): r for r in frame.to_dict("records") if r.get("status") == "ok"}
 
 
@@ -177,13 +183,24 @@ def _run_on_ray(
                 cause = getattr(error, "cause", None) or error
                 row.update(status="failed", error=f"{type(cause).__name__}: {cause}"[:500])
             rows[point.point_id] = row
-            _frame(rows, list(rows), list(todo[0].values)).to_parquet(out / RESULTS_FILE, index=False)
+            _write_rows(_frame(rows, list(rows), list(todo[0].values)), out / RESULTS_FILE)
             finished += 1
             if progress is not None:
                 progress(finished, total)
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _write_rows(frame: pd.DataFrame, path: Path) -> None:
+    """Write the rows whole or not at all: to a file beside `path`, then renamed over it, so a
+    sweep cut during the write leaves the rows of before, which resume reads."""
+    part = path.with_name(f".{path.name}.part")
+    try:
+        frame.to_parquet(part, index=False)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _frame(rows: dict[str, dict[str, Any]], order: list[str], axes: list[str]) -> pd.DataFrame:

@@ -187,3 +187,31 @@ def test_an_axis_of_text_and_numbers_is_saved_as_text_and_resumes(local_ray: Non
     assert sorted(saved["pipelines.0.home"]) == ["0-1", "2"] and list(saved["status"]) == ["ok", "ok"]
     again = run_sweep(base, grid, tmp_path / "sweep")
     assert again.num_run == 0 and again.num_skipped == 2
+
+
+def test_a_damaged_results_file_is_one_line_and_a_cut_write_keeps_the_rows(
+    local_ray: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlix.studies import sweep
+
+    out = tmp_path / "sweep"
+    assert main(["sweep", "tiny", "--grid", "seed=0", "--out", str(out), "--quiet", "--no-plots"]) == 0
+    results = out / "results.parquet"
+    before = results.read_bytes()
+
+    def cut(frame: pd.DataFrame, path: Path, **kwargs: object) -> None:
+        Path(path).write_bytes(b"PAR1 cut short")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", cut)
+    with pytest.raises(KeyboardInterrupt):
+        sweep._write_rows(pd.DataFrame({"point_id": ["x"]}), results)
+    assert results.read_bytes() == before and sorted(p.name for p in out.iterdir()) == ["results.parquet", "sweep.json"]
+    monkeypatch.undo()
+    capsys.readouterr()
+    with results.open("r+b") as f:
+        f.truncate(100)
+    assert main(["sweep", "tiny", "--grid", "seed=0", "--out", str(out), "--quiet", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"rlix-sim: error: {results}: ")
+    assert "remove it" in err and "--out" in err
