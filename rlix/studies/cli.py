@@ -25,7 +25,10 @@ exec extra (pip install -e '.[exec]').
 A grid axis is KEY=V1,V2,...: KEY is policy, seed, or a dotted path into the scenario
 (topology.num_nodes, pipelines.0.steps, pipelines.*.max_staleness for every pipeline,
 policy.config.min_rebalance_interval_s, costs.load_s: any cost constant, set or not). Every
-point is checked before any runs. A sweep file (--file) may give `scenario:` and
+point is checked before any runs. Values are YAML, split at the commas outside quotes and
+brackets: a value holding a comma is quoted or bracketed (--grid 'pipelines.0.home="2-3,0-1",0-1',
+--grid 'pipelines.0.clusters.actor_infer={tp: 1, gpus: pool},{tp: 2, gpus: pool}'); a value
+given twice in an axis is refused. A sweep file (--file) may give `scenario:` and
 `grid: {KEY: [V1, V2]}` instead. Examples:
 
   rlix-sim sweep tiny --grid policy=rlix,static --grid seed=0,1,2 --out sweeps/tiny
@@ -44,7 +47,8 @@ def register(commands: Any) -> None:
     parser.add_argument("scenario", metavar="SCENARIO", nargs="?",
                         help="a bundled scenario name or a YAML path (or `scenario:` in --file)")
     parser.add_argument("--grid", metavar="KEY=V1,V2", action="append", default=[],
-                        help="one axis of the grid (repeat for more); values are YAML as in scenario files (1e9 is a number)")
+                        help="one axis of the grid (repeat for more); values are YAML as in scenario files (1e9 is a "
+                             "number), split at commas outside quotes and brackets (\"2-3,0-1\" is one value)")
     parser.add_argument("--file", metavar="SWEEP.yaml", help="a sweep file: scenario: and grid:")
     parser.add_argument("--out", metavar="DIR", required=True, type=Path,
                         help="the sweep folder (new, or this sweep's, to resume)")

@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from rlix.scenarios import Scenario
 from rlix.scenarios.errors import ScenarioError
 from rlix.scenarios.load import validate_scenario
@@ -94,15 +96,57 @@ def parse_grid(items: list[str], file_axes: dict[str, Any] | None = None) -> Gri
     for key, values in (file_axes or {}).items():
         if not isinstance(values, list) or not values:
             raise UsageError(f"sweep file: grid.{key} must be a non-empty list of values")
-        axes[str(key)] = values
+        axes[str(key)] = _distinct(values, f"sweep file: grid.{key}")
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key or not text:
             raise UsageError(f"--grid expects KEY=V1,V2,... (e.g. policy=rlix,static), got {item!r}")
-        axes[key.strip()] = [load_yaml(v) for v in text.split(",")]
+        values = []
+        for piece in split_values(text):
+            try:
+                values.append(load_yaml(piece))
+            except yaml.YAMLError as error:
+                problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+                raise UsageError(f"--grid {item}: {piece!r} is not a YAML value ({problem}); a value "
+                                 f"holding a comma is quoted or bracketed") from None
+        axes[key.strip()] = _distinct(values, f"--grid {item}")
     if not axes:
         raise UsageError("a sweep needs at least one axis (--grid KEY=V1,V2 or a sweep file's grid:)")
     return Grid(axes)
+
+
+def split_values(text: str) -> list[str]:
+    """`V1,V2,...` split at the commas outside quotes and brackets, so a value may hold commas:
+    `"2-3,0-1"`, `[1, 2]`, `{tp: 2, gpus: "0-3"}`. A quote opens a string only where a value
+    starts or inside brackets (`it's` is plain text)."""
+    pieces: list[str] = []
+    start, depth, quote = 0, 0, ""
+    for i, char in enumerate(text):
+        if quote:
+            if char == quote:
+                quote = ""
+        elif char in "'\"" and (depth or not text[start:i].strip()):
+            quote = char
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+        elif char == "," and not depth:
+            pieces.append(text[start:i])
+            start = i + 1
+    pieces.append(text[start:])
+    return pieces
+
+
+def _distinct(values: list[Any], where: str) -> list[Any]:
+    """The values of one axis, refused if one is given twice (the points would be the same)."""
+    seen: set[str] = set()
+    for value in values:
+        text = json.dumps(value, sort_keys=True, default=str)
+        if text in seen:
+            raise UsageError(f"{where}: the value {value_text(value)!r} is given twice")
+        seen.add(text)
+    return values
 
 
 def _apply(base: Scenario, values: dict[str, Any]) -> Scenario:

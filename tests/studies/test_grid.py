@@ -1,0 +1,42 @@
+"""Grid axes as `--grid` gives them: values split at the commas outside quotes and brackets,
+a value that is not YAML or given twice is one error line. No Ray needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlix.sim.cli import main
+from rlix.studies import parse_grid
+from rlix.traces.options import UsageError
+
+
+def test_a_value_holding_commas_is_quoted_or_bracketed() -> None:
+    grid = parse_grid(['pipelines.0.home="2-3,0-1",0-1', "pipelines.0.clusters.actor_infer={tp: 1, gpus: pool},{tp: 2, gpus: pool}"])
+    assert grid.axes["pipelines.0.home"] == ["2-3,0-1", "0-1"]
+    assert grid.axes["pipelines.0.clusters.actor_infer"] == [{"tp": 1, "gpus": "pool"}, {"tp": 2, "gpus": "pool"}]
+    assert parse_grid(["policy.config.job_order=arrival,shortest"]).axes["policy.config.job_order"] == ["arrival", "shortest"]
+
+
+@pytest.mark.parametrize(("item", "words"), [
+    ("seed=[0", r"--grid seed=\[0: '\[0' is not a YAML value"),
+    ("seed=0,0", r"--grid seed=0,0: the value '0' is given twice"),
+    ("policy=rlix,static,rlix", "'rlix' is given twice"),
+])
+def test_a_bad_value_is_one_line(item: str, words: str) -> None:
+    with pytest.raises(UsageError, match=words):
+        parse_grid([item])
+
+
+def test_a_sweep_file_axis_with_a_value_twice_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"grid.seed: the value '1' is given twice"):
+        parse_grid([], {"seed": [1, 2, 1]})
+
+
+def test_the_cli_names_the_grid_option_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sweep"
+    assert main(["sweep", "tiny", "--grid", "seed=[0", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("rlix-sim: error: --grid seed=[0: ")
+    assert not out.exists()
