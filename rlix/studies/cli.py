@@ -28,8 +28,8 @@ policy.config.min_rebalance_interval_s, costs.load_s: any cost constant, set or 
 point is checked before any runs. Values are YAML, split at the commas outside quotes and
 brackets: a value holding a comma is quoted or bracketed (--grid 'pipelines.0.home="2-3,0-1",0-1',
 --grid 'pipelines.0.clusters.actor_infer={tp: 1, gpus: pool},{tp: 2, gpus: pool}'); a value
-given twice in an axis is refused. A sweep file (--file) may give `scenario:` and
-`grid: {KEY: [V1, V2]}` instead. Examples:
+given twice in an axis is refused. A sweep file (--file) may give `scenario:` (a relative path
+is relative to the sweep file) and `grid: {KEY: [V1, V2]}` instead. Examples:
 
   rlix-sim sweep tiny --grid policy=rlix,static --grid seed=0,1,2 --out sweeps/tiny
   rlix-sim sweep agentic-4x32 --grid policy=rlix,gap-ratio,static \\
@@ -116,4 +116,14 @@ def read_sweep_file(path: str) -> dict[str, Any]:
         raise UsageError(f"{path}: unknown keys {sorted(unknown)} (a sweep file has scenario: and grid:)")
     if "grid" in data and not isinstance(data["grid"], dict):
         raise UsageError(f"{path}: grid: must map keys to lists of values")
+    scenario = data.get("scenario")
+    if isinstance(scenario, str) and _names_a_file(scenario, Path(path).parent):
+        # relative to the sweep file, as a scenario file's own paths are relative to it
+        data["scenario"] = str(Path(path).parent / scenario)
     return data
+
+
+def _names_a_file(ref: str, folder: Path) -> bool:
+    """Whether a sweep file's `scenario:` is a path (load_scenario's rule, with an existing file
+    looked for beside the sweep file) rather than a bundled name."""
+    return "/" in ref or os.sep in ref or ref.endswith((".yaml", ".yml")) or (folder / ref).is_file()

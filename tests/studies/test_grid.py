@@ -40,3 +40,18 @@ def test_the_cli_names_the_grid_option_and_writes_nothing(tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("rlix-sim: error: --grid seed=[0: ")
     assert not out.exists()
+
+
+def test_a_sweep_files_scenario_path_is_relative_to_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlix.scenarios import load_scenario
+    from rlix.studies.cli import read_sweep_file
+
+    (tmp_path / "studies" / "scenarios").mkdir(parents=True)
+    (tmp_path / "studies" / "scenarios" / "mine.yaml").write_text("name: mine\n")
+    (tmp_path / "studies" / "sweep.yaml").write_text("scenario: scenarios/mine.yaml\ngrid: {seed: [0, 1]}\n")
+    (tmp_path / "studies" / "named.yaml").write_text("scenario: tiny\ngrid: {seed: [0, 1]}\n")
+    monkeypatch.chdir(tmp_path)  # not the sweep file's folder
+    spec = read_sweep_file("studies/sweep.yaml")
+    assert Path(spec["scenario"]).resolve() == (tmp_path / "studies" / "scenarios" / "mine.yaml").resolve()
+    assert read_sweep_file("studies/named.yaml")["scenario"] == "tiny"  # a bundled name stays one
+    assert load_scenario(read_sweep_file("studies/named.yaml")["scenario"]).name == "tiny"
