@@ -24,7 +24,8 @@ exec extra (pip install -e '.[exec]').
 
 A grid axis is KEY=V1,V2,...: KEY is policy, seed, or a dotted path into the scenario
 (topology.num_nodes, pipelines.0.steps, pipelines.*.max_staleness for every pipeline,
-policy.config.min_rebalance_interval_s, costs.load_s: any cost constant, set or not). Every
+policy.config.min_rebalance_interval_s, costs.load_s: any cost constant; any field, set in
+the scenario or not, e.g. pipelines.*.runtime_estimate_s). Every
 point is checked before any runs. Values are YAML, split at the commas outside quotes and
 brackets: a value holding a comma is quoted or bracketed (--grid 'pipelines.0.home="2-3,0-1",0-1',
 --grid 'pipelines.0.clusters.actor_infer={tp: 1, gpus: pool},{tp: 2, gpus: pool}'); a value

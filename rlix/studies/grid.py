@@ -2,7 +2,8 @@
 
 An axis is a key and its values. The key is `policy`, `seed`, or a dotted path into the
 scenario as its YAML is written (`topology.num_nodes`, `policy.config.min_rebalance_interval_s`,
-`pipelines.0.steps`); `*` in place of a list index sets that field of every element
+`pipelines.0.steps`), naming any field the scenario's models define, whether the scenario sets
+it or not (`pipelines.*.runtime_estimate_s`, `costs.load_s`); `*` in place of a list index sets that field of every element
 (`pipelines.*.max_staleness`). Values are YAML scalars (`0`, `1.5`, `true`, `rlix`). The points
 are the cartesian product of the axes, in the order the axes were given.
 
@@ -15,10 +16,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from rlix.scenarios import Scenario
 from rlix.scenarios.errors import ScenarioError
@@ -155,7 +159,7 @@ def _apply(base: Scenario, values: dict[str, Any]) -> Scenario:
         if key == "policy":
             data["policy"] = {**data.get("policy", {}), "name": value}
         else:
-            _set(data, key.split("."), value, key)
+            _set(data, key.split("."), value, key, Scenario)
     try:
         scenario = validate_scenario(data, base.source)
         scenario_costs(scenario)  # a cost constant's name and range, before any point runs
@@ -164,28 +168,55 @@ def _apply(base: Scenario, values: dict[str, Any]) -> Scenario:
         raise UsageError(f"grid point {values}: {error}") from None
 
 
-def _set(node: Any, path: list[str], value: Any, key: str) -> None:
+def _set(node: Any, path: list[str], value: Any, key: str, schema: Any) -> None:
+    """Set `key` in the scenario's data. `schema` is the type the scenario's models give this
+    node: a field they define may be set although the scenario leaves it out (unset optional
+    fields are not in the data), and a section left out is made for it."""
     head, rest = path[0], path[1:]
     if isinstance(node, list):
         indexes = range(len(node)) if head == "*" else [_index(head, node, key)]
         for index in indexes:
             if rest:
-                _set(node[index], rest, value, key)
+                _set(node[index], rest, value, key, _field_type(schema, "0"))
             else:
                 node[index] = value
         return
-    if not isinstance(node, dict) or head not in node and rest:
+    field = _field_type(schema, head) if isinstance(node, dict) else _NO_FIELD
+    if not isinstance(node, dict) or head not in node and field is _NO_FIELD:
         raise UsageError(f"--grid {key}: {head!r} names no field of the scenario")
-    if rest:
-        _set(node[head], rest, value, key)
-    elif head in node or head in _SETTABLE_NEW or key.startswith("costs."):  # any cost constant
+    if not rest:
         node[head] = value
-    else:
-        raise UsageError(f"--grid {key}: {head!r} names no field of the scenario")
+        return
+    if head not in node:  # a section the scenario leaves out, e.g. a pipeline's trace cap
+        node[head] = {}
+    _set(node[head], rest, value, key, field)
 
 
-#: Fields a grid may set although the resolved scenario leaves them out (None by default).
-_SETTABLE_NEW = frozenset({"max_time_s", "seed"})
+#: What `_field_type` gives for a key the models do not define.
+_NO_FIELD = object()
+
+
+def _field_type(schema: Any, key: str) -> Any:
+    """The type at `key` under `schema` (a pydantic model's field by name or alias, a mapping's
+    values, a list's items for an index), `Any` where the models do not say, or `_NO_FIELD`."""
+    origin, args = typing.get_origin(schema), typing.get_args(schema)
+    if schema is Any:
+        return Any
+    if origin is typing.Annotated:
+        return _field_type(args[0], key)
+    if origin in (typing.Union, types.UnionType):
+        found = [t for t in (_field_type(arg, key) for arg in args if arg is not type(None)) if t is not _NO_FIELD]
+        return found[0] if found else _NO_FIELD
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        for name, info in schema.model_fields.items():
+            if key in (name, info.alias):
+                return info.annotation
+        return _NO_FIELD
+    if origin is dict:
+        return args[1] if args else Any
+    if origin in (list, tuple):
+        return (args[0] if args else Any) if key == "*" or key.isdigit() else _NO_FIELD
+    return _NO_FIELD
 
 
 def _index(text: str, node: list[Any], key: str) -> int:

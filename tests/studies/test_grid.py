@@ -55,3 +55,18 @@ def test_a_sweep_files_scenario_path_is_relative_to_it(tmp_path: Path, monkeypat
     assert Path(spec["scenario"]).resolve() == (tmp_path / "studies" / "scenarios" / "mine.yaml").resolve()
     assert read_sweep_file("studies/named.yaml")["scenario"] == "tiny"  # a bundled name stays one
     assert load_scenario(read_sweep_file("studies/named.yaml")["scenario"]).name == "tiny"
+
+
+def test_a_grid_sets_a_field_the_scenario_leaves_unset() -> None:
+    """tiny gives no runtime estimate and no executor section: the models define both."""
+    from rlix.scenarios import load_scenario
+
+    base = load_scenario("tiny")
+    assert all(p.runtime_estimate_s is None for p in base.pipelines) and base.executor is None
+    points = parse_grid(["pipelines.*.runtime_estimate_s=100,200", "executor.num_cpus=2"]).points(base)
+    assert [[p.runtime_estimate_s for p in point.scenario.pipelines] for point in points] == [[100, 100], [200, 200]]
+    assert {point.scenario.executor.num_cpus for point in points if point.scenario.executor} == {2}
+    for item, words in (("pipelines.*.runtime_estimat_s=1", "'runtime_estimat_s' names no field"),
+                        ("topology.gpus=1", "'gpus' names no field"), ("seed.x=1", "'x' names no field")):
+        with pytest.raises(UsageError, match=words):
+            parse_grid([item]).points(base)
