@@ -218,12 +218,15 @@ class Loop:
                 self._carry_out(waiting)
 
     def _forget(self, pipeline_id: str) -> None:
-        """A removed pipeline's decisions are void: the core ignores their reports."""
-        for decision_id, decision in list(self._unsettled.items()):
-            if decision.pipeline_id == pipeline_id:
-                del self._unsettled[decision_id]
-                self._release_waiting(decision_id)
+        """A removed pipeline's decisions are void: the core ignores their reports. Others'
+        that waited on them go ahead (its GPUs are free); none of its own is carried out, so
+        every one of them is dropped before any waiting decision is released."""
+        gone = [i for i, decision in self._unsettled.items() if decision.pipeline_id == pipeline_id]
+        for decision_id in gone:
+            del self._unsettled[decision_id]
         self.hosts.pop(pipeline_id, None)
+        for decision_id in gone:
+            self._release_waiting(decision_id)
 
     @property
     def num_unsettled(self) -> int:

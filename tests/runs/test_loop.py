@@ -20,6 +20,7 @@ from rlix.policy import (
     Topology,
 )
 from rlix.policy import decisions as dec
+from rlix.policy import events as ev
 from rlix.runs import Loop, Recorder
 from rlix.runs import loop as loop_module
 from rlix.runs.errors import LivelockError
@@ -106,3 +107,55 @@ def test_events_without_end_at_one_instant_stop_the_run(monkeypatch: pytest.Monk
         loop.send(Tick(100.0))
     with pytest.raises(LivelockError, match=r"5 events at t = 100\.000 s"):
         loop.send(Tick(100.0))
+
+
+class _Scripted:
+    """A core that, on a tick, preempts two of lora's ranks for its own training gang, and on
+    lora's removal gives the freed GPUs to another job."""
+
+    wake_at_s = float("inf")
+
+    def handle(self, event: Any) -> list[dec.Decision]:
+        if isinstance(event, ev.Tick):
+            return [dec.Shrink(26, "lora", 0, (2,), "preempt"), dec.Shrink(27, "lora", 1, (3,), "preempt"),
+                    dec.Grant(28, "lora", "actor_train", 3, (2, 3), requires=(26, 27))]
+        if isinstance(event, ev.PipelineRemoved):
+            return [dec.Grant(29, "other", "actor_train", 3, (2, 3))]
+        return []
+
+
+class _Silent:
+    def on_event(self, event: Any, decisions: Any) -> None:
+        pass
+
+    def on_carry_out(self, decision: Any, now: float) -> None:
+        pass
+
+    def on_report(self, decision: Any, ok: bool, now: float) -> None:
+        pass
+
+
+def test_a_removed_pipelines_waiting_grant_is_never_carried_out() -> None:
+    """lora is removed (killed, crashed) while its gang's grant waits on its own shrinks: the
+    grant is void, and what the core decided on the removal (the GPUs to another job) is
+    carried out. An actuator that applies a grant at once (the executor's) used to get the
+    void grant, and the loop then failed with a KeyError before the new grant went out."""
+    carried: list[int] = []
+
+    class AppliesGrantsAtOnce:
+        def carry_out(self, decision: Any) -> None:
+            carried.append(decision.decision_id)
+            if isinstance(decision, dec.Grant):
+                loop.applied(decision.decision_id)
+
+        def revoke(self, decision: Any) -> None:
+            pass
+
+        def wake_at(self, at_s: float) -> None:
+            pass
+
+    loop = Loop(_Scripted(), _Silent(), AppliesGrantsAtOnce(), clock=lambda: 0.0)  # type: ignore[arg-type]
+    loop.send(ev.Tick(1.0))
+    assert carried == [26, 27]
+    loop.send(ev.PipelineRemoved(2.0, "lora", True))
+    assert carried == [26, 27, 29] and loop.num_unsettled == 0
