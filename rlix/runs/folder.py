@@ -114,10 +114,11 @@ def _write_staged(out_dir: Path, write: Callable[[Path], None], folders: Mapping
 
 
 def _add_run_state(figures: dict[str, Any], state: Mapping[str, Any]) -> None:
-    """How the run ended, at the top of the summary, and each pipeline's final state."""
-    figures["finished"] = bool(state.get("finished", True))
-    figures["stop_reason"] = state.get("stop_reason")
-    figures["faults"] = list(state.get("faults", []))
+    """How the run ended, at the top of the summary, and each pipeline's final state. What
+    `state` does not say, the figures may (a simulator run's `finished`, from its extras)."""
+    figures["finished"] = bool(state.get("finished", figures.get("finished", True)))
+    figures["stop_reason"] = state.get("stop_reason", figures.get("stop_reason"))
+    figures["faults"] = list(state.get("faults", figures.get("faults", [])))
     for pipeline_id, (name, reason) in state.get("states", {}).items():
         if pipeline_id in figures.get("pipelines", {}):
             figures["pipelines"][pipeline_id].update({"state": name, "state_reason": reason})

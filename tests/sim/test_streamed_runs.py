@@ -223,3 +223,11 @@ def test_a_streamed_run_stopped_by_sigterm_leaves_nothing(tmp_path: Path) -> Non
     _, err = process.communicate(timeout=60)
     assert process.returncode == 143, err
     assert "Traceback" not in err and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("tables", [[], ["--tables", "steps"]])
+def test_a_run_cut_before_its_pipelines_end_is_not_finished(tmp_path: Path, tables: list[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["run", "tiny", "--duration-s", "5", "--no-alone", "--quiet", "--out", str(out), *tables]) == 0
+    summary = _summary(out)
+    assert summary["finished"] is False and summary["unfinished"] == ["ft", "lora"]
