@@ -114,6 +114,10 @@ def resume_command(args: argparse.Namespace) -> int:
     from rlix.runs.errors import RunError
 
     try:
+        if args.address is not None:  # before the run's files are touched
+            from rlix.executor.session import check_reachable
+
+            check_reachable(args.address)
         the_plan, cut = prepare_resume(args.run_dir)
         result = execute(the_plan, out_dir=args.run_dir, address=args.address, quiet=args.quiet,
                          check_invariants=args.check_invariants, cut=cut)

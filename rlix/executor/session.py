@@ -92,6 +92,7 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
             ray.shutdown()
             raise SessionError(f"Ray listens on non-loopback addresses {sorted(set(bad))}; refusing to run")
     else:
+        check_reachable(address)
         try:
             ray.init(address=address, **kwargs)
         except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -172,6 +173,15 @@ def process_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def check_reachable(address: str) -> None:
+    """SessionError unless something answers at a host:port `address` ("auto" and ray://
+    client addresses are left to Ray): a dead address makes `ray.init` retry for minutes."""
+    if address == "auto" or "://" in address:
+        return
+    if not reachable(address):
+        raise SessionError(f"cannot join the Ray cluster at {address!r}: nothing answers there")
 
 
 def reachable(address: str, timeout_s: float = 2.0) -> bool:

@@ -310,3 +310,21 @@ def test_a_driver_failure_still_writes_the_record_then_raises(ray_session: Any, 
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["finished"] is False and "TimeoutError" in summary["stop_reason"]
     assert replay(tmp_path / "run").identical
+
+
+def test_a_dead_address_is_one_line_within_seconds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ray would retry a dead address for minutes; a resume refused so leaves its run as it was."""
+    from rlix.executor.journal import JournalWriter
+
+    started = time.monotonic()
+    assert main(["run", "cpu-demo", "--quiet", "--address", "127.0.0.1:1", "--out", str(tmp_path / "new")]) == 2
+    assert "nothing answers there" in _one_error_line(capsys)
+    run = tmp_path / "cut"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"finished": False}))
+    JournalWriter(run / "journal.jsonl", "scenario", "v").close()
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert main(["resume", str(run), "--quiet", "--address", "127.0.0.1:1"]) == 2
+    assert "nothing answers there" in _one_error_line(capsys)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert time.monotonic() - started < 60 and not ray.is_initialized()
