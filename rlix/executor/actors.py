@@ -1,4 +1,5 @@
-"""Ray handles for the executor's actor classes, and ending actors for sure.
+"""Ray handles for the executor's actor classes, ending actors for sure, and saying in one line
+why one failed.
 
 `kill_and_confirm` is how the executor frees GPUs honestly: an actor is killed, then called
 until Ray says it is dead, and only then does the core hear that its GPUs are free.
@@ -7,6 +8,7 @@ until Ray says it is dead, and only then does the core hear that its GPUs are fr
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -21,6 +23,15 @@ RemoteTrainerWorker = ray.remote(TrainerWorker)
 
 #: Errors that mean "that actor is gone" (died, killed, its node lost).
 ACTOR_GONE = (RayActorError,)
+
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def failure_reason(error: BaseException) -> str:
+    """`Type: message` of what failed, on one line: a Ray error's text can hold the remote
+    traceback (in colour), whose last line is the error itself."""
+    lines = [line.strip() for line in _TERMINAL_CODES.sub("", str(error)).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
 
 
 async def kill_and_confirm(handles: Iterable[Any], timeout_s: float = 30.0) -> list[Any]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray.exceptions import RayTaskError
 
-from rlix.executor.actors import ACTOR_GONE
+from rlix.executor.actors import ACTOR_GONE, failure_reason
 from rlix.policy import decisions as dec
 from rlix.policy import events as ev
 
@@ -111,7 +111,7 @@ class RayActuator:
         log.warning("%s of %s rank %d failed: %s", type(decision).__name__, decision.pipeline_id,
                     decision.dp_rank, exc)
         self.failures.append(f"{type(decision).__name__} {decision.pipeline_id}/{decision.dp_rank}: {exc}")
-        self.orch.loop.failed(decision.decision_id, f"{type(exc).__name__}: {exc}"[:200])
+        self.orch.loop.failed(decision.decision_id, failure_reason(exc)[:200])
 
     async def _notify(self, handler: Any, decision: dec.Revoke) -> None:
         try:

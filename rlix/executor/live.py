@@ -156,7 +156,7 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     """The run itself, from the orchestrator's start to a record (finished or cut short);
     `stops` raises the stop signals as RunStopped while it is on."""
 
-    from rlix.executor.actors import ACTOR_GONE
+    from rlix.executor.actors import ACTOR_GONE, failure_reason
     from rlix.executor.api import launch_orchestrator
 
     scenario = the_plan.scenario
@@ -182,7 +182,7 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     except ACTOR_GONE as exc:
         stop_reason = f"the orchestrator actor died ({type(exc).__name__})"
     except Exception as exc:  # noqa: BLE001 - re-raised by `execute` once the record is written
-        stop_reason, failure = f"the driver failed ({type(exc).__name__}: {exc})", exc
+        stop_reason, failure = f"the driver failed ({failure_reason(exc)})", exc
     finally:
         stops.off()  # a second signal does not cut the shut-down and the record short
         if handle is not None and (stop_reason or recorder is None):

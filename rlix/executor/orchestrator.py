@@ -31,7 +31,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayTaskError
 
-from rlix.executor.actors import ACTOR_GONE, kill_and_confirm
+from rlix.executor.actors import ACTOR_GONE, failure_reason, kill_and_confirm
 from rlix.executor.actuator import RayActuator
 from rlix.executor.external import ExternalApi
 from rlix.executor.pipeline import PipelineActor
@@ -133,7 +133,7 @@ class Orchestrator(ExternalApi):
             await record.actor.run.remote()
         except RayTaskError as exc:
             cause = exc.cause if exc.cause is not None else exc
-            await self._remove(record, "failed", f"{type(cause).__name__}: {cause}")
+            await self._remove(record, "failed", failure_reason(cause))
             return
         except ACTOR_GONE as exc:
             await self._remove(record, "failed", f"its actor died ({type(exc).__name__})")

@@ -223,3 +223,16 @@ def test_under_rlix_a_pipeline_loads_its_trainer_before_it_asks_for_the_init(cli
     asked = next(e["now"] for e in mine if e["type"] == "ClusterRequested" and e["priority"] == 0)
     assert asked - admitted >= 1.5
     checked_tables(client, specs_of(setup))
+
+
+def test_a_failure_reason_is_one_line_without_colour() -> None:
+    """A pipeline whose actor fails to start: Ray's error text holds the remote traceback in
+    colour; the state_reason in summary.json is its last line, the error itself."""
+    from rlix.executor.actors import failure_reason
+
+    remote = ("\x1b[36mray::PipelineActor.__init__()\x1b[39m (pid=1)\nTraceback (most recent call last):\n"
+              '  File "x.py", line 3, in load\n    raise SafetensorError("bad header")\n'
+              "safetensors_rust.SafetensorError: Error while deserializing header: bad header\n")
+    reason = failure_reason(RuntimeError(remote))
+    assert reason == "RuntimeError: safetensors_rust.SafetensorError: Error while deserializing header: bad header"
+    assert failure_reason(ValueError("plain")) == "ValueError: plain" and failure_reason(KeyError()) == "KeyError"
