@@ -52,6 +52,9 @@ def plan(scenario_ref: str | Any, policy: str | None = None, workload: str = "ml
     scenario = load_scenario(scenario_ref) if isinstance(scenario_ref, str | Path) else scenario_ref
     if policy is not None:
         scenario = scenario.with_policy(policy)
+    if scenario.max_time_s is not None:  # else the live run goes on past it and its replay stops there
+        raise ExecutorInputError(f"max_time_s: {scenario.max_time_s:g} s cuts a simulated run; a live run goes "
+                                 "to its pipelines' ends (remove it, or stop the run with Ctrl-C or a kill)")
     ex = scenario.executor or ExecutorConfig()
     topology = scenario.topology()
     specs = scenario.pipeline_specs()
