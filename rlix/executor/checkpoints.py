@@ -4,7 +4,8 @@ A checkpoint is a folder `<pipeline's checkpoints>/ckpt-<sequence>-<adapter>-v<v
 what the workload saves (the trainers' weights, optimizer and RNG states) and, written last,
 `checkpoint.json`: pipeline, adapter, version, every adapter's weight version and next step
 (the data position: a step's batch is a function of the step), the sequence number, the run
-time and the number of events the run's record held (the record position).
+time, the number of events the run's record held (the record position), and the size of every
+file it wrote (a read refuses a checkpoint whose files were cut short or lost since).
 
 Atomic: everything is written into a hidden temporary folder beside it and renamed into place
 at the end, so a process killed mid-write leaves the previous checkpoints as they were (and a
@@ -42,6 +43,7 @@ async def write_checkpoint(folder: Path, name: str, save: Callable[[Path], Await
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=folder))
     try:
         await save(staging)
+        meta = {**meta, "files": _sizes(staging)}
         (staging / CHECKPOINT_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         final = folder / name
         if final.exists():
@@ -86,4 +88,15 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     missing = [k for k in ("pipeline_id", "adapter", "version", "versions", "next_step") if k not in meta]
     if missing:
         raise CheckpointError(f"{file}: missing {', '.join(missing)}")
+    for name, size in dict(meta.get("files", {})).items():  # a file cut short, or gone, after the write
+        saved = path / name
+        found = saved.stat().st_size if saved.is_file() else None
+        if found != size:
+            raise CheckpointError(f"{saved}: {'missing' if found is None else f'{found} bytes'}, the checkpoint "
+                                  f"wrote {size} (damaged: remove the checkpoint folder to resume from the one before)")
     return dict(meta)
+
+
+def _sizes(folder: Path) -> dict[str, int]:
+    """Every file's size, by its path in `folder`: what a read checks the checkpoint against."""
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}

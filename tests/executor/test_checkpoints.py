@@ -132,3 +132,24 @@ def test_checkpoints_are_in_sequence_past_the_zero_padding(tmp_path: Path) -> No
         (tmp_path / name).mkdir()
         (tmp_path / name / CHECKPOINT_FILE).write_text("{}")
     assert [p.name for p in list_checkpoints(tmp_path)] == [names[2], names[0], names[1]]
+
+
+def test_a_checkpoint_whose_files_were_cut_short_is_refused(tmp_path: Path) -> None:
+    """A resume reads checkpoint.json only; the sizes it records catch weights cut short or
+    lost after the write (a full disk elsewhere, a copy interrupted), before any trainer loads
+    them."""
+    async def save(folder: Path) -> None:
+        (folder / "model.safetensors").write_bytes(b"w" * 1000)
+        (folder / "optimizer").mkdir()
+        (folder / "optimizer" / "state.pt").write_bytes(b"o" * 10)
+
+    meta = {"pipeline_id": "ft", "adapter": "base", "version": 1, "versions": {"base": 1}, "next_step": {"base": 1}}
+    path = asyncio.run(write_checkpoint(tmp_path, checkpoint_name(1, "base", 1), save, meta, keep=2))
+    assert read_checkpoint(path)["files"] == {"model.safetensors": 1000, "optimizer/state.pt": 10}
+    (path / "model.safetensors").write_bytes(b"w" * 600)
+    with pytest.raises(CheckpointError, match=r"model.safetensors: 600 bytes, the checkpoint wrote 1000 \(damaged"):
+        read_checkpoint(path)
+    (path / "model.safetensors").write_bytes(b"w" * 1000)
+    (path / "optimizer" / "state.pt").unlink()
+    with pytest.raises(CheckpointError, match="state.pt: missing"):
+        read_checkpoint(path)
