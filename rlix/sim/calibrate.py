@@ -101,7 +101,7 @@ def read_run(path: str | Path, accept_simulated: bool = False) -> RunData:
     problems = [what for what, empty in (
         ("finished steps", steps.empty), ("rollout attempts", rollouts.empty),
         ("weight loads and offloads in activity", not activity["stage"].isin(["load", "offload"]).any()),
-        ("an init holding in allocations", not (allocations["priority"] == 0).any()),
+        ("init holding in allocations", not (allocations["priority"] == 0).any()),
     ) if empty]
     if problems:
         raise RunError(f"nothing to fit: no {', no '.join(problems)}", file=run.path)

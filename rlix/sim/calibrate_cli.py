@@ -49,6 +49,17 @@ def calibrate_main(args: argparse.Namespace) -> int:
 
     out = check_out_file(args.out)
     trace_out = check_out_file(args.trace_out) if args.trace_out else None
+    if trace_out is not None:  # before any fit or write: its format comes from its suffix
+        from rlix.traces.io import format_of
+
+        if trace_out.resolve() == out.resolve():
+            raise UsageError("--trace-out: the same file as --out; the trace would replace the cost file")
+        suffix = trace_out.suffix or "(none)"
+        try:
+            format_of(trace_out)
+        except ValueError:
+            raise UsageError(f"--trace-out {trace_out}: a trace is written as .parquet, .csv, .jsonl or .json, "
+                             f"not {suffix}") from None
     calibration = fit_runs(args.run_dirs, accept_simulated=args.accept_simulated)
     print(f"{'constant':<28} {'value':>12} {'residual s':>11} {'samples':>8}")
     for fit in calibration.fits:

@@ -169,3 +169,15 @@ def test_machine_load_averages_what_every_run_counted() -> None:
     assert both["own_cores"] == pytest.approx(1.3) and both["machine_busy_share"] == pytest.approx(0.85)
     older = machine_load([run(own_cores=1.0, machine_busy_share=0.8), run()])
     assert "own_cores" not in older and "machine_busy_share" not in older and older["cores"] == 2.0
+
+
+@pytest.mark.parametrize("trace, words", [("lengths.txt", "not .txt"), ("costs.yaml", "the same file as --out")])
+def test_a_trace_out_that_cannot_be_written_is_refused_before_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], trace: str, words: str) -> None:
+    from rlix.sim.cli import main as sim_main
+
+    assert sim_main(["calibrate", str(tmp_path / "any-run"), "--out", str(tmp_path / "costs.yaml"),
+                     "--trace-out", str(tmp_path / trace)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
