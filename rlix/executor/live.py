@@ -249,7 +249,8 @@ def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, co
             while to_launch and the_plan.arrivals[to_launch[0].pipeline_id] <= elapsed:
                 _get(handle.launch.remote(to_launch.pop(0)))
             while kills and kills[0][0] <= elapsed:
-                _get(handle.kill_pipeline.remote(kills.pop(0)[1]))
+                at_s, pipeline_id = kills.pop(0)
+                _get(handle.kill_pipeline.remote(pipeline_id, f"killed by the scenario's faults at {at_s:g} s"))
             snapshot = copy.take(_get(handle.run_progress.remote(list(copy.recorder.cursor()))))
             progress.update(snapshot)
             if meter is not None:

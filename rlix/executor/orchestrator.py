@@ -216,14 +216,15 @@ class Orchestrator(ExternalApi):
 
     # --- removal --------------------------------------------------------------------------
 
-    async def kill_pipeline(self, pipeline_id: str) -> dict[str, Any]:
-        """End a pipeline now: its actors are killed and confirmed dead, then its GPUs go back."""
+    async def kill_pipeline(self, pipeline_id: str, reason: str = "killed on request") -> dict[str, Any]:
+        """End a pipeline now: its actors are killed and confirmed dead, then its GPUs go back.
+        `reason` is its state_reason (`rlix-exec kill`'s default, or the scenario's fault)."""
         record = self.pipelines.get(pipeline_id)
         if record is None:
             launched = ", ".join(sorted(self.pipelines)) or "none launched yet"
             raise KeyError(f"no pipeline {pipeline_id} in this run (its pipelines: {launched})")
         if record.alive:
-            await self._remove(record, "killed", "killed on request")
+            await self._remove(record, "killed", reason)
         return self.describe(pipeline_id)
 
     async def pipeline_gone(self, pipeline_id: str, reason: str) -> None:

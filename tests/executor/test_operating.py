@@ -339,3 +339,24 @@ def test_a_run_length_the_executor_would_not_keep_is_refused(tmp_path: Path,
     assert main(["run", str(scenario), "--quiet", "--out", str(tmp_path / "run")]) == 2
     assert "max_time_s: 12 s cuts a simulated run" in _one_error_line(capsys)
     assert not (tmp_path / "run").exists() and not ray.is_initialized()
+
+
+def test_a_scenario_kill_is_a_failed_job_with_its_reason(ray_session: Any, tmp_path: Path) -> None:
+    """The scenario's fault kills lora at 5 s: its state says why, and the job figures count it
+    as failed (no JCT), ft alone as finished."""
+    from rlix.executor.live import execute
+    from rlix.executor.run import plan
+    from rlix.runs.verify import replay
+    from rlix.scenarios.load import validate_scenario
+
+    data = two_gpu_demo(6)
+    data["faults"] = {"events": [{"at_s": 5.0, "kill": "lora"}]}
+    result = execute(plan(validate_scenario(data)), out_dir=tmp_path / "run", quiet=True, timeout_s=300)
+    assert result.finished
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    lora = summary["pipelines"]["lora"]
+    assert (lora["state"], lora["state_reason"], lora["jct_s"]) == ("killed", "killed by the scenario's faults at 5 s",
+                                                                   None)
+    assert lora["finish_s"] is not None and summary["pipelines"]["ft"]["jct_s"] is not None
+    assert (summary["overall"]["jobs"]["finished"], summary["overall"]["jobs"]["failed"]) == (1, 1)
+    assert replay(tmp_path / "run").identical
