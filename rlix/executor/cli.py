@@ -35,13 +35,15 @@ from typing import Any
 
 def main(argv: Sequence[str] | None = None) -> int:
     from rlix.policy import POLICIES
+    from rlix.traces.options import path_text
 
     parser = argparse.ArgumentParser(prog="rlix-exec", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a scenario on Ray")
     run.add_argument("scenario", help="bundled scenario name or YAML file")
-    run.add_argument("--out", help="run folder (default runs/exec-<scenario>-<time>); checked before the run starts")
+    run.add_argument("--out", type=path_text,
+                     help="run folder (default runs/exec-<scenario>-<time>); checked before the run starts")
     run.add_argument("--address", help="join this Ray cluster instead of starting one locally")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.add_argument("--policy", choices=sorted(POLICIES), help="override the scenario's policy")

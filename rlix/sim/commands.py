@@ -14,7 +14,7 @@ from rlix.policy import POLICIES
 from rlix.runs.progress import sim_progress
 from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
 from rlix.sim.choices import policy_names
-from rlix.traces.options import UsageError, non_negative_int, positive_number
+from rlix.traces.options import UsageError, non_negative_int, path_text, positive_number
 
 RUN_HELP = """\
 Replay a scenario on the simulated cluster under one policy and write the run folder:
@@ -292,6 +292,7 @@ def register(commands: Any) -> None:
     run.add_argument(
         "--out",
         metavar="DIR",
+        type=path_text,
         help="run folder (default runs/SCENARIO/POLICY, replaced if present)",
     )
     run.add_argument("--overwrite", action="store_true", help="replace --out if it holds files")
@@ -347,6 +348,7 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
     parser.add_argument(
         "--out",
         metavar="DIR",
+        type=path_text,
         help="where run folders and the plot go (default runs/SCENARIO/compare); a folder that is not "
         "empty must be one compare wrote",
     )

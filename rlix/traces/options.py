@@ -17,6 +17,13 @@ class UsageError(ValueError):
     """Bad input that no other error class covers (e.g. an option out of range for the data)."""
 
 
+def path_text(text: str) -> str:
+    """A path given on the command line: not empty (an empty --out would mean the default)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return text
+
+
 def positive_int(text: str) -> int:
     """An integer of at least 1 (a count of steps, rows, samples)."""
     value = _integer(text)
