@@ -15,11 +15,13 @@ A folder written by another sweep (another scenario or grid) is refused.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,20 +115,24 @@ def run_sweep(
     stream each point's record to disk and keep only those tables (`rlix-sim run --tables`)."""
     points = grid.points(base)  # validated up front: a bad axis runs nothing
     require_ray()
-    out.mkdir(parents=True, exist_ok=True)
-    done = _claim_folder(out, base, grid)
+    identity = {"scenario": json.loads(base.model_dump_json()), "grid": grid.axes}
+    done = _done_rows(out, identity)
     todo = [p for p in points if p.point_id not in done]
     started = time.monotonic()
     rows = {pid: row for pid, row in done.items()}
     if todo:
-        _run_on_ray(todo, out, rows, address, workers, keep_runs, progress, len(points), tables)
+        with _ray_session(address, workers):
+            # Ray is up (or joined) before the folder is claimed: a cluster that cannot be
+            # joined, or a Ctrl-C while Ray starts, leaves no folder behind.
+            _claim_folder(out, identity)
+            _run_on_ray(todo, out, rows, keep_runs, progress, len(points), tables)
     frame = _frame(rows, [p.point_id for p in points], list(grid.axes))
     return SweepResult(out, frame, len(todo), len(points) - len(todo), time.monotonic() - started)
 
 
-def _claim_folder(out: Path, base: Scenario, grid: Grid) -> dict[str, dict[str, Any]]:
-    """Rows already done in `out` by this very sweep; write sweep.json if it is new."""
-    identity = {"scenario": json.loads(base.model_dump_json()), "grid": grid.axes}
+def _done_rows(out: Path, identity: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Rows already done in `out` by this very sweep (none for a new folder); nothing is
+    written. A folder of another sweep, or not a sweep's, is refused."""
     marker = out / SWEEP_FILE
     if marker.exists():
         try:
@@ -135,10 +141,8 @@ def _claim_folder(out: Path, base: Scenario, grid: Grid) -> dict[str, dict[str, 
             raise RunError(f"cannot read {marker}: {error}") from None
         if existing != json.loads(json.dumps(identity, default=str)):
             raise UsageError(f"{out} holds another sweep (another scenario or grid): give a new --out")
-    elif any(out.iterdir()):
+    elif out.is_dir() and any(out.iterdir()):
         raise UsageError(f"{out} exists and is not a sweep folder: give a new or empty --out")
-    else:
-        marker.write_text(json.dumps(identity, indent=1, default=str))
     results = out / RESULTS_FILE
     if not results.exists():
         return {}
@@ -151,45 +155,95 @@ def _claim_folder(out: Path, base: Scenario, grid: Grid) -> dict[str, dict[str, 
     return {str(r["point_id"]): r for r in frame.to_dict("records") if r.get("status") == "ok"}
 
 
-def _run_on_ray(
-    todo: list[Point], out: Path, rows: dict[str, dict[str, Any]], address: str | None, workers: int,
-    keep_runs: bool, progress: Callable[[int, int], None] | None, total: int,
-    tables: frozenset[str] | None = None,
-) -> None:
+def _claim_folder(out: Path, identity: dict[str, Any]) -> None:
+    """Make the sweep folder and write sweep.json if it is new."""
+    out.mkdir(parents=True, exist_ok=True)
+    marker = out / SWEEP_FILE
+    if not marker.exists():
+        marker.write_text(json.dumps(identity, indent=1, default=str))
+
+
+@contextlib.contextmanager
+def _ray_session(address: str | None, workers: int) -> Iterator[None]:
+    """Ray started locally, or the cluster at `address` joined, for the block; shut down after
+    if this call started it. A cluster is joined as `rlix-exec kill` joins one: checked
+    reachable first (a dead address makes Ray retry for minutes), with Ray's token auth on
+    when the cluster is this machine's rlix run that has it, or when a token is at hand (what
+    Ray itself does for `ray.init("auto")`; a cluster without auth takes a token too). Ray
+    takes SIGTERM for itself while it starts (a stack dump, exit 1): after, SIGTERM stops the
+    sweep as Ctrl-C does (the rows done are kept, exit 143)."""
     import ray
 
-    from rlix.executor.session import SessionError, start
+    from rlix.executor.session import SessionError, reachable, running_local_run, start
+    from rlix.sim.cli import Terminated, _terminate_like_interrupt
 
+    auth_mode = None
+    if address is not None:
+        if not reachable(address):
+            raise UsageError(f"--address {address}: nothing answers there (no Ray cluster)")
+        local = running_local_run()
+        auth_mode = local.auth_mode if local is not None and local.address == address else _token_mode()
     started_here = not ray.is_initialized()
     try:
-        start(num_gpus=0, num_cpus=workers, address=address, record_address=False)
-    except SessionError as error:
-        raise UsageError(str(error)) from None
-    task = ray.remote(num_cpus=1)(run_point)
-    try:
-        pending = {}
-        for point in todo:
-            run_dir = str(out / "runs" / point.point_id) if keep_runs else None
-            pending[task.remote(point.scenario, run_dir, tables)] = point
-        finished = total - len(todo)
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            point = pending.pop(ready[0])
-            row: dict[str, Any] = {"point_id": point.point_id, **point.values}
+        try:
+            start(num_gpus=0, num_cpus=workers, address=address, record_address=False, auth_mode=auth_mode)
+        except SessionError as error:
+            raise UsageError(" ".join(str(error).split())) from None
+        with _terminate_like_interrupt():  # SIGTERM taken back from Ray, restored after
+            terminate, signals = signal.getsignal(signal.SIGTERM), []
+
+            def note(signum: int, frame: Any) -> None:
+                signals.append(signum)
+                terminate(signum, frame)  # type: ignore[operator]
+
+            signal.signal(signal.SIGTERM, note)
             try:
-                figures, node = ray.get(ready[0])
-                row.update(status="ok", error="", ray_node=node, **figures)
-            except Exception as error:  # a failed point is recorded and the sweep goes on
-                cause = getattr(error, "cause", None) or error
-                row.update(status="failed", error=f"{type(cause).__name__}: {cause}"[:500])
-            rows[point.point_id] = row
-            _write_rows(_frame(rows, list(rows), list(todo[0].values)), out / RESULTS_FILE)
-            finished += 1
-            if progress is not None:
-                progress(finished, total)
+                yield
+            except KeyboardInterrupt as stop:
+                # Ray turns whatever a signal raises inside its waits into KeyboardInterrupt
+                if signals and not isinstance(stop, Terminated):
+                    raise Terminated from None
+                raise
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _token_mode() -> str | None:
+    """"token" when a Ray auth token is at hand (~/.ray/auth_token, RAY_AUTH_TOKEN or
+    RAY_AUTH_TOKEN_PATH), as Ray looks for one."""
+    from ray._raylet import AuthenticationTokenLoader
+
+    return "token" if AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True) else None
+
+
+def _run_on_ray(
+    todo: list[Point], out: Path, rows: dict[str, dict[str, Any]], keep_runs: bool,
+    progress: Callable[[int, int], None] | None, total: int, tables: frozenset[str] | None = None,
+) -> None:
+    import ray
+
+    task = ray.remote(num_cpus=1)(run_point)
+    pending = {}
+    for point in todo:
+        run_dir = str(out / "runs" / point.point_id) if keep_runs else None
+        pending[task.remote(point.scenario, run_dir, tables)] = point
+    finished = total - len(todo)
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        point = pending.pop(ready[0])
+        row: dict[str, Any] = {"point_id": point.point_id, **point.values}
+        try:
+            figures, node = ray.get(ready[0])
+            row.update(status="ok", error="", ray_node=node, **figures)
+        except Exception as error:  # a failed point is recorded and the sweep goes on
+            cause = getattr(error, "cause", None) or error
+            row.update(status="failed", error=f"{type(cause).__name__}: {cause}"[:500])
+        rows[point.point_id] = row
+        _write_rows(_frame(rows, list(rows), list(point.values)), out / RESULTS_FILE)
+        finished += 1
+        if progress is not None:
+            progress(finished, total)
 
 
 def _write_rows(frame: pd.DataFrame, path: Path) -> None:
