@@ -65,6 +65,8 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
     refused as `InvalidAuthToken`; the token itself is found where Ray keeps it. `quiet` keeps
     Ray's own log lines (connecting, signal handlers) off a short command's output.
     """
+    if address is not None and auth_mode is None:
+        auth_mode = joined_auth_mode(address)
     if auth_mode == "token" and AUTH_MODE_VARIABLE not in os.environ:
         os.environ[AUTH_MODE_VARIABLE] = "token"
         # Ray reads its config at import: if it was imported already, have it read again (what
@@ -173,6 +175,19 @@ def process_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def joined_auth_mode(address: str) -> str | None:
+    """How a client must join the cluster at `address`: as this machine's rlix run says (its
+    address file), else with token auth when a Ray token is at hand (~/.ray/auth_token,
+    RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH: Ray's own rule for `ray.init("auto")`; a cluster
+    without auth accepts a token too), else Ray's default."""
+    local = running_local_run()
+    if local is not None and local.address == address:
+        return local.auth_mode
+    from ray._raylet import AuthenticationTokenLoader
+
+    return "token" if AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True) else None
 
 
 def check_reachable(address: str) -> None:

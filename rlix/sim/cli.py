@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `rlix-sim ARGV...`; return the exit status (see the module docstring)."""
     try:
-        with _terminate_like_interrupt():
+        with terminate_like_interrupt():
             try:
                 args = build_parser().parse_args(argv)
                 return run_command(args)
@@ -109,7 +109,7 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextmanager
-def _terminate_like_interrupt() -> Iterator[None]:
+def terminate_like_interrupt() -> Iterator[None]:
     def terminate(signum: int, frame: Any) -> None:
         raise Terminated
 

@@ -174,22 +174,18 @@ def _ray_session(address: str | None, workers: int) -> Iterator[None]:
     sweep as Ctrl-C does (the rows done are kept, exit 143)."""
     import ray
 
-    from rlix.executor.session import SessionError, reachable, running_local_run, start
-    from rlix.sim.cli import Terminated, _terminate_like_interrupt
+    from rlix.executor.session import SessionError, reachable, start
+    from rlix.sim.cli import Terminated, terminate_like_interrupt
 
-    auth_mode = None
-    if address is not None:
-        if not reachable(address):
-            raise UsageError(f"--address {address}: nothing answers there (no Ray cluster)")
-        local = running_local_run()
-        auth_mode = local.auth_mode if local is not None and local.address == address else _token_mode()
+    if address is not None and not reachable(address):
+        raise UsageError(f"--address {address}: nothing answers there (no Ray cluster)")
     started_here = not ray.is_initialized()
     try:
-        try:
-            start(num_gpus=0, num_cpus=workers, address=address, record_address=False, auth_mode=auth_mode)
+        try:  # joined with the auth mode the cluster wants (session.joined_auth_mode)
+            start(num_gpus=0, num_cpus=workers, address=address, record_address=False)
         except SessionError as error:
             raise UsageError(" ".join(str(error).split())) from None
-        with _terminate_like_interrupt():  # SIGTERM taken back from Ray, restored after
+        with terminate_like_interrupt():  # SIGTERM taken back from Ray, restored after
             terminate, signals = signal.getsignal(signal.SIGTERM), []
 
             def note(signum: int, frame: Any) -> None:
@@ -207,14 +203,6 @@ def _ray_session(address: str | None, workers: int) -> Iterator[None]:
     finally:
         if started_here:
             ray.shutdown()
-
-
-def _token_mode() -> str | None:
-    """"token" when a Ray auth token is at hand (~/.ray/auth_token, RAY_AUTH_TOKEN or
-    RAY_AUTH_TOKEN_PATH), as Ray looks for one."""
-    from ray._raylet import AuthenticationTokenLoader
-
-    return "token" if AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True) else None
 
 
 def _run_on_ray(
