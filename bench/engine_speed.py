@@ -36,7 +36,8 @@ import numpy as np
 
 from rlix.sim.costs import CostModel
 from rlix.sim.engine import RolloutGroup
-from rlix.traces import load_bundled
+from rlix.traces import bundled_names, load_bundled
+from rlix.traces.options import non_negative_int, positive_int, positive_number
 
 
 def python_speed_ns() -> float:
@@ -124,24 +125,32 @@ def run(args: argparse.Namespace) -> dict[str, float | int | str]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trajectories", type=int, default=200_000)
-    parser.add_argument("--groups", type=int, default=3)
-    parser.add_argument("--prompts", type=int, default=512)
-    parser.add_argument("--samples", type=int, default=16)
-    parser.add_argument("--trace", default="agentic_small")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="engine_speed.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--trajectories", type=positive_int, default=200_000)
+    parser.add_argument("--groups", type=positive_int, default=3)
+    parser.add_argument("--prompts", type=positive_int, default=512)
+    parser.add_argument("--samples", type=positive_int, default=16)
+    parser.add_argument("--trace", default="agentic_small", help="a bundled trace (default agentic_small)")
     parser.add_argument("--model", default="7b")
-    parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--max-batch", type=int, default=256)
-    parser.add_argument("--slice-s", type=float, default=5.0)
-    parser.add_argument("--churn-s", type=float, default=60.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--min-engines", type=int, default=8)
-    parser.add_argument("--max-engines", type=int, default=16)
+    parser.add_argument("--tp", type=positive_int, default=1)
+    parser.add_argument("--max-batch", type=positive_int, default=256)
+    parser.add_argument("--slice-s", type=positive_number, default=5.0)
+    parser.add_argument("--churn-s", type=positive_number, default=60.0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--min-engines", type=positive_int, default=8)
+    parser.add_argument("--max-engines", type=positive_int, default=16)
     parser.add_argument("--profile", action="store_true", help="cProfile the run (slower)")
     parser.add_argument("--json", action="store_true", help="one JSON line of the figures")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.trace not in bundled_names():
+        parser.error(f"--trace: no bundled trace {args.trace!r} (bundled: {', '.join(bundled_names())})")
+    try:
+        CostModel.for_model(args.model).kv_capacity_tokens(args.tp)
+    except ValueError as error:
+        parser.error(f"--model {args.model} --tp {args.tp}: {error}")
+    if args.min_engines > args.max_engines:
+        parser.error(f"--min-engines {args.min_engines} is more than --max-engines {args.max_engines}")
     if args.profile:
         profiler = cProfile.Profile()
         result = profiler.runcall(run, args)

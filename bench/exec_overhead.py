@@ -39,6 +39,7 @@ from rlix.executor.workers import Engine
 from rlix.executor.workload import PipelineSetup
 from rlix.pipelines import AdapterConfig, ProgramConfig
 from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
+from rlix.traces.options import positive_int, positive_number
 
 
 class StartNotingWorkload(SyntheticWorkload):
@@ -180,10 +181,10 @@ def cpu_demo() -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--skip-demo", action="store_true", help="skip the cpu-demo run")
-    parser.add_argument("--grants", type=int, default=300)
-    parser.add_argument("--weight-mb", type=float, default=64.0)
+    parser.add_argument("--grants", type=positive_int, default=300)
+    parser.add_argument("--weight-mb", type=positive_number, default=64.0)
     args = parser.parse_args()
     session.start(num_gpus=4, num_cpus=2)
     handle = start_orchestrator(Topology(1, 4))
@@ -197,7 +198,7 @@ def main() -> None:
         results.update(cpu_demo())
     session.stop()
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps(results))
     else:
         for key, value in results.items():
             print(f"{key:>28}: {value:.3f}" if isinstance(value, float) else f"{key:>28}: {value}")

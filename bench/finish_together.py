@@ -18,9 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from rlix.runs.breakdown_plot import plot_path
+from rlix.runs.errors import RunError
 from rlix.scenarios import load_scenario
 from rlix.sim.choices import bundled_scenario_names
 from rlix.sim.parallel import run_all
@@ -84,6 +87,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     axes[0][0].set_ylabel("steps per hour")
     fig.suptitle("rlix, finish_together = gamma (labels): makespan against mean JCT", fontsize=10)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
 
 
@@ -108,8 +112,8 @@ def _setting(text: str) -> tuple[str, Any]:
         return key.strip(), value
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="finish_together.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", type=bundled_scenario_names, default=",".join(DEFAULT_SCENARIOS),
                         help="bundled scenarios, separated by commas (default: the four studies)")
     parser.add_argument("--gammas", type=_gammas, default=list(DEFAULT_GAMMAS), help=f"default: {','.join(f'{g:g}' for g in DEFAULT_GAMMAS)}")
@@ -117,16 +121,21 @@ def main() -> int:
                         help="means over seeds 0..N-1 (default 8; 0: each scenario's own seed)")
     parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
     parser.add_argument("--json", action="store_true", help="one JSON line: {\"rows\": [...]}")
-    parser.add_argument("--plot", metavar="PNG", help="write the trade-off plot here")
+    parser.add_argument("--plot", metavar="PNG", help="write the trade-off plot here (checked before the runs)")
     parser.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                         help="another policy tunable for every run, e.g. keep_busy_tail=false (repeatable)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     names = args.scenarios
     overrides = dict(args.set)
     try:
         load_scenario(names[0]).with_policy("rlix", overrides)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.plot:
+        try:
+            args.plot = str(plot_path(args.plot))
+        except RunError as error:
+            parser.error(f"--plot {error}")
     rows = bench(names, args.gammas, args.seeds, args.workers, quiet=args.json, overrides=overrides)
     if args.plot:
         plot(rows, args.plot)

@@ -7,11 +7,12 @@ setting without stacking homes by expected runtime (`stack_by_runtime` off); gap
 static-backfill for reference. Every variant runs the same scenario and seed; each job's
 slowdown is its JCT over its time alone on its home (computed once, shared by the variants).
 Prints one table (mean and p95 JCT, p95 slowdown, p95 queueing, idle share over the run and
-while some job waits to start, steps/h) and draws
+while some job waits to start, steps/h) and, with `--plot PATH` (checked before the runs), draws
 mean JCT against p95 slowdown. Deterministic simulator figures; lab-day takes 3-5 min a variant.
 
-    python bench/job_order.py                                  # lab-day, the table and the plot
-    python bench/job_order.py --json                           # one JSON line: {"rows": [...]}
+    python bench/job_order.py                                  # lab-day, the table
+    python bench/job_order.py --plot docs/job-order.png        # the table and the README's plot
+    python bench/job_order.py --json                           # one JSON line: {"rows": [...], "plot": null}
     python bench/job_order.py --scenario blog-4on12 --plot out.png --workers 2
 """
 
@@ -20,8 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from rlix.runs.breakdown_plot import plot_path
+from rlix.runs.errors import RunError
 from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.sim.parallel import run_all
 from rlix.sim.report import format_table
@@ -88,19 +92,27 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     # Below the axes: the variants' names are long, and beside them they squeeze the chart.
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="job_order.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", default="lab-day", choices=bundled_scenarios(), metavar="SCENARIO",
                         help="a bundled scenario (default: lab-day)")
     parser.add_argument("--workers", type=positive_int, default=2, help="variants run at once (default 2)")
-    parser.add_argument("--plot", default="docs/job-order.png", help="where the plot goes")
+    parser.add_argument("--plot", metavar="PATH", help="also draw the plot here (e.g. docs/job-order.png; default: none)")
     parser.add_argument("--json", action="store_true", help="one JSON line")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.plot is not None:
+        try:
+            args.plot = str(plot_path(args.plot))
+        except RunError as error:
+            parser.error(f"--plot {error}")
     rows = bench(args.scenario, args.workers, quiet=args.json)
-    plot(rows, args.plot)
+    if args.plot is not None:
+        plot(rows, args.plot)
     if args.json:
         print(json.dumps({"rows": rows, "plot": args.plot}))
         return 0
@@ -110,7 +122,8 @@ def main() -> int:
                "p95_queueing_s": "{:,.0f}", "idle_share": "{:.1%}", "idle_while_waiting": "{:.1%}",
                "steps_per_hour": "{:.1f}"}
     print(format_table(pd.DataFrame(rows), formats))
-    print(f"\nplot: {args.plot}")
+    if args.plot is not None:
+        print(f"\nplot: {args.plot}")
     return 0
 
 

@@ -8,9 +8,12 @@ and runs the scenario under rlix and under gap-ratio (the RLix model) at each sc
 and same jobs, so a lab can read off its own hardware's point: mean JCT of each, the ratio, and
 each policy's loading share. Deterministic simulator figures; lab-day takes about 1 min a run.
 
-    python bench/move_costs.py                          # lab-day, scales 0.5,1,1.5,2, the table and the plot
+    python bench/move_costs.py                          # lab-day, scales 0.5,1,1.5,2, the table
     python bench/move_costs.py --seeds 2 --json         # mean over seeds 0 and 1, one JSON line
     python bench/move_costs.py --scenario blog-4on12 --scales 0.25,1,4 --plot out.png
+
+The plot is drawn only when asked (`--plot PATH`, checked before the runs); the README's is
+`--seeds 2 --scales 0.25,0.5,1,1.5,2 --plot docs/move-costs.png`.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from rlix.runs.breakdown_plot import plot_path
+from rlix.runs.errors import RunError
 from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.scenarios.schema import Scenario
 from rlix.sim.parallel import run_all
@@ -96,7 +102,9 @@ def plot(rows: list[dict[str, Any]], path: str, target: float) -> None:
     ax.set_title(f"{first['scenario']}: rlix's mean JCT over the RLix model's, by move cost")
     ax.legend(fontsize=8)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _scales(text: str) -> list[float]:
@@ -106,8 +114,8 @@ def _scales(text: str) -> list[float]:
     return scales
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="move_costs.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", default="lab-day", choices=bundled_scenarios(), metavar="SCENARIO",
                         help="a bundled scenario (default: lab-day)")
     parser.add_argument("--scales", type=_scales, default=list(DEFAULT_SCALES),
@@ -116,11 +124,17 @@ def main() -> int:
                         help="mean over seeds 0..N-1 (default: the scenario's own seed)")
     parser.add_argument("--workers", type=positive_int, default=2, help="runs at once (default 2)")
     parser.add_argument("--target", type=float, default=0.8, help="the ratio drawn as the target (default 0.8)")
-    parser.add_argument("--plot", default="docs/move-costs.png", help="where the plot goes")
+    parser.add_argument("--plot", metavar="PATH", help="also draw the plot here (e.g. docs/move-costs.png; default: none)")
     parser.add_argument("--json", action="store_true", help="one JSON line")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.plot is not None:
+        try:
+            args.plot = str(plot_path(args.plot))
+        except RunError as error:
+            parser.error(f"--plot {error}")
     rows = bench(args.scenario, args.scales, args.seeds, args.workers, quiet=args.json)
-    plot(rows, args.plot, args.target)
+    if args.plot is not None:
+        plot(rows, args.plot, args.target)
     if args.json:
         print(json.dumps({"rows": rows, "plot": args.plot}))
         return 0
@@ -132,7 +146,8 @@ def main() -> int:
     columns = ["scale", "expand_fixed_s", "shrink_fixed_s", "rlix_mean_jct_s", "rlix_model_mean_jct_s", "ratio",
                "rlix_loading_share", "rlix_model_loading_share"]
     print(format_table(pd.DataFrame(rows)[columns], formats))
-    print(f"\nplot: {args.plot}")
+    if args.plot is not None:
+        print(f"\nplot: {args.plot}")
     return 0
 
 

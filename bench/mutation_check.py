@@ -36,6 +36,8 @@ from pathlib import Path
 
 from tqdm import tqdm  # type: ignore[import-untyped]
 
+from rlix.traces.options import positive_int, positive_number
+
 REPO = Path(__file__).resolve().parent.parent
 TESTS = ("tests/policy", "tests/runs")
 INV = "rlix/policy/invariants.py"
@@ -216,16 +218,16 @@ def mutate(tree: Path, mutant: Mutant) -> str:
     return text
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="mutation_check.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     parser.add_argument("--only", default="", help="run the mutants whose name contains this")
     parser.add_argument("--ref", help="mutate this git revision (e.g. HEAD) instead of the working tree")
-    parser.add_argument("--examples", type=int, help="RLIX_HYPOTHESIS_EXAMPLES for the property tests")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per test run (a timeout kills)")
+    parser.add_argument("--examples", type=positive_int, help="RLIX_HYPOTHESIS_EXAMPLES for the property tests")
+    parser.add_argument("--timeout", type=positive_number, default=1800.0, help="seconds per test run (a timeout kills)")
     parser.add_argument("--tests", default=",".join(TESTS), help="comma-separated test paths")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     mutants = [m for m in MUTANTS if args.only in m.name]
     if args.list or not mutants:
         for m in mutants:

@@ -20,7 +20,7 @@ counts time the OS did not run the process (a fixed pure-Python loop here shows 
 p99 about 2-3x its p50, but a CPU-time p99 within 1.3x), so its tail measures the host.
 
     python bench/planning.py            # table
-    python bench/planning.py --json     # table, then one JSON line: [{gpus, pipelines, tp, p50_ms, p99_ms, ...}]
+    python bench/planning.py --json     # one JSON line: [{gpus, pipelines, tp, p50_ms, p99_ms, ...}] (the table on stderr)
     python bench/planning.py --reference 1024   # also time the RLix gap-ratio model up to 1024 GPUs
 
 The target is a p99 of at most 5 ms CPU time per round for the rlix policy, in every row.
@@ -34,6 +34,7 @@ import gc
 import json
 import random
 import statistics
+import sys
 import time
 
 from rlix.policy import (
@@ -50,6 +51,7 @@ from rlix.policy import (
     Topology,
 )
 from rlix.policy.state import RankStatus
+from rlix.traces.options import non_negative_int, positive_int
 
 CONFIGS = [(512, 16, 1), (1024, 32, 1), (1024, 64, 4), (4096, 64, 8)]
 DONOR_HEAVY_CONFIGS = [(1024, 32, 1), (4096, 64, 8)]
@@ -193,14 +195,16 @@ def _pct(values: list[float], q: float) -> float:
     return round(ordered[index], 3)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", action="store_true", help="end with one JSON line of the rows")
-    parser.add_argument("--samples", type=int, default=100, help="rounds timed per config (default 100)")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="planning.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="one JSON line of the rows on stdout (the table on stderr)")
+    parser.add_argument("--samples", type=positive_int, default=100, help="rounds timed per config (default 100)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--reference", type=int, default=0, metavar="MAX_GPUS",
+    parser.add_argument("--reference", type=non_negative_int, default=0, metavar="MAX_GPUS",
                         help="also time the gap-ratio model on configs up to this many GPUs (few samples)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    out = sys.stderr if args.json else sys.stdout  # with --json stdout is its one line
     rows = []
     for gpus, pipelines, tp in CONFIGS:
         row = measure(gpus, pipelines, tp, "rlix", args.samples, args.seed)
@@ -209,26 +213,26 @@ def main() -> None:
               f"p99 {row['p99_ms']:5.2f} ms (wall {row['wall_p50_ms']:.2f} / {row['wall_p99_ms']:.2f}; "
               f"{row['decisions_per_round']:.0f} decisions); "
               f"steady p50 {row['steady_p50_ms']:.2f} ms p99 {row['steady_p99_ms']:.2f} ms "
-              f"(wall {row['steady_wall_p50_ms']:.2f} / {row['steady_wall_p99_ms']:.2f})", flush=True)
+              f"(wall {row['steady_wall_p50_ms']:.2f} / {row['steady_wall_p99_ms']:.2f})", file=out, flush=True)
         if gpus <= args.reference:
             ref = measure(gpus, pipelines, tp, "gap-ratio", 3, args.seed)
             rows.append(ref)
-            print(f"gap-ratio {gpus:5d} GPUs {pipelines:3d} pipelines TP{tp}: cold p50 {ref['p50_ms']:9.1f} ms", flush=True)
+            print(f"gap-ratio {gpus:5d} GPUs {pipelines:3d} pipelines TP{tp}: cold p50 {ref['p50_ms']:9.1f} ms", file=out, flush=True)
     for gpus, pipelines, tp in DONOR_HEAVY_CONFIGS:
         row = measure_donor_heavy(gpus, pipelines, tp, "rlix", args.samples, args.seed)
         rows.append(row)
         print(f"rlix      {gpus:5d} GPUs {pipelines:3d} pipelines TP{tp}: donor-heavy p50 {row['p50_ms']:5.2f} ms "
               f"p99 {row['p99_ms']:5.2f} ms (wall {row['wall_p50_ms']:.2f} / {row['wall_p99_ms']:.2f}; "
-              f"{row['decisions_per_round']:.0f} decisions, {row['shrinks_per_round']:.0f} shrinks)", flush=True)
+              f"{row['decisions_per_round']:.0f} decisions, {row['shrinks_per_round']:.0f} shrinks)", file=out, flush=True)
         if gpus <= args.reference:
             ref = measure_donor_heavy(gpus, pipelines, tp, "gap-ratio", 3, args.seed)
             rows.append(ref)
             print(f"gap-ratio {gpus:5d} GPUs {pipelines:3d} pipelines TP{tp}: donor-heavy p50 {ref['p50_ms']:9.1f} ms "
-                  f"({ref['decisions_per_round']:.0f} decisions, {ref['shrinks_per_round']:.0f} shrinks)", flush=True)
+                  f"({ref['decisions_per_round']:.0f} decisions, {ref['shrinks_per_round']:.0f} shrinks)", file=out, flush=True)
     rlix_rows = [r for r in rows if r["policy"] == "rlix"]
     mixed = {(r["gpus"], r["pipelines"], r["tp"]): r for r in rlix_rows if "setup" not in r}
     growth = mixed[(4096, 64, 8)]["p99_ms"] / mixed[(512, 16, 1)]["p99_ms"]
-    print(f"p99 growth 4096 vs 512 GPUs: {growth:.1f}x (target <= 12x)")
+    print(f"p99 growth 4096 vs 512 GPUs: {growth:.1f}x (target <= 12x)", file=out)
     worst = {
         "cold": max(r["p99_ms"] for r in rlix_rows if "setup" not in r),
         "steady": max(r["steady_p99_ms"] for r in rlix_rows if "setup" not in r),
@@ -236,7 +240,7 @@ def main() -> None:
     }
     print("worst p99 (CPU): " + ", ".join(
         f"{name} {ms:.2f} ms ({'ok' if ms <= TARGET_P99_MS else 'MISSES'} the {TARGET_P99_MS:g} ms target)"
-        for name, ms in worst.items()))
+        for name, ms in worst.items()), file=out)
     if args.json:
         print(json.dumps(rows))
 

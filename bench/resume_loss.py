@@ -7,9 +7,10 @@ SIGKILLed once its journal holds `--kill-at` finished adapter steps (of 36: ft 1
 counted by steps, not seconds, so a busy machine cuts every run at the same point), and
 `rlix-exec resume` finishes the run. Reported per value: the adapter steps the cut run had finished (from the journal),
 the steps the resume started from (its segment line), so the steps lost, the checkpoints' share
-of the run's step time (`checkpoint_s` over the summed step times), and both wall times. The
-last line with `--json`: `{"bench": "resume_loss", "runs": [{"checkpoint_every", "steps_done",
-"steps_kept", "steps_lost", "checkpoint_share", "cut_wall_s", "resume_wall_s"}]}`.
+of the run's step time (`checkpoint_s` over the summed step times), and both wall times, a line per value
+as it ends (on stderr with `--json`); with `--json`, stdout gets one JSON line: `{"bench":
+"resume_loss", "runs": [{"checkpoint_every", "steps_done", "steps_kept", "steps_lost",
+"checkpoint_share", "cut_wall_s", "resume_wall_s"}]}`.
 `steps_done` can exceed `--kill-at` by the steps that finished while the kill was sent.
 """
 
@@ -28,6 +29,8 @@ from typing import Any
 
 import pandas as pd
 import yaml
+
+from rlix.traces.options import non_negative_int, positive_int
 
 RLIX_EXEC = [sys.executable, "-m", "rlix.executor.cli"]
 
@@ -89,18 +92,29 @@ def measure(every: int, kill_at: int) -> dict[str, Any]:
             "cut_wall_s": round(cut_wall_s, 1), "resume_wall_s": round(resume_wall_s, 1)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--every", default="0,2,4,8", help="checkpoint_every values (default 0,2,4,8)")
-    parser.add_argument("--kill-at", type=int, default=15, help="adapter steps done when the driver is killed (default 15)")
-    parser.add_argument("--json", action="store_true", help="print one JSON line at the end")
-    args = parser.parse_args()
+def every_values(text: str) -> list[int]:
+    """`--every`: checkpoint_every values (0: no checkpoints) separated by commas."""
+    values = [non_negative_int(part.strip()) for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected integers >= 0 separated by commas (e.g. 0,2,4), got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="resume_loss.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--every", type=every_values, default="0,2,4,8", help="checkpoint_every values (default 0,2,4,8)")
+    parser.add_argument("--kill-at", type=positive_int, default=15,
+                        help="adapter steps done when the driver is killed (default 15)")
+    parser.add_argument("--json", action="store_true", help="print one JSON line on stdout (the runs' lines on stderr)")
+    args = parser.parse_args(argv)
     runs = []
-    for every in (int(v) for v in args.every.split(",")):
+    for every in args.every:
         run = measure(every, args.kill_at)
         print(f"checkpoint_every {every}: {run['steps_done']} adapter steps done at the kill, {run['steps_kept']} "
               f"kept, {run['steps_lost']} lost; checkpoints {run['checkpoint_share']:.1%} of step time; "
-              f"cut run {run['cut_wall_s']} s, resume {run['resume_wall_s']} s", flush=True)
+              f"cut run {run['cut_wall_s']} s, resume {run['resume_wall_s']} s",
+              file=sys.stderr if args.json else sys.stdout, flush=True)
         runs.append(run)
     if args.json:
         print(json.dumps({"bench": "resume_loss", "runs": runs}))

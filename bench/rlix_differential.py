@@ -65,6 +65,7 @@ from rlix.policy import (
 from rlix.policy.decisions import Expand, Grant
 from rlix.policy.gap_ratio import plan_gap_ratio
 from rlix.policy.policies import GapRatioPolicy
+from rlix.traces.options import positive_int
 
 SCHEDULER = "rlix/scheduler/scheduler.py"
 STATES = ("pending", "pending", "reported", "reported", "reported", "reported", "silent", "idle", "releasing")
@@ -280,17 +281,17 @@ def chosen_situations(args: argparse.Namespace, instants_s: list[float]) -> tupl
     return list(states.values()), f"states of {args.scenario} under gap-ratio (seed {args.seed}, at {reached} s)"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="rlix_differential.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rlix", type=Path, help="a checkout of RLix (github.com/rlops/rlix)")
-    parser.add_argument("--situations", type=int, default=2000)
+    parser.add_argument("--situations", type=positive_int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="one JSON line, with the first differences")
     parser.add_argument("--scenario", help="instead of random situations, the states of a simulated run of this "
                         "scenario under gap-ratio (seed --seed), at the instants of --at")
     parser.add_argument("--at", default=",".join(str(900 * i) for i in range(1, 13)),
                         help="with --scenario: simulated seconds, comma-separated (default: %(default)s)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     try:
         instants_s = [float(t) for t in args.at.split(",")]
     except ValueError:

@@ -7,8 +7,9 @@ rollout is a completed trajectory. One run, watched as it goes: at 1/4 and 1/2 o
 time (`--checkpoints`) the rollouts completed so far and the time spent so far are taken, so
 the cost's growth with rollouts shows without running the day three times (a checkpoint's
 figures leave out the tables and summary built at the end, which the last line gives as
-`tables_wall_s`). Prints one JSON line per checkpoint and, last, the whole run's figures with
-`scaling`, every checkpoint's:
+`tables_wall_s`). Prints one JSON line per checkpoint and for the whole run as each is reached,
+then, last, the whole run's figures with `scaling`, every checkpoint's; with `--json` that last
+line is all of stdout (the others go to stderr, as progress):
 
     .venv/bin/python bench/sim_speed.py --json                   # the day (~8 min on one core, ~18 GB)
     .venv/bin/python bench/sim_speed.py --json --fraction 0.05   # the first 1/20 of it (~11 s)
@@ -44,6 +45,7 @@ from rlix.runs.tablechoice import tables_option
 from rlix.scenarios import load_scenario
 from rlix.scenarios.errors import ScenarioError
 from rlix.scenarios.load import validate_scenario
+from rlix.traces.options import positive_number
 
 
 def scenario_cut(
@@ -156,8 +158,9 @@ def run(
     return whole
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
+        prog="sim_speed.py",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
@@ -165,7 +168,7 @@ def main() -> None:
     parser.add_argument("--scenario", default="cluster-1024")
     parser.add_argument("--policy", default=None, help="override the scenario's policy")
     parser.add_argument(
-        "--progress-every", type=float, default=None, help="override engine.progress_every"
+        "--progress-every", type=positive_number, default=None, help="override engine.progress_every"
     )
     parser.add_argument(
         "--fraction", type=float, default=1.0, help="run this share of max_time_s (default 1)"
@@ -180,14 +183,13 @@ def main() -> None:
         help="stream the record into a run folder with only these tables, e.g. steps "
         "(default: every table built in memory, no folder)",
     )
-    parser.add_argument("--days", type=float, default=None, help="simulate this many days (default the scenario's)")
+    parser.add_argument("--days", type=positive_number, default=None, help="simulate this many days (default the scenario's)")
     parser.add_argument("--out", default=None, help="with --tables: keep the run folder here")
-    parser.add_argument("--json", action="store_true", help="print JSON lines only")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON line on stdout, the whole run's (the checkpoints' go to stderr)")
     parser.add_argument("--profile", action="store_true", help="cProfile the run (slower)")
     parser.add_argument("--profile-out", default=None, help="write the profile's stats here")
-    args = parser.parse_args()
-    if args.days is not None and not args.days > 0:
-        parser.error(f"--days must be positive, got {args.days}")
+    args = parser.parse_args(argv)
     if args.out is not None and args.tables is None:
         parser.error("--out keeps the run folder of --tables: give --tables")
     if not 0 < args.fraction <= 1:
@@ -202,7 +204,7 @@ def main() -> None:
 
     def report(entry: dict[str, Any]) -> None:
         scaling.append(entry)
-        print(json.dumps(entry), flush=True)
+        print(json.dumps(entry), file=sys.stderr if args.json else sys.stdout, flush=True)
 
     call = (args.scenario, args.fraction, checkpoints, args.policy, args.progress_every, report,
             args.tables, args.days, args.out)

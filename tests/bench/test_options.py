@@ -1,0 +1,167 @@
+"""The benches' command lines: a bad count, scenario, trace or plot path is one
+`<script>: error: ...` line with status 2 before any run, a plot is drawn only where --plot
+asks, and --json is exactly one line on stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bench.bench_module import load
+
+
+def main(name: str, argv: list[str]) -> Any:
+    """bench/<name>.py's main run as `python bench/<name>.py ARGV...` would run it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", [f"bench/{name}.py", *argv])
+        return load(name).main()
+
+
+def refused(capsys: pytest.CaptureFixture[str], name: str, argv: list[str]) -> str:
+    """The error line of bench/<name>.py run with `argv`, which must stop with status 2."""
+    with pytest.raises(SystemExit) as stop:
+        main(name, argv)
+    assert stop.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith(f"{name}.py: error: "), lines
+    return lines[-1]
+
+
+def no_runs(*_args: Any, **_kwargs: Any) -> Any:
+    raise AssertionError("the bench ran before its options were checked")
+
+
+MOVE_ROWS = [{"scenario": "tiny", "scale": 1.0, "expand_fixed_s": 2.0, "shrink_fixed_s": 1.0, "ratio": 0.9,
+              "rlix_mean_jct_s": 90.0, "rlix_model_mean_jct_s": 100.0, "rlix_loading_share": 0.1,
+              "rlix_model_loading_share": 0.2}]
+ORDER_ROWS = [{"scenario": "tiny", "variant": "rlix", "mean_jct_s": 90.0, "p95_slowdown": 1.2}]
+
+
+@pytest.mark.parametrize(("name", "argv", "rows"), [
+    ("move_costs", ["--scenario", "tiny", "--scales", "1"], MOVE_ROWS),
+    ("job_order", ["--scenario", "tiny"], ORDER_ROWS),
+])
+def test_no_plot_unless_asked_and_one_where_asked(
+    name: str, argv: list[str], rows: list[dict[str, Any]], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    module = load(name)
+    monkeypatch.setattr(module, "bench", lambda *_a, **_k: rows)
+    monkeypatch.chdir(tmp_path)  # no docs/ here: a default plot path would fail or write one
+    assert main(name, [*argv, "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line) == {"rows": rows, "plot": None}
+    assert list(tmp_path.iterdir()) == []
+    out = tmp_path / "new" / "plot.png"  # its folder is made
+    assert main(name, [*argv, "--json", "--plot", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["plot"] == str(out)
+    assert out.stat().st_size > 0
+
+
+@pytest.mark.parametrize(("name", "argv"), [
+    ("move_costs", ["--scenario", "tiny", "--scales", "1"]),
+    ("job_order", ["--scenario", "tiny"]),
+    ("finish_together", ["--scenarios", "tiny", "--gammas", "0", "--seeds", "0"]),
+])
+def test_a_plot_path_that_cannot_be_written_is_refused_before_the_runs(
+    name: str, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(load(name), "bench", no_runs)
+    (tmp_path / "a-file").write_text("")
+    line = refused(capsys, name, [*argv, "--plot", str(tmp_path / "a-file" / "plot.png")])
+    assert "--plot" in line and "a-file" in line
+    line = refused(capsys, name, [*argv, "--plot", str(tmp_path / "plot.nosuch")])
+    assert "--plot" in line and "suffix" in line
+
+
+def test_sweep_speed_checks_its_options(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(load("sweep_speed"), "measure", no_runs)
+    assert "--points" in refused(capsys, "sweep_speed", ["--points", "0"])
+    assert "--workers" in refused(capsys, "sweep_speed", ["--workers", "0"])
+    assert "--workers" in refused(capsys, "sweep_speed", ["--workers", "1,x"])
+    assert "no bundled scenario 'nosuch'" in refused(capsys, "sweep_speed", ["--scenario", "nosuch"])
+
+
+def test_sweep_speed_json_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep_speed = load("sweep_speed")
+    monkeypatch.setattr(sweep_speed, "measure", lambda _s, points, workers: {
+        "workers": workers, "wall_s": 1.0, "points_per_min": 60.0 * points})
+    main("sweep_speed", ["--points", "2", "--workers", "1,2", "--json"])
+    captured = capsys.readouterr()
+    (line,) = captured.out.splitlines()
+    assert [run["workers"] for run in json.loads(line)["runs"]] == [1, 2]
+    assert "2 worker(s)" in captured.err
+
+
+def test_planning_checks_samples_and_prints_one_json_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    planning = load("planning")
+    assert "--samples" in refused(capsys, "planning", ["--samples", "0"])
+
+    def fake(gpus: int, pipelines: int, tp: int, policy: str, samples: int, seed: int) -> dict[str, Any]:
+        return {"gpus": gpus, "pipelines": pipelines, "tp": tp, "policy": policy, "decisions_per_round": 1.0,
+                "shrinks_per_round": 0.0, **{key: 1.0 for key in (
+                    "p50_ms", "p99_ms", "wall_p50_ms", "wall_p99_ms", "steady_p50_ms", "steady_p99_ms",
+                    "steady_wall_p50_ms", "steady_wall_p99_ms")}}
+
+    monkeypatch.setattr(planning, "measure", fake)
+    monkeypatch.setattr(planning, "measure_donor_heavy", lambda *a: {**fake(*a), "setup": "donor-heavy"})
+    main("planning", ["--samples", "1", "--json"])
+    captured = capsys.readouterr()
+    (line,) = captured.out.splitlines()
+    assert len(json.loads(line)) == len(planning.CONFIGS) + len(planning.DONOR_HEAVY_CONFIGS)
+    assert "worst p99" in captured.err
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--trace", "nosuch"], "no bundled trace 'nosuch'"),
+    (["--trajectories", "0"], "--trajectories"),
+    (["--groups", "0"], "--groups"),
+    (["--slice-s", "0"], "--slice-s"),
+    (["--seed", "-1"], "--seed"),
+    (["--model", "70b"], "does not fit"),
+    (["--min-engines", "4", "--max-engines", "2"], "--max-engines"),
+])
+def test_engine_speed_refuses_bad_options(argv: list[str], said: str, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(load("engine_speed"), "run", no_runs)
+    assert said in refused(capsys, "engine_speed", argv)
+
+
+def test_sim_speed_refuses_bad_numbers(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(load("sim_speed"), "run", no_runs)
+    assert "--progress-every" in refused(capsys, "sim_speed", ["--scenario", "tiny", "--progress-every", "0"])
+    assert "--days" in refused(capsys, "sim_speed", ["--scenario", "tiny", "--days", "inf"])
+
+
+def test_sim_speed_json_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    main("sim_speed", ["--scenario", "tiny", "--json"])
+    captured = capsys.readouterr()
+    (line,) = captured.out.splitlines()
+    figures = json.loads(line)
+    assert figures["bench"] == "sim_speed" and figures["rollouts"] > 0
+    assert json.loads(captured.err.splitlines()[-1]) == figures["scaling"][-1]
+
+
+@pytest.mark.parametrize(("name", "work", "argv", "said"), [
+    ("resume_loss", "measure", ["--every", "2,x"], "--every"),
+    ("resume_loss", "measure", ["--kill-at", "0"], "--kill-at"),
+    ("mutation_check", "make_copy", ["--timeout", "0"], "--timeout"),
+    ("mutation_check", "make_copy", ["--examples", "0"], "--examples"),
+])
+def test_other_benches_refuse_bad_counts(name: str, work: str, argv: list[str], said: str,
+                                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(load(name), work, no_runs)
+    assert said in refused(capsys, name, argv)
+
+
+def test_rlix_differential_refuses_no_situations(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(load("rlix_differential"), "compare", no_runs)
+    assert "--situations" in refused(capsys, "rlix_differential", ["--situations", "0", "--rlix", "."])
