@@ -106,6 +106,14 @@ def main(argv: list[str] | None = None) -> int:
             prepare_model(args.model, args.out)
         except ModelSpecError as exc:
             parser.error(f"--model: {exc}")
+    if args.calibration_run is not None:  # checked before --out is made: a bad folder is one line
+        from rlix.runs.errors import RunError
+        from rlix.sim.calibrate import read_run
+
+        try:
+            read_run(args.calibration_run)
+        except (RunError, OSError, ValueError) as exc:
+            parser.error(f"--calibration-run: {' '.join(str(exc).split())}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stdout = json_line_stdout(args.json)

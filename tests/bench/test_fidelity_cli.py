@@ -79,6 +79,22 @@ def test_a_model_folder_that_is_not_there_is_refused(tmp_path: Path, capsys: pyt
     assert not (tmp_path / "fid").exists()
 
 
+def test_a_calibration_run_that_is_not_a_live_run_is_refused(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing folder and a simulator run folder: one line each, before --out is made."""
+    from rlix.sim.cli import main as sim_main
+
+    assert sim_main(["run", "tiny", "--no-alone", "--quiet", "--out", str(tmp_path / "sim")]) == 0
+    capsys.readouterr()
+    bench = load("fidelity")
+    for folder, words in ((tmp_path / "nosuch", "no such run folder"), (tmp_path / "sim", "a simulator run")):
+        with pytest.raises(SystemExit) as exit_info:
+            bench.main(["--calibration-run", str(folder), "--out", str(tmp_path / "fid")])
+        assert exit_info.value.code == 2
+        assert words in capsys.readouterr().err
+        assert not (tmp_path / "fid").exists()
+
+
 def test_the_backend_and_model_reach_the_calibration_and_every_prediction(monkeypatch: pytest.MonkeyPatch,
                                                                           tmp_path: Path) -> None:
     bench = load("fidelity")
