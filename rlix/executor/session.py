@@ -65,8 +65,10 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
     refused as `InvalidAuthToken`; the token itself is found where Ray keeps it. `quiet` keeps
     Ray's own log lines (connecting, signal handlers) off a short command's output.
     """
-    if address is not None and auth_mode is None:
-        auth_mode = joined_auth_mode(address)
+    if address is not None:  # a dead address fails even where this process has a session up
+        check_reachable(address)
+        if auth_mode is None:
+            auth_mode = joined_auth_mode(address)
     if auth_mode == "token" and AUTH_MODE_VARIABLE not in os.environ:
         os.environ[AUTH_MODE_VARIABLE] = "token"
         # Ray reads its config at import: if it was imported already, have it read again (what
@@ -94,7 +96,6 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
             ray.shutdown()
             raise SessionError(f"Ray listens on non-loopback addresses {sorted(set(bad))}; refusing to run")
     else:
-        check_reachable(address)
         try:
             ray.init(address=address, **kwargs)
         except (ConnectionError, ValueError, RuntimeError) as exc:

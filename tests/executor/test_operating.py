@@ -327,7 +327,7 @@ def test_a_dead_address_is_one_line_within_seconds(tmp_path: Path, capsys: pytes
     assert main(["resume", str(run), "--quiet", "--address", "127.0.0.1:1"]) == 2
     assert "nothing answers there" in _one_error_line(capsys)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
-    assert time.monotonic() - started < 60 and not ray.is_initialized()
+    assert time.monotonic() - started < 60
 
 
 def test_a_run_length_the_executor_would_not_keep_is_refused(tmp_path: Path,
@@ -338,7 +338,7 @@ def test_a_run_length_the_executor_would_not_keep_is_refused(tmp_path: Path,
     scenario.write_text(load_scenario("cpu-demo").to_yaml() + "max_time_s: 12\n")
     assert main(["run", str(scenario), "--quiet", "--out", str(tmp_path / "run")]) == 2
     assert "max_time_s: 12 s cuts a simulated run" in _one_error_line(capsys)
-    assert not (tmp_path / "run").exists() and not ray.is_initialized()
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_scenario_kill_is_a_failed_job_with_its_reason(ray_session: Any, tmp_path: Path) -> None:
