@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,8 +289,19 @@ class Simulation:
         self.env.process(tick())
 
     def _ticks(self) -> Generator[simpy.Event, Any, None]:
+        """A tick every TICK_S while a pipeline is in the pool. With none there (before the first
+        arrival, or between the last end and the next) the ticks the core would get with nothing
+        to decide are skipped up to the tick before the next arrival, in the same phase: a job
+        log whose first arrival is days away does not cost a tick per 30 s till then."""
+        num_ticks_s = 0
         while self.num_unfinished:
-            yield self.env.timeout(TICK_S)
+            now = float(self.env.now)
+            if not any(host.alive for host in self.hosts.values()):
+                waiting = [p.arrival_s for pid, p in self.pipelines.items() if pid not in self.hosts]
+                if waiting:
+                    num_ticks_s = max(num_ticks_s, math.floor(min(waiting) / TICK_S))
+            num_ticks_s += 1
+            yield self.env.timeout(num_ticks_s * TICK_S - now)
             if self.num_unfinished:
                 self.num_ticks += 1
                 self.loop.send(ev.Tick(float(self.env.now)))
@@ -318,6 +330,13 @@ class Simulation:
         """Trajectories completed so far, over every pipeline (up to the last absorbed stop)."""
         return sum(r.num_completed for r in self.rollouts.values())
 
+    def _next_arrival_if_idle(self) -> float:
+        """With no pipeline in the pool, the next arrival (a stretch to run in one step: the
+        events on the way, faults included, are still run in order); else 0."""
+        if any(host.alive for host in self.hosts.values()):
+            return 0.0
+        return min((p.arrival_s for pid, p in self.pipelines.items() if pid not in self.hosts), default=0.0)
+
     def _anything_running(self, now: float) -> bool:
         if any(p.arrival_s > now for p in self.pipelines.values()):
             return True
@@ -339,7 +358,9 @@ class Simulation:
         gc.set_threshold(100_000, 50, 100)
         try:
             while self.num_unfinished:
+                # Past a stretch with nothing scheduled (a far-off arrival) in one step.
                 until = float(self.env.now) + chunk_s
+                until = max(until, self._next_arrival_if_idle() + chunk_s)
                 if max_time_s is not None:
                     until = min(until, max_time_s)
                 if until <= self.env.now:
