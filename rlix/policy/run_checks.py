@@ -85,8 +85,10 @@ def _check_attempt(row: Row, specs: Mapping[str, PipelineSpec]) -> Key:
     status = row["status"]
     if status not in ("completed", "requeued", "aborted", "in_flight"):
         raise InvariantViolation(8, f"trajectory {row['trajectory_id']} has status {status!r}")
+    spec = specs.get(pipeline_id)
+    if spec is None or adapter not in spec.adapter_names:  # a row of no pipeline or adapter the run had
+        raise InvariantViolation(7, f"trajectory {row['trajectory_id']} of unknown {pipeline_id}/{adapter}")
     if status == "completed":
-        spec = specs[pipeline_id]
         bound = int(row["step_consumed"]) - spec.staleness_of(adapter)
         if int(row["weight_version"]) < bound:
             raise InvariantViolation(

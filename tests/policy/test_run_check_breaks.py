@@ -94,6 +94,12 @@ def test_a_trajectory_from_weights_older_than_step_minus_k_breaks_7() -> None:
     assert number([], [attempt(1, "requeued", 0, version=0), attempt(1, "completed", 1)]) is None
 
 
+def test_a_trajectory_of_no_pipeline_or_adapter_of_the_run_breaks_7() -> None:
+    """A row added to the rollouts table by hand: a violation naming it, not a KeyError."""
+    assert number([], [attempt(1, "completed", 0, pid="zzz")]) == 7
+    assert number([], [{**attempt(1, "completed", 0), "adapter": "zz"}]) == 7
+
+
 def test_a_requeued_trajectory_that_never_finishes_breaks_8() -> None:
     assert number([], [attempt(1, "completed", 0), attempt(1, "requeued", 1)]) == 8
     assert number([], [attempt(1, "requeued", 0)]) == 8
