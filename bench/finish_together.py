@@ -22,8 +22,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from rlix.runs.breakdown_plot import plot_path
-from rlix.runs.errors import RunError
+from rlix.runs.breakdown_plot import plot_path_arg
 from rlix.scenarios import load_scenario
 from rlix.sim.choices import bundled_scenario_names
 from rlix.sim.parallel import run_all
@@ -121,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="means over seeds 0..N-1 (default 8; 0: each scenario's own seed)")
     parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
     parser.add_argument("--json", action="store_true", help="one JSON line: {\"rows\": [...]}")
-    parser.add_argument("--plot", metavar="PNG", help="write the trade-off plot here (checked before the runs)")
+    parser.add_argument("--plot", type=plot_path_arg, metavar="PNG", help="write the trade-off plot here (checked before the runs)")
     parser.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                         help="another policy tunable for every run, e.g. keep_busy_tail=false (repeatable)")
     args = parser.parse_args(argv)
@@ -131,11 +130,6 @@ def main(argv: list[str] | None = None) -> int:
         load_scenario(names[0]).with_policy("rlix", overrides)
     except ValueError as exc:
         parser.error(str(exc))
-    if args.plot:
-        try:
-            args.plot = str(plot_path(args.plot))
-        except RunError as error:
-            parser.error(f"--plot {error}")
     rows = bench(names, args.gammas, args.seeds, args.workers, quiet=args.json, overrides=overrides)
     if args.plot:
         plot(rows, args.plot)

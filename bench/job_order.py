@@ -24,8 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlix.runs.breakdown_plot import plot_path
-from rlix.runs.errors import RunError
+from rlix.runs.breakdown_plot import plot_path_arg
 from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.sim.parallel import run_all
 from rlix.sim.report import format_table
@@ -102,14 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="lab-day", choices=bundled_scenarios(), metavar="SCENARIO",
                         help="a bundled scenario (default: lab-day)")
     parser.add_argument("--workers", type=positive_int, default=2, help="variants run at once (default 2)")
-    parser.add_argument("--plot", metavar="PATH", help="also draw the plot here (e.g. docs/job-order.png; default: none)")
+    parser.add_argument("--plot", type=plot_path_arg, metavar="PATH", help="also draw the plot here (e.g. docs/job-order.png; default: none)")
     parser.add_argument("--json", action="store_true", help="one JSON line")
     args = parser.parse_args(argv)
-    if args.plot is not None:
-        try:
-            args.plot = str(plot_path(args.plot))
-        except RunError as error:
-            parser.error(f"--plot {error}")
     rows = bench(args.scenario, args.workers, quiet=args.json)
     if args.plot is not None:
         plot(rows, args.plot)

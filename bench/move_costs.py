@@ -26,8 +26,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from rlix.runs.breakdown_plot import plot_path
-from rlix.runs.errors import RunError
+from rlix.runs.breakdown_plot import plot_path_arg
 from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.scenarios.schema import Scenario
 from rlix.sim.parallel import run_all
@@ -124,14 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="mean over seeds 0..N-1 (default: the scenario's own seed)")
     parser.add_argument("--workers", type=positive_int, default=2, help="runs at once (default 2)")
     parser.add_argument("--target", type=float, default=0.8, help="the ratio drawn as the target (default 0.8)")
-    parser.add_argument("--plot", metavar="PATH", help="also draw the plot here (e.g. docs/move-costs.png; default: none)")
+    parser.add_argument("--plot", type=plot_path_arg, metavar="PATH", help="also draw the plot here (e.g. docs/move-costs.png; default: none)")
     parser.add_argument("--json", action="store_true", help="one JSON line")
     args = parser.parse_args(argv)
-    if args.plot is not None:
-        try:
-            args.plot = str(plot_path(args.plot))
-        except RunError as error:
-            parser.error(f"--plot {error}")
     rows = bench(args.scenario, args.scales, args.seeds, args.workers, quiet=args.json)
     if args.plot is not None:
         plot(rows, args.plot, args.target)

@@ -75,6 +75,17 @@ def plot_path(path: str | Path) -> Path:
     return check_out_file(out)
 
 
+def plot_path_arg(text: str) -> str:
+    """`plot_path` as an argparse type (`--plot PATH`): a bad path is refused as the command line
+    is parsed, with the option named."""
+    import argparse
+
+    try:
+        return str(plot_path(text))
+    except RunError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def plot_breakdown(groups: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     """Write the plot of `groups` (a `breakdown` table) to `path` (its format by the suffix:
     `plot_suffixes()`) and return the file written. `path` is taken through `plot_path` (a folder:
