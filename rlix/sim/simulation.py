@@ -295,13 +295,8 @@ class Simulation:
         log whose first arrival is days away does not cost a tick per 30 s till then."""
         num_ticks_s = 0
         while self.num_unfinished:
-            now = float(self.env.now)
-            if not any(host.alive for host in self.hosts.values()):
-                waiting = [p.arrival_s for pid, p in self.pipelines.items() if pid not in self.hosts]
-                if waiting:
-                    num_ticks_s = max(num_ticks_s, math.floor(min(waiting) / TICK_S))
-            num_ticks_s += 1
-            yield self.env.timeout(num_ticks_s * TICK_S - now)
+            num_ticks_s = max(num_ticks_s, math.floor(self._next_arrival_if_idle() / TICK_S)) + 1
+            yield self.env.timeout(num_ticks_s * TICK_S - float(self.env.now))
             if self.num_unfinished:
                 self.num_ticks += 1
                 self.loop.send(ev.Tick(float(self.env.now)))
