@@ -7,6 +7,8 @@ rollout worker is killed mid-call; its trajectories are re-queued and finish els
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -33,21 +35,29 @@ def learning_cpu_demo() -> object:
 
 
 def _kill_one_busy_worker(stop: threading.Event, killed: dict[str, Any]) -> None:
-    """As soon as pipeline ft has a rank generating, kill that rank's worker."""
+    """As soon as pipeline ft has a rank generating with more trajectories waiting, SIGKILL that
+    rank's worker process. The pids are asked for beforehand and the kill is the OS's, not
+    `ray.kill` (which goes through the GCS): a generate call on the tiny model takes a fraction
+    of a second, and a kill that lands after it returned, on a rank then shrunk before its next
+    call, re-queues nothing. With trajectories waiting, a kill that still lands just after the
+    call returned meets the rank's next call, which fails and re-queues its batch."""
+    pids: dict[Any, int] = {}
     while not stop.is_set():
         try:
             snap = ray.get(ray.get_actor("pipeline-ft").snapshot.remote(), timeout=5)
+            for worker in snap["ranks"]["workers"].values():
+                if worker not in pids:
+                    pids[worker] = ray.get(worker.pid.remote(), timeout=5)
         except (ValueError, ray.exceptions.RayError):
             time.sleep(0.2)
             continue
         busy = [r for r, n in snap["ranks"]["in_flight"].items() if n > 0]
-        if busy and snap["ranks"]["restarts"] == 0:
+        if busy and snap["waiting"] > 0 and snap["ranks"]["restarts"] == 0:
             worker = snap["ranks"]["workers"][busy[0]]
-            killed["pid"] = ray.get(worker.pid.remote())
-            killed["rank"] = busy[0]
-            ray.kill(worker)
+            killed["pid"], killed["rank"] = pids[worker], busy[0]
+            os.kill(pids[worker], signal.SIGKILL)
             return
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
