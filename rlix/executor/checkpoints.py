@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -39,8 +38,11 @@ async def write_checkpoint(folder: Path, name: str, save: Callable[[Path], Await
                            meta: dict[str, Any], keep: int) -> Path:
     """`save` fills a temporary folder, `meta` is written last, then the folder takes `name`;
     afterwards only the newest `keep` checkpoints (and no leftovers) remain in `folder`."""
+    from rlix.runs.paths import new_folder
+
     folder.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=folder))
+    # Not tempfile.mkdtemp, whose 0700 folder would become a checkpoint only its owner can read.
+    staging = new_folder(folder, f".{name}.")
     try:
         await save(staging)
         meta = {**meta, "files": _sizes(staging)}

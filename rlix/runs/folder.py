@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from rlix.runs.eventlog import EVENTS_FILE
 from rlix.runs.frames import RunTables, tables_from_recorder
 from rlix.runs.jobs import job_rows
 from rlix.runs.metrics import summary
-from rlix.runs.paths import check_out_dir, put_in_place
+from rlix.runs.paths import check_out_dir, new_folder, put_in_place
 from rlix.runs.recorder import Recorder
 from rlix.runs.timeline import write_timeline
 from rlix.traces.schema import TABLE_NAMES
@@ -98,7 +97,7 @@ def _write_staged(out_dir: Path, write: Callable[[Path], None], folders: Mapping
     `out_dir`'s place: a failure anywhere leaves `out_dir` as it was and `folders` where they
     were."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    staging = new_folder(out_dir.parent, f".{out_dir.name}.")
     moved: list[tuple[Path, Path]] = []
     try:
         write(staging)

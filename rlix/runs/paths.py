@@ -11,12 +11,17 @@ is mode 555 yet root may not create there).
 `--overwrite` replaces a folder only if rlix wrote it (`is_run_folder`: it holds a
 `summary.json` or an `events.jsonl` whose first line is an rlix header); anything else is
 refused, so a mistyped path never deletes someone's data.
+
+A folder is written whole into a hidden sibling (`new_folder`) and then renamed into its place
+(`put_in_place`). The sibling is made as `mkdir` makes a folder, not private as
+`tempfile.mkdtemp` makes it (mode 0700), because it becomes the output others may need to read.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -98,6 +103,21 @@ def _probe(folder: Path, target: Path) -> None:
     except OSError as error:
         where = "" if folder == target else f" (in {folder})"
         raise RunError(f"cannot be written{where}: {error.strerror or error}", file=target) from None
+
+
+def new_folder(parent: Path, prefix: str) -> Path:
+    """A new folder of a unique name `prefix` + random letters in `parent`, made by a plain
+    mkdir: its mode is 0777 less the umask (or what the parent's default ACL says) and its
+    group the parent's when that is setgid, as for any folder the user makes. Not
+    `tempfile.mkdtemp`, which makes it 0700: a run folder its owner's lab cannot read."""
+    for _ in range(tempfile.TMP_MAX):
+        folder = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            folder.mkdir()
+        except FileExistsError:  # another writer drew the same name: draw again
+            continue
+        return folder
+    raise FileExistsError(f"{parent}: no free name for a new folder {prefix}*")  # pragma: no cover
 
 
 def put_in_place(new: Path, folder: Path) -> None:

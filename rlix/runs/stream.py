@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import tempfile
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -112,13 +111,13 @@ def open_sink(out_dir: str | Path, tables: Collection[str] = ALL_TABLES,
               format: TableFormat = "parquet", overwrite: bool = False) -> RunSink:
     """A sink writing into a hidden sibling of `out_dir` (checked as `write_run` checks it)."""
     from rlix.runs.folder import FORMATS
-    from rlix.runs.paths import check_out_dir
+    from rlix.runs.paths import check_out_dir, new_folder
 
     out = check_out_dir(out_dir, overwrite)
     if format not in FORMATS:
         raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    staging = new_folder(out.parent, f".{out.name}.")
     return RunSink(out, staging, check_tables(tables), format)
 
 

@@ -165,3 +165,16 @@ def test_timeline_written_a_slice_at_a_time_is_the_same_file(
     monkeypatch.setattr(timeline, "SLICE_ROWS", slice_rows)
     assert timeline.write_timeline(tables, tmp_path / "sliced.json").read_bytes() == whole
     json.loads(whole)
+
+
+def test_the_run_folder_honours_the_umask(tmp_path: Path, recorder: Recorder) -> None:
+    """Readable by the group and others under umask 022, as any folder the user makes."""
+    import os
+
+    previous = os.umask(0o022)
+    try:
+        out = write_run(recorder, tmp_path / "run", scenario_yaml=SCENARIO, plots=False)
+    finally:
+        os.umask(previous)
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o644}

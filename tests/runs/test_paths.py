@@ -125,3 +125,21 @@ def test_a_replace_that_fails_leaves_the_old_run_folder(tmp_path: Path, monkeypa
         write_run(finished_recorder(), run, scenario_yaml="new", overwrite=True, plots=False)
     assert (run / "scenario.yaml").read_text() == "old" and (run / "summary.json").exists()
     assert _entries(tmp_path) == ["run"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077], ids=oct)
+def test_a_new_folder_is_made_as_mkdir_makes_one(tmp_path: Path, umask: int) -> None:
+    """Not 0700 as tempfile.mkdtemp makes it: a run folder others of the lab can read when the
+    umask lets them, and private when it does not."""
+    from rlix.runs.paths import new_folder
+
+    previous = os.umask(umask)
+    try:
+        made = [new_folder(tmp_path, ".run.") for _ in range(3)]
+        (tmp_path / "by-mkdir").mkdir()
+    finally:
+        os.umask(previous)
+    assert len(set(made)) == 3 and all(p.parent == tmp_path and p.name.startswith(".run.") for p in made)
+    want = (tmp_path / "by-mkdir").stat().st_mode & 0o7777
+    assert want == 0o777 & ~umask
+    assert {p.stat().st_mode & 0o7777 for p in made} == {want}

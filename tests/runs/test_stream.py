@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from rlix.runs import RunError, summary
 from rlix.runs.frames import tables_from_recorder
 from rlix.runs.recorder import ACTIVITY_COLUMNS, ALLOCATION_COLUMNS
+from rlix.runs.stream import open_sink
 from rlix.runs.tablechoice import ALL_TABLES, TABLE_CHOICES, check_tables, tables_option
 from rlix.runs.totals import BUSY, HELD, LOADING, CoverSpill, totals_from_tables
 from rlix.traces.tables import TableStream, read_table, write_table
@@ -85,3 +87,18 @@ def test_totals_from_a_spill_equal_totals_from_the_tables(tmp_path: Path, with_w
         assert np.array_equal(got.waiting.starts, want.waiting.starts)
         assert np.array_equal(got.waiting.ends, want.waiting.ends)
     assert summary(tables, totals=got) == summary(tables)
+
+
+def test_a_streamed_run_folder_honours_the_umask(tmp_path: Path) -> None:
+    """The folder a streamed run is written into (and renamed to the run folder) is made as
+    mkdir makes one, not 0700."""
+    previous = os.umask(0o022)
+    try:
+        sink = open_sink(tmp_path / "run")
+    finally:
+        os.umask(previous)
+    try:
+        assert sink.folder.parent == tmp_path and sink.folder.stat().st_mode & 0o777 == 0o755
+    finally:
+        sink.discard()
+    assert not list(tmp_path.iterdir())
