@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -220,25 +221,63 @@ def run_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_compare_out(out: Path, policies: list[str]) -> None:
-    """compare replaces each policy's run folder in `out` and its plots: check them all before
-    any run. A folder that is not empty must be one compare wrote (it holds a policy's run
-    folder), so a mistyped --out never overwrites someone's files."""
+#: The files a compare writes beside its policies' run folders (the plots; none with --json).
+_COMPARE_FILES = ("compare.png", "jobs.png")
+
+
+def _check_compare_out(out: Path) -> None:
+    """compare replaces the folder `out` as a whole: check it before any run. A folder that is
+    not empty must be one compare wrote (a policy's run folder in it, so a mistyped --out never
+    overwrites someone's files) and hold nothing else compare would not write again (the
+    replacement would delete it). The new folder is made beside `out`, so its parent must be
+    writable too."""
     from rlix.runs.errors import RunError
-    from rlix.runs.paths import check_out_dir, check_writable, is_run_folder
+    from rlix.runs.paths import check_writable
 
     try:
         check_writable(out)
-        if out.is_dir() and any(out.iterdir()) and not any(is_run_folder(out / name) for name in POLICIES):
+        check_writable(out.parent)
+        if not out.is_dir() or not any(out.iterdir()):
+            return
+        entries = sorted(out.iterdir())
+        if not any(_is_policy_run(entry) for entry in entries):
             raise RunError("exists, is not empty and is not a folder rlix-sim compare wrote (none of its "
                            "policy run folders is in it); choose another path", file=out)
-        for policy in policies:
-            check_out_dir(out / policy, overwrite=True)
+        foreign = [entry.name for entry in entries if not _compare_wrote(entry)]
+        if foreign:
+            names = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            them = "it" if len(foreign) == 1 else "them"
+            raise RunError(f"holds {names}, not written by rlix-sim compare (replacing the folder would "
+                           f"delete {them}); move {them} out or choose another path", file=out)
     except RunError as error:
         raise UsageError(str(error)) from None
 
 
+def _is_policy_run(entry: Path) -> bool:
+    from rlix.runs.paths import is_run_folder
+
+    return entry.name in POLICIES and is_run_folder(entry)
+
+
+def _compare_wrote(entry: Path) -> bool:
+    """Whether `entry` of a compare folder is something compare writes: a policy's run folder
+    (or an empty one), a plot, or the hidden leftover of a policy's run folder that an earlier
+    compare was stopped while writing."""
+    name = entry.name
+    if entry.is_symlink():  # never one of compare's own
+        return False
+    if name in _COMPARE_FILES:
+        return entry.is_file()
+    if name in POLICIES:
+        return entry.is_dir() and (_is_policy_run(entry) or not any(entry.iterdir()))
+    leftover = name.startswith(".") and name[1:].partition(".")[0] in POLICIES
+    return leftover and entry.is_dir()
+
+
 def compare_main(args: argparse.Namespace) -> int:
+    import shutil
+
+    from rlix.runs.paths import new_folder, put_in_place
     from rlix.sim.compare import compare, plot_comparison
     from rlix.sim.report import print_comparison
 
@@ -248,7 +287,9 @@ def compare_main(args: argparse.Namespace) -> int:
     except argparse.ArgumentTypeError as error:
         raise UsageError(f"--policies: {error}") from None
     out = Path(args.out) if args.out else Path("runs") / scenario.name / "compare"
-    _check_compare_out(out, policies)
+    # A link to a compare folder: the folder it names is replaced, and the link still leads to it.
+    place = Path(os.path.realpath(out)) if out.is_symlink() else out
+    _check_compare_out(place)
     bars: dict[str, Any] = {}
 
     def progress(label: str, t: float) -> None:
@@ -261,22 +302,35 @@ def compare_main(args: argparse.Namespace) -> int:
             bars[label] = sim_progress(f"{scenario.name} [{label}]", scenario.max_time_s)
         bars[label][0](t)
 
+    # The whole compare is written into a hidden sibling and then takes the folder's place, so
+    # the folder holds exactly this compare (no run folder of a policy it did not run), and a
+    # compare that fails or is stopped midway leaves the earlier one whole.
+    place.parent.mkdir(parents=True, exist_ok=True)
+    staging = new_folder(place.parent, f".{place.name}.")
     try:
-        comparison = compare(
-            scenario, policies, out=out, alone=not args.no_alone, progress=progress
-        )
-    finally:
-        for _update, close in bars.values():
-            close()
+        try:
+            comparison = compare(
+                scenario, policies, out=staging, alone=not args.no_alone, progress=progress
+            )
+        finally:
+            for _update, close in bars.values():
+                close()
+        if not args.json:
+            from rlix.runs.jobs_plot import plot_jobs
+
+            plot_comparison(comparison, staging / "compare.png")
+            plot_jobs(comparison.summaries, staging / "jobs.png")
+        _check_compare_out(place)  # again: the compare may have taken hours, and the folder changed
+        put_in_place(staging, place)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    comparison.run_dirs = {policy: out / policy for policy in comparison.run_dirs}
     if args.json:
         print(json.dumps(comparison.as_json(), sort_keys=True))
         return 0
     print_comparison(scenario, comparison)
-    path = plot_comparison(comparison, out / "compare.png")
-    from rlix.runs.jobs_plot import plot_jobs
-
-    jobs_path = plot_jobs(comparison.summaries, out / "jobs.png")
-    print(f"\nplots: {path}, {jobs_path} (JCT CDF, queue length)\nrun folders: {out}/<policy>/")
+    print(f"\nplots: {out / 'compare.png'}, {out / 'jobs.png'} (JCT CDF, queue length)\nrun folders: {out}/<policy>/")
     return 0
 
 
@@ -349,8 +403,8 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
         "--out",
         metavar="DIR",
         type=path_text,
-        help="where run folders and the plot go (default runs/SCENARIO/compare); a folder that is not "
-        "empty must be one compare wrote",
+        help="where run folders and the plot go (default runs/SCENARIO/compare), replaced as a whole at "
+        "the end; a folder that is not empty must be one compare wrote, with nothing else in it",
     )
     parser.add_argument(
         "--no-alone", action="store_true",
