@@ -50,9 +50,12 @@ def is_run_folder(folder: Path) -> bool:
 
 def check_out_dir(folder: str | Path, overwrite: bool = False) -> Path:
     """The run folder a command will write, checked: RunError unless it is absent, empty or an
-    rlix folder with `overwrite`, and unless it can be written."""
+    rlix folder with `overwrite`, and unless it and its parent can be written."""
     folder = Path(folder)
     check_writable(folder)
+    # The folder is written whole beside itself and renamed into place: its parent must take
+    # a new folder too, even when the folder itself can be written.
+    _probe(_existing_ancestor(folder.absolute().parent), folder)
     if folder.is_dir() and any(folder.iterdir()):
         if not is_run_folder(folder):
             raise RunError("exists, is not empty and is not an rlix run folder; choose another path "

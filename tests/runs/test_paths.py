@@ -143,3 +143,24 @@ def test_a_new_folder_is_made_as_mkdir_makes_one(tmp_path: Path, umask: int) -> 
     want = (tmp_path / "by-mkdir").stat().st_mode & 0o7777
     assert want == 0o777 & ~umask
     assert {p.stat().st_mode & 0o7777 for p in made} == {want}
+
+
+def test_a_writable_folder_in_a_parent_that_takes_no_new_folder_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder is written beside itself and renamed into place, so its parent must take a
+    new folder (root writes anywhere, so the parent's refusal is staged)."""
+    import tempfile
+
+    parent, run = tmp_path / "shared", tmp_path / "shared" / "mine"
+    run.mkdir(parents=True)
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(prefix: str | None = None, dir: str | Path | None = None) -> str:
+        if dir is not None and Path(dir) == parent:
+            raise PermissionError(13, "Permission denied")
+        return real_mkdtemp(prefix=prefix, dir=dir)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    check_writable(run)  # the folder itself takes files
+    with pytest.raises(RunError, match=f"cannot be written \\(in {parent}\\): Permission denied"):
+        check_out_dir(run)
