@@ -3,7 +3,14 @@
 from rlix.traces.bundled import bundled_names, load_bundled
 from rlix.traces.columns import parse_column_map
 from rlix.traces.errors import TraceError
-from rlix.traces.fit import capped_clip, capped_mean, fit_summary, fit_trace, read_summary
+from rlix.traces.fit import (
+    FitWarning,
+    capped_clip,
+    capped_mean,
+    fit_summary,
+    fit_trace,
+    read_summary,
+)
 from rlix.traces.generate import KINDS, generate
 from rlix.traces.io import read_trace, write_trace
 from rlix.traces.schema import (
@@ -26,6 +33,7 @@ __all__ = [
     "ROLLOUT_STATUSES",
     "TABLE_COLUMNS",
     "TABLE_NAMES",
+    "FitWarning",
     "TraceError",
     "TraceStats",
     "bundled_names",

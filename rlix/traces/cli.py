@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import warnings
 from pathlib import Path
 
 from rlix.traces.bundled import BUNDLED, bundled_names, load_bundled
 from rlix.traces.errors import TraceError
-from rlix.traces.fit import fit_trace
+from rlix.traces.fit import FitWarning, fit_trace
 from rlix.traces.generate import KINDS, generate
 from rlix.traces.io import FORMATS, read_trace, write_trace
 from rlix.traces.options import UsageError, non_negative_int, positive_int
@@ -122,7 +124,9 @@ def _add_fit(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="fit a trace to a per-step summary log (verl style)",
         description="Fit a capped lognormal per step to a summary log with per-step mean, max "
         "and clip ratio of response length (verl: response_length/mean, response_length/max, "
-        "response_length/clip_ratio; or mean, max, clip_ratio), then sample a trace from it.",
+        "response_length/clip_ratio; or mean, max, clip_ratio), then sample a trace from it. "
+        "A step whose logged mean the model cannot reach is fitted as near as it goes, and a "
+        "warning names it with its logged and fitted mean.",
         epilog="example:\n  rlix-sim trace fit summary.csv --samples-per-step 8192 "
         "--out fitted.parquet\n  rlix-sim trace fit log.jsonl --column mean=len_mean "
         "--out fitted.csv",
@@ -190,24 +194,37 @@ def _run_generate(args: argparse.Namespace) -> int:
 
 def _run_fit(args: argparse.Namespace) -> int:
     _check_out(args.out)
-    trace = fit_trace(
-        args.summary,
-        samples_per_step=args.samples_per_step,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        column_map=args.column,
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FitWarning)
+        trace = fit_trace(
+            args.summary,
+            samples_per_step=args.samples_per_step,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            column_map=args.column,
+        )
     path = write_trace(trace, args.out, args.format)
     print(f"wrote {path}: {_brief(trace_stats(trace))}")
+    for caught_warning in caught:
+        if issubclass(caught_warning.category, FitWarning):
+            # After the write, so that it can say the trace is there: the user decides.
+            print(f"rlix-sim: warning: {caught_warning.message}; {path} was written anyway, "
+                  "with the fitted means at those steps", file=sys.stderr)
+        else:  # not ours to judge: on as if never caught
+            warnings.showwarning(caught_warning.message, caught_warning.category,
+                                 caught_warning.filename, caught_warning.lineno)
     return 0
 
 
 def format_stats(name: str, stats: TraceStats) -> str:
     """The human-readable report of `rlix-sim trace inspect`."""
-    cap_note = (
-        "from the capped column"
-        if stats.cap_source == "capped column"
-        else (f"samples at the max length {stats.max:,}; the trace has no capped column")
+    cap_notes = {
+        "capped column": "from the capped column",
+        "at pipeline max length": "samples at their pipeline's max length; "
+        "the trace has no capped column",
+    }
+    cap_note = cap_notes.get(
+        stats.cap_source, f"samples at the max length {stats.max:,}; the trace has no capped column"
     )
     lines = [
         f"{name}: {stats.rows:,} rows",

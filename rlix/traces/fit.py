@@ -18,12 +18,20 @@ Phi the standard normal CDF (WORKLOADS.md, "From a step summary"):
 L is the largest `max` of any step with clip > 0 (at the cap, max = L), else the largest max.
 Samples use stratified uniforms (one per 1/n slice of (0, 1), shuffled) pushed through the
 inverse CDF, so each step's sampled clip ratio and mean match the fit up to rounding.
+
+A logged mean the model cannot have at all (outside [L·clip, L], or other than L at clip = 1:
+a cap too low or too high for the log) is a TraceError. A mean inside those bounds may still be
+out of the model's reach: with clip = 0, a max far above the mean (no lognormal of n samples
+has both), or a clip ratio whose sigma would pass 10. Such a step is fitted as near as the model
+goes, and `fit_summary` warns (FitWarning) naming each step's logged and fitted mean.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 
@@ -34,10 +42,17 @@ from rlix.traces.columns import apply_column_map, as_column_map
 from rlix.traces.errors import TraceError
 from rlix.traces.io import read_frame
 from rlix.traces.schema import MAX_TOKENS, ColumnKind
-from rlix.traces.validate import check_column, locate
+from rlix.traces.validate import Where, check_column, locate
 
 _NORMAL = NormalDist()
 _SIGMA_MAX = 10.0
+#: A fitted step's mean may differ from the logged one by this share before FitWarning says so
+#: (and, at clip ratio 1, the logged mean from the cap before it is an error). Where a solution
+#: exists the bisection finds it to float precision, so any real gap means there is none; the
+#: slack is for a log's rounding (a clip ratio of 0.996 logged as 1.0), not for the model.
+MEAN_TOLERANCE = 0.01
+#: Steps named in a FitWarning's message; the rest are counted (all are in its `misses`).
+_MISSES_SHOWN = 3
 # Names a summary column may have, verl's first; the first one present is used.
 SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
     "step": ("step", "training/global_step", "global_step"),
@@ -47,18 +62,45 @@ SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
+class FitWarning(UserWarning):
+    """Some steps' fitted mean misses the logged one: the model cannot reach it (module docs)."""
+
+    def __init__(self, message: str, misses: tuple[MeanMiss, ...] = ()) -> None:
+        super().__init__(message)
+        self.misses = misses
+
+
+@dataclass(frozen=True)
+class MeanMiss:
+    """A step whose fitted mean is not its logged mean; `where` is its line or row in the log."""
+
+    step: int
+    logged: float
+    fitted: float
+    where: Where
+
+
+def _cdf(x: float) -> float:
+    """Phi(x), accurate far into the lower tail.
+
+    NormalDist.cdf computes 1 + erf(...), which rounds to 0 below about x = -8; equation (2)
+    multiplies Phi by exp(mu + sigma²/2), up to about e^50, so that would lose the whole term.
+    """
+    return 0.5 * math.erfc(-x / math.sqrt(2))
+
+
 def capped_clip(mu: float, sigma: float, cap: float) -> float:
     """Equation (1): the share of samples at the cap."""
     if sigma == 0:
         return 1.0 if mu >= math.log(cap) else 0.0
-    return 1.0 - _NORMAL.cdf((math.log(cap) - mu) / sigma)
+    return _cdf((mu - math.log(cap)) / sigma)  # 1 − Phi(a) as Phi(−a): exact for a small clip
 
 
 def capped_mean(mu: float, sigma: float, cap: float) -> float:
     """Equation (2): the mean of min(exp(N(mu, sigma²)), cap)."""
     if sigma == 0:
         return min(math.exp(mu), cap)
-    below = math.exp(mu + sigma**2 / 2) * _NORMAL.cdf((math.log(cap) - mu - sigma**2) / sigma)
+    below = math.exp(mu + sigma**2 / 2) * _cdf((math.log(cap) - mu - sigma**2) / sigma)
     return below + cap * capped_clip(mu, sigma, cap)
 
 
@@ -116,16 +158,24 @@ def fit_summary(
     max_tokens: int | None = None,
     file: str | Path | None = None,
 ) -> pd.DataFrame:
-    """Per-step (mu, sigma) of a capped lognormal; columns step, mu, sigma, max_tokens."""
+    """Per-step (mu, sigma) of a capped lognormal; columns step, mu, sigma, max_tokens, and
+    fitted_mean, the mean of the fitted step (equation (2)).
+
+    Raises TraceError for a step no capped lognormal with this cap fits. Warns (FitWarning) when
+    some steps' fitted mean misses the logged one by more than MEAN_TOLERANCE: those steps are
+    fitted as near as the model goes, and the warning names each one's logged and fitted mean.
+    """
     if max_tokens is not None and not 1 <= max_tokens <= MAX_TOKENS:
         raise TraceError(f"max_tokens must be between 1 and {MAX_TOKENS:,}, not {max_tokens}")
     clipping = summary.loc[summary["clip_ratio"] > 0, "max"]
     cap = max_tokens or int(clipping.max() if len(clipping) else summary["max"].max())
     rows = []
+    misses: list[MeanMiss] = []
     for position, record in enumerate(summary.itertuples(index=False)):
+        logged = float(record.mean)
         try:
             mu, sigma = _fit_step(
-                float(record.mean),
+                logged,
                 float(record.max),
                 float(record.clip_ratio),
                 cap,
@@ -134,12 +184,58 @@ def fit_summary(
         except TraceError as error:
             where = locate(summary.index, position)
             raise TraceError(error.message, file=file, **where) from None
-        rows.append({"step": int(record.step), "mu": mu, "sigma": sigma, "max_tokens": cap})
+        fitted = capped_mean(mu, sigma, cap)
+        if abs(fitted - logged) > MEAN_TOLERANCE * logged:
+            where = locate(summary.index, position)
+            misses.append(MeanMiss(int(record.step), logged, fitted, where))
+        rows.append(
+            {
+                "step": int(record.step),
+                "mu": mu,
+                "sigma": sigma,
+                "max_tokens": cap,
+                "fitted_mean": fitted,
+            }
+        )
+    if misses:
+        warnings.warn(
+            FitWarning(_misses_message(misses, len(rows), cap, file), tuple(misses)), stacklevel=2
+        )
     return pd.DataFrame(rows)
+
+
+def _misses_message(
+    misses: list[MeanMiss], steps: int, cap: int, file: str | Path | None
+) -> str:
+    """One line: how many steps miss their logged mean, and the first few of them."""
+    shown = []
+    for miss in misses[:_MISSES_SHOWN]:
+        place = f"line {miss.where['line']}, " if "line" in miss.where else ""
+        place += f"row {miss.where['row']} (1-based), " if "row" in miss.where else ""
+        change = (miss.fitted - miss.logged) / miss.logged
+        shown.append(
+            f"{place}step {miss.step}: logged {miss.logged:,.6g}, fitted {miss.fitted:,.4g} "
+            f"({change:+.0%})"
+        )
+    more = len(misses) - len(shown)
+    text = (
+        f"the fitted mean misses the logged one at {len(misses)} of {steps} steps (no capped "
+        f"lognormal with a cap of {cap:,} and the step's clip ratio and max has that mean): "
+        + "; ".join(shown)
+        + (f"; and {more} more" if more else "")
+    )
+    return text if file is None else f"{file}: {text}"
 
 
 def _fit_step(mean: float, top: float, clip: float, cap: int, n: int) -> tuple[float, float]:
     if clip == 1:
+        # Every sample is at the cap, so the mean is the cap: another mean means the cap is
+        # not this step's (too low or too high for the log).
+        if abs(mean - cap) > MEAN_TOLERANCE * cap:
+            raise TraceError(
+                f"mean {mean:g} cannot come from a cap of {cap} with clip ratio 1 "
+                f"(every sample is at the cap, so the mean is {cap})"
+            )
         return math.log(cap), 0.0
     if mean > top:
         raise TraceError(f"mean {mean:g} is above the step's max {top:g}")

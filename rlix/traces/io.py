@@ -4,13 +4,19 @@
 recognises a run's recorded `rollouts` table, validates, and only then returns a DataFrame.
 Every failure is a TraceError naming the file. pandas parses CSV, pyarrow Parquet, the standard
 library JSON; `rlix.traces.textfiles` keeps each row's line in a text file for error messages.
+Writing (`write_frame`, `write_trace`) replaces a file only with a complete new one.
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
-from collections.abc import Iterable, Mapping
+import os
+import secrets
+import stat
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -104,23 +110,75 @@ def read_frame(path: str | Path, format: str | None = None) -> pd.DataFrame:
 
 
 def write_frame(frame: pd.DataFrame, path: str | Path, format: str | None = None) -> Path:
-    """Write a table as it is in the format of `format` or of the suffix; return the path."""
+    """Write a table as it is in the format of `format` or of the suffix; return the path.
+
+    The table is written to a hidden file beside `path` and renamed onto it only when complete,
+    so a failure or an interrupt part way (a full disk, Ctrl-C) leaves the file that was there
+    before, or none, never a truncated one; the partial file is removed.
+    """
     path = Path(path)
     fmt = format_of(path, format)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(part: Path) -> None:
         if fmt == "csv":
-            frame.to_csv(path, index=False)
+            frame.to_csv(part, index=False)
         elif fmt == "parquet":
-            _write_parquet(frame, path)
+            _write_parquet(frame, part)
         else:
             text = frame.to_json(orient="records", lines=True, force_ascii=False)
             if fmt == "json":  # one JSON array rather than one object per line
                 text = json.dumps([json.loads(line) for line in text.splitlines()])
-            path.write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise TraceError(f"cannot write: {_first_line(error)}", file=path) from error
+            part.write_text(text, encoding="utf-8")
+
+    write_atomically(path, write)
     return path
+
+
+def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """Call `write` with a new hidden file in `path`'s folder, then rename that file onto `path`.
+
+    The rename (os.replace) is atomic within a folder, so `path` is at every moment either the
+    old file or the new one complete. On any failure, an interrupt too, the hidden file is
+    removed and the error goes on; an OSError becomes a TraceError naming `path`. A symlink at
+    `path` stays a link: the file it points to is the one replaced. The new file keeps the old
+    one's permission bits (a new one gets the usual 0o666 less the umask).
+    """
+    # Replacing a symlink itself would cut the link; the user meant the file it points to.
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    part: Path | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = _new_file_beside(target)
+        if target.exists():
+            os.chmod(part, stat.S_IMODE(target.stat().st_mode))
+        write(part)
+        os.replace(part, target)
+        part = None
+    except OSError as error:
+        # The hidden file's name means nothing to the user: name the file they asked for.
+        text = error.strerror or _first_line(error)
+        if part is not None:
+            text = text.replace(str(part), str(path))
+        raise TraceError(f"cannot write: {text}", file=path) from error
+    finally:
+        if part is not None:
+            # Cleaning up must not hide why the write failed.
+            with contextlib.suppress(OSError):
+                part.unlink(missing_ok=True)
+
+
+def _new_file_beside(path: Path) -> Path:
+    """Create a new empty hidden file in `path`'s folder, named after it; return its path."""
+    for _ in range(tempfile.TMP_MAX):
+        part = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
+        try:
+            # O_EXCL: never another writer's file. Mode 0o666, not tempfile.mkstemp's 0o600: the
+            # umask applies as to any file the user makes, since this one becomes the output.
+            os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:  # another writer drew the same name: draw again
+            continue
+        return part
+    raise FileExistsError(f"no free name for a new file beside {path.name}")  # pragma: no cover
 
 
 #: Rows converted to Arrow at a time when writing a large table to Parquet: a simulated day of

@@ -1,4 +1,11 @@
-"""What `rlix-sim trace inspect` reports about a trace: length percentiles, tail share, cap hits."""
+"""What `rlix-sim trace inspect` reports about a trace: length percentiles, tail share, cap hits.
+
+Cap hits are marked once for the whole trace and each pipeline's share is taken from the same
+marks, so the pipelines' hit counts add up to the trace's. A `capped` column marks them; without
+one, a sample is taken as capped when it is as long as the longest sample of its pipeline (caps
+are set per pipeline: a math pipeline's 4k cap is not an agentic one's 32k), or of the whole
+trace when it has no pipeline column.
+"""
 
 from __future__ import annotations
 
@@ -29,8 +36,9 @@ class LengthStats:
 class TraceStats(LengthStats):
     """LengthStats of a whole trace, and of each pipeline when the trace has a pipeline column."""
 
-    # "capped column" when the trace records cap hits, else "at max length": samples equal to
-    # the longest one, which is where a cap shows in a log that does not record it.
+    # "capped column" when the trace records cap hits, else where a cap shows in a log that does
+    # not record it: "at max length", samples equal to the longest one, or, when the trace has
+    # a pipeline column, "at pipeline max length", samples equal to their pipeline's longest.
     cap_source: str = "at max length"
     pipelines: dict[str, LengthStats] = field(default_factory=dict)
 
@@ -65,15 +73,26 @@ def length_stats(lengths: np.ndarray, capped: np.ndarray | None = None) -> Lengt
 
 def trace_stats(trace: pd.DataFrame) -> TraceStats:
     """Statistics of a validated trace (as read_trace returns it)."""
-    capped = trace[CAPPED].to_numpy() if CAPPED in trace.columns else None
-    overall = length_stats(trace[RESPONSE_TOKENS].to_numpy(), capped)
-    pipelines: dict[str, LengthStats] = {}
-    if "pipeline" in trace.columns:
-        for name, part in trace.groupby("pipeline", sort=True):
-            part_capped = part[CAPPED].to_numpy() if capped is not None else None
-            pipelines[str(name)] = length_stats(part[RESPONSE_TOKENS].to_numpy(), part_capped)
-    return TraceStats(
-        **asdict(overall),
-        cap_source="capped column" if capped is not None else "at max length",
-        pipelines=pipelines,
+    lengths = trace[RESPONSE_TOKENS].to_numpy(dtype="int64")
+    # Each pipeline's row positions, by name (positions: the index need not be 0..n-1).
+    groups: dict[str, np.ndarray] = (
+        {str(name): rows for name, rows in trace.groupby("pipeline").indices.items()}
+        if "pipeline" in trace.columns
+        else {}
     )
+    if CAPPED in trace.columns:
+        hits, cap_source = trace[CAPPED].to_numpy(dtype=bool), "capped column"
+    elif groups:
+        hits, cap_source = np.zeros(len(lengths), dtype=bool), "at pipeline max length"
+        for rows in groups.values():
+            hits[rows] = lengths[rows] == lengths[rows].max()
+    else:
+        hits, cap_source = lengths == lengths.max(), "at max length"
+    # Every figure below takes its cap hits from `hits`, never from a rule of its own, so the
+    # pipelines' counts add up to the trace's.
+    overall = length_stats(lengths, hits)
+    pipelines = {
+        name: length_stats(lengths[rows], hits[rows]) for name, rows in sorted(groups.items())
+    }
+    return TraceStats(**asdict(overall), cap_source=cap_source, pipelines=pipelines)
+

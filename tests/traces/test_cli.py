@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -82,6 +83,48 @@ def test_fit(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     code, _, _ = run_cli("trace", "fit", summary, "--samples-per-step", 500, "--out", out_path)
     assert code == 0
     assert len(read_trace(out_path)) == 1000
+
+
+def test_fit_warns_of_a_mean_out_of_reach_and_still_writes(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    """Step 1's mean of 10 under a max of 4000 is out of the model's reach (clip 0: no lognormal
+    of 1024 samples has both): one warning line names it, logged and fitted, and the trace that
+    is written anyway."""
+    summary = tmp_path / "summary.csv"
+    summary.write_text("step,mean,max,clip_ratio\n0,900,4096,0.01\n1,10,4000,0\n")
+    out_path = tmp_path / "fitted.csv"
+    code, out, err = run_cli("trace", "fit", summary, "--out", out_path)
+    assert code == 0 and out.startswith(f"wrote {out_path}")
+    assert err.startswith(f"rlix-sim: warning: {summary}: the fitted mean misses the logged one at 1 of 2 steps")
+    assert "line 3, step 1: logged 10, fitted 20.5 (+105%)" in err
+    assert err.endswith(f"{out_path} was written anyway, with the fitted means at those steps\n")
+    assert err.count("\n") == 1
+    assert len(read_trace(out_path)) == 2048
+
+
+def test_fit_of_a_reachable_log_says_nothing_on_stderr(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    summary = tmp_path / "summary.csv"
+    summary.write_text("step,mean,max,clip_ratio\n0,900,4096,0.01\n1,500,3000,0\n")
+    code, _, err = run_cli("trace", "fit", summary, "--out", tmp_path / "fitted.csv")
+    assert (code, err) == (0, "")
+
+
+def test_interrupted_generate_keeps_the_old_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    """Ctrl-C while `generate` writes over a trace: exit 130, the old trace whole, no leftovers."""
+    path = tmp_path / "trace.csv"
+    assert run_cli("trace", "generate", "math", "--rows", 50, "--out", path)[0] == 0
+    before = path.read_bytes()
+
+    def to_csv(self: pd.DataFrame, file: Path, *args: object, **kwargs: object) -> None:
+        Path(file).write_text("response_tokens\n1")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", to_csv)
+    code, _, _ = run_cli("trace", "generate", "math", "--rows", 80, "--out", path)
+    assert code == 130
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.csv"]
 
 
 @pytest.mark.parametrize(

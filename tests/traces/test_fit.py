@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from rlix.traces import TraceError, capped_clip, capped_mean, fit_summary, fit_trace
-from rlix.traces.fit import read_summary
+from rlix.traces.fit import FitWarning, read_summary
 
 CAP = 4096
 TRUE_PARAMS = [(6.8, 0.7), (7.0, 0.8), (7.2, 0.9), (7.4, 1.0), (7.6, 1.1), (6.2, 0.5)]
@@ -42,7 +43,10 @@ def test_equations_limits() -> None:
 
 def test_fit_recovers_parameters() -> None:
     summary = read_summary_frame(verl_summary())
-    fit = fit_summary(summary)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FitWarning)  # every step is within reach
+        fit = fit_summary(summary)
+    assert fit["fitted_mean"].to_numpy() == pytest.approx(summary["mean"].to_numpy(), rel=1e-9)
     assert fit["max_tokens"].unique().tolist() == [CAP]
     # The last step never reaches the cap: its sigma comes from the max, only roughly.
     for (mu, sigma), row in zip(TRUE_PARAMS[:-1], fit.iloc[:-1].itertuples(), strict=True):
@@ -131,3 +135,69 @@ def test_bad_options(tmp_path: Path, options: dict[str, int], fragment: str) -> 
     # max_tokens=0 used to be ignored (the cap came from the log); -1 blamed the log's row.
     with pytest.raises(TraceError, match=fragment):
         fit_trace(path, **options)  # type: ignore[arg-type]
+
+
+def test_mean_out_of_reach_warns_with_logged_and_fitted_mean(tmp_path: Path) -> None:
+    """Line 3's mean of 10 under a max of 4000 (clip 0) is out of the model's reach: no lognormal
+    of 1024 samples has both. Line 4's clip 0.5 with a mean just above 0.5 × 4096 needs a sigma
+    above 10. Both are fitted as near as the model goes, the trace is sampled, and the warning
+    says what each step's mean became; line 2 fits exactly and is not named."""
+    path = tmp_path / "summary.csv"
+    path.write_text("step,mean,max,clip_ratio\n0,900,4096,0.01\n1,10,4000,0\n2,2100,4096,0.5\n")
+    with pytest.warns(FitWarning) as caught:
+        trace = fit_trace(path)
+    assert len(caught) == 1
+    warning = caught[0].message
+    assert isinstance(warning, FitWarning)
+    assert str(warning).startswith(f"{path}: the fitted mean misses the logged one at 2 of 3 steps")
+    assert "line 3, step 1: logged 10, fitted 20.5 (+105%); line 4, step 2: logged 2,100, " \
+        "fitted 2,210 (+5%)" in str(warning)
+    assert [(m.step, m.logged, m.where) for m in warning.misses] == [
+        (1, 10.0, {"line": 3}),
+        (2, 2100.0, {"line": 4}),
+    ]
+    # The fitted means are what the sampled trace has (up to sampling), not the logged ones.
+    sampled = trace.groupby("step")["response_tokens"].mean()
+    for miss in warning.misses:
+        assert sampled[miss.step] == pytest.approx(miss.fitted, rel=0.03)
+    assert sampled[0] == pytest.approx(900, rel=0.01)
+
+
+def test_far_tail_of_the_fit_is_not_lost_to_rounding() -> None:
+    """Equation (2) at a large sigma multiplies a far-tail Phi by a large exp: Phi(-8.4) is about
+    2e-17, which 1 + erf rounds to 0. That term is 4096 × 0.047 here, so the fitted mean must
+    match a numerical integral of the capped lognormal."""
+    mu, sigma, cap = math.log(4096), 8.4, 4096
+    # E[min(X, cap)] = ∫_0^cap P(X > x) dx, integrated in u = ln x for the long left tail.
+    steps = 400_000
+    low, high = mu - 12 * sigma, math.log(cap)
+    width = (high - low) / steps
+    total = 0.0
+    for i in range(steps):
+        u = low + (i + 0.5) * width
+        total += math.exp(u) * 0.5 * math.erfc((u - mu) / (sigma * math.sqrt(2))) * width
+    assert capped_mean(mu, sigma, cap) == pytest.approx(total, rel=1e-4)
+    assert capped_mean(mu, sigma, cap) > cap / 2 + 150
+
+
+@pytest.mark.parametrize("max_tokens", [2000, 8000])
+def test_clip_ratio_one_with_a_mean_off_the_cap_is_an_error(tmp_path: Path, max_tokens: int) -> None:
+    """At clip ratio 1 every sample is at the cap, so the mean is the cap: a --max-tokens too low
+    (or too high) for the log was fitted silently at the cap, far from the logged mean."""
+    path = tmp_path / "summary.csv"
+    path.write_text("mean,max,clip_ratio\n900,4096,0.01\n4096,4096,1\n")
+    with pytest.raises(TraceError) as caught:
+        fit_trace(path, max_tokens=max_tokens)
+    assert str(caught.value) == (
+        f"{path}, line 3: mean 4096 cannot come from a cap of {max_tokens} with clip ratio 1 "
+        f"(every sample is at the cap, so the mean is {max_tokens})"
+    )
+
+
+def test_clip_ratio_one_at_the_cap_fits() -> None:
+    summary = pd.DataFrame({"step": [0], "mean": [4095.5], "max": [4096], "clip_ratio": [1.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FitWarning)
+        fit = fit_summary(summary)
+    assert fit.loc[0, "sigma"] == 0.0
+    assert fit.loc[0, "fitted_mean"] == pytest.approx(4096)

@@ -9,7 +9,7 @@ import pandas as pd
 import pandas.testing as pdt
 import pytest
 
-from rlix.traces import generate, read_trace, write_trace
+from rlix.traces import TraceError, generate, read_trace, write_trace
 from rlix.traces.io import format_of
 
 from .conftest import AZURE_MAP
@@ -95,3 +95,64 @@ def test_large_parquet_is_written_a_slice_at_a_time_and_reads_back_the_same(
     sliced = io.read_frame(io.write_frame(frame, tmp_path / "sliced.parquet"))
     pd.testing.assert_frame_equal(sliced, whole)
     pd.testing.assert_frame_equal(sliced, frame)
+
+
+def _fail_mid_write(monkeypatch: pytest.MonkeyPatch, suffix: str, error: BaseException) -> None:
+    """Make the next write of a `suffix` table put some bytes in its file and then fail."""
+    import rlix.traces.io as io
+
+    def partial(path: str | Path) -> None:
+        Path(path).write_bytes(b"response_tokens\n1")  # a half-written table
+
+    def to_csv(self: pd.DataFrame, path: Path, *args: object, **kwargs: object) -> None:
+        partial(path)
+        raise error
+
+    def write_parquet(frame: pd.DataFrame, path: Path) -> None:
+        partial(path)
+        raise error
+
+    if suffix == ".csv":
+        monkeypatch.setattr(pd.DataFrame, "to_csv", to_csv)
+    else:
+        monkeypatch.setattr(io, "_write_parquet", write_parquet)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), OSError(28, "No space left on device")])
+def test_failed_write_leaves_the_old_file_and_no_partial_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str, error: BaseException
+) -> None:
+    """A write that fails part way (Ctrl-C, a full disk) leaves the file that was there whole:
+    the new table goes to a hidden file beside it, removed on failure, renamed only when done."""
+    path = write_trace(generate("math", 50, seed=1), tmp_path / f"trace{suffix}")
+    before = path.read_bytes()
+    _fail_mid_write(monkeypatch, suffix, error)
+    expected = TraceError if isinstance(error, OSError) else KeyboardInterrupt
+    with pytest.raises(expected) as caught:
+        write_trace(generate("math", 80, seed=2), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    if isinstance(caught.value, TraceError):
+        # It names the file asked for, never the hidden one.
+        assert str(caught.value) == f"{path}: cannot write: No space left on device"
+
+
+def test_failed_first_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fail_mid_write(monkeypatch, ".csv", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        write_trace(generate("math", 50, seed=1), tmp_path / "new.csv")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rewrite_keeps_permissions_and_symlinks(tmp_path: Path) -> None:
+    """The file is replaced by rename, yet it keeps its mode, and a link to it stays a link."""
+    target = write_trace(generate("math", 50, seed=1), tmp_path / "real.csv")
+    target.chmod(0o640)
+    link = tmp_path / "link.csv"
+    link.symlink_to(target.name)
+    write_trace(generate("math", 80, seed=2), link)
+    assert link.is_symlink() and link.resolve() == target
+    assert len(read_trace(target)) == 80
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "real.csv"]
