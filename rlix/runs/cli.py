@@ -1,8 +1,10 @@
-"""`rlix-sim replay RUN_DIR` and `rlix-sim check RUN_DIR` verify a written run folder;
+"""`rlix-sim replay RUN_DIR` and `rlix-sim check RUN_DIR` verify a written run folder
+(rlix.runs.verify: its decisions against a fresh core, its tables against its event log);
 `rlix-sim jobs RUN_DIR` shows where its jobs' time went (rlix.runs.breakdown).
 
 `register` adds the commands to a sub-command table (as rlix.traces.cli does). Exit status:
-0 identical / all invariants hold; 1 a divergence or a broken invariant (printed); 2 bad input
+0 identical / all invariants hold and the tables agree with the log; 1 a divergence, a broken
+invariant or a table that disagrees (printed); 2 bad input, a log cut short among it
 (one line, ``rlix-sim: error: ...``; ``--traceback`` or ``RLIX_DEBUG=1`` shows the traceback).
 """
 
@@ -39,7 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Feed every event of RUN_DIR/events.jsonl to a new policy core built from "
         "the log's header and compare its decisions with the recorded ones, field by field. "
         "Prints the first divergence (line, event, recorded and replayed decisions) and exits 1, "
-        "or exits 0 if every decision is identical.",
+        "or exits 0 if every decision is identical. A log that ends before what summary.json "
+        "says of the run's end (its steps, shrinks, grants, removals, makespan; whether it "
+        "finished) was cut short: an error naming its last line (exit 2).",
     )
     replay.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by rlix-sim or rlix-exec")
     replay.add_argument("--check-invariants", action="store_true",
@@ -51,7 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="check a run's tables against the invariants a record can show",
         description="Check RUN_DIR's allocations and rollouts: one holder per GPU at a time, "
         "holdings that match their cluster's mapping or bundle, the staleness bound of every "
-        "consumed trajectory, and no lost trajectory. Exits 1 on the first broken invariant.",
+        "consumed trajectory, and no lost trajectory; and hold every table to what "
+        "events.jsonl says happened (the holdings its applied grants and rank moves make, a "
+        "wait per grant, its finished steps, trajectories consumed by each step trained, work "
+        "only on GPUs held, a job row per pipeline). Exits 1 on the first broken invariant "
+        "or table that disagrees with the log.",
     )
     check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
     _traceback_option(check)
@@ -98,19 +106,21 @@ def main_replay(args: argparse.Namespace) -> int:
 
 
 def main_check(args: argparse.Namespace) -> int:
+    from rlix.runs.crosscheck import TableMismatch
     from rlix.runs.verify import check
 
     try:
         num_allocations, num_rollouts = check(args.run_dir)
-    except InvariantViolation as violation:
-        print(f"{args.run_dir}: {violation}")
+    except (InvariantViolation, TableMismatch) as broken:
+        print(f"{args.run_dir}: {broken}")
         return 1
     held = [] if num_allocations is None else [f"1, 2 hold over {num_allocations} allocations"]
     if num_rollouts is not None:
         held.append(f"7, 8 hold over {num_rollouts} rollout attempts")
     missing = [name for name, num in (("allocations", num_allocations), ("rollouts", num_rollouts)) if num is None]
     unchecked = f"not checked: {', '.join(missing)} (the folder was written without them)" if missing else ""
-    print(f"{args.run_dir}: invariants {'; '.join(held + [unchecked] if unchecked else held)}")
+    print(f"{args.run_dir}: invariants {'; '.join(held + [unchecked] if unchecked else held)}; "
+          "its tables agree with events.jsonl")
     return 0
 
 

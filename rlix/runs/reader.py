@@ -17,6 +17,8 @@ from typing import Any
 import pandas as pd
 
 from rlix.policy.config import PolicyConfig
+from rlix.policy.errors import PolicyError
+from rlix.policy.policies import get_policy
 from rlix.policy.specs import PipelineSpec, Topology
 from rlix.runs import codec
 from rlix.runs.errors import RunError
@@ -131,13 +133,42 @@ class Run:
 
 def load(run_dir: str | Path) -> Run:
     """Open the run folder `run_dir`. RunError (one line) if it is not a readable run folder."""
-    path = events_path(run_dir).parent
-    header = read_header(path / "events.jsonl")
+    events = events_path(run_dir)
+    header, _core = read_core(events)
+    path = events.parent
+    return Run(path, read_summary(path / SUMMARY_FILE), _read_text(path / SCENARIO_FILE), header)
+
+
+def read_core(events: Path) -> tuple[dict[str, Any], tuple[Topology, str, PolicyConfig]]:
+    """The header of the events file `events` and the core it describes (topology, policy,
+    config), checked as the core checks them when a replay builds it. Whatever reads a run
+    (`load`, `replay`) goes through here, so a bad header is the same one line (naming the
+    file, line 1 and what is wrong) from each."""
+    header = read_header(events)
+    problem = _header_shape(header["header"])
+    if problem is not None:
+        raise RunError(f"bad header: {problem}", file=events, line=1)
     try:
-        codec.core_from_header(header)
-    except (KeyError, TypeError) as error:
-        raise RunError(f"bad header: {error!r}", file=path / "events.jsonl", line=1) from error
-    return Run(path, _read_summary(path / SUMMARY_FILE), _read_text(path / SCENARIO_FILE), header)
+        topology, policy, config = codec.core_from_header(header)
+        topology.validate()
+        get_policy(policy)
+        config.validate()
+    except (TypeError, ValueError, PolicyError) as error:  # unknown or missing fields, bad values
+        raise RunError(f"bad header: {error}", file=events, line=1) from error
+    return header, (topology, policy, config)
+
+
+def _header_shape(head: Any) -> str | None:
+    """What is wrong with the shape of a header's `{"topology": {...}, "policy": "...",
+    "config": {...}}`, or None."""
+    if not isinstance(head, dict):
+        return f"header is {_json_kind(head)}, not an object {{...}}"
+    for key, kind in (("topology", dict), ("policy", str), ("config", dict)):
+        if key not in head:
+            return f"no {key} in it"
+        if not isinstance(head[key], kind):
+            return f"{key} is {_json_kind(head[key])}, not {'a name' if kind is str else 'an object {...}'}"
+    return None
 
 
 #: The summary's keys that readers do arithmetic on (seconds: a JSON number, not a boolean,
@@ -150,7 +181,9 @@ _SUMMARY_TYPES: dict[str, str] = {
 }
 
 
-def _read_summary(path: Path) -> dict[str, Any]:
+def read_summary(path: Path) -> dict[str, Any]:
+    """summary.json at `path`, with the figures readers compute with checked (`_SUMMARY_TYPES`):
+    RunError (one line naming the file and the key) otherwise."""
     try:
         data = json.loads(_read_text(path))
     except json.JSONDecodeError as error:

@@ -1,18 +1,21 @@
 """Verifying a run folder: replay its events through a fresh core, check its invariants.
 
 `replay` feeds every event of `events.jsonl` to a new `Scheduler` built from the log's header
-(another one after each segment line of a resumed run) and compares the decisions it returns with the recorded ones, field by field. Identical
-decisions prove a simulator run deterministic, and an executor run faithful to its core. The
-first divergence is reported with its line, event, and the recorded and replayed decisions.
+(another one after each segment line of a resumed run) and compares the decisions it returns
+with the recorded ones, field by field. Identical decisions prove a simulator run
+deterministic, and an executor run faithful to its core. The first divergence is reported with
+its line, event, and the recorded and replayed decisions. A log cut short replays identically
+as far as it goes, so its end is held to summary.json's (steps, finished, makespan).
 
 `check` runs the checks of `rlix.policy.run_checks` on the folder's tables, with the pipeline specs
-registered in its event log.
+registered in its event log, and holds each table to what the event log says happened
+(`rlix.runs.crosscheck`): a row deleted, a table emptied, a row the log never caused.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +26,21 @@ from rlix.policy.core import Scheduler
 from rlix.policy.errors import PolicyError
 from rlix.policy.run_checks import check_allocations, check_rollouts
 from rlix.runs import codec
+from rlix.runs.crosscheck import (
+    activity_agrees,
+    allocations_agree,
+    completed_steps,
+    jobs_agree,
+    log_reaches_summary,
+    rollouts_agree,
+    steps_agree,
+    waits_agree,
+)
 from rlix.runs.errors import RunError
-from rlix.runs.eventlog import SEGMENT, events_path, iter_records, read_header
-from rlix.runs.reader import Run, load
+from rlix.runs.eventlog import EVENTS_FILE, SEGMENT, events_path, iter_records
+from rlix.runs.folder import SUMMARY_FILE
+from rlix.runs.reader import Run, load, read_core, read_summary
+from rlix.runs.tally import EventTally, StepKey, tally_file
 from rlix.traces.schema import TableName
 from rlix.traces.tables import table_path
 
@@ -67,19 +82,21 @@ def replay(run_dir: str | Path, *, check_invariants: bool = False) -> ReplayResu
     """Replay the event log of `run_dir` through a fresh core; stop at the first divergence.
 
     With `check_invariants`, the core also checks its invariants after every round (slower);
-    a violation is reported as the divergence. RunError if the log cannot be read.
+    a violation is reported as the divergence. RunError if the log cannot be read, or if it
+    ends before what summary.json says of the run's end (a log cut short replays identically
+    as far as it goes: rlix.runs.crosscheck.log_reaches_summary).
     """
     path = events_path(run_dir)
-    header = read_header(path)
-    try:
-        topology, policy, config = codec.core_from_header(header)
-        scheduler = Scheduler(topology, policy, config, check_invariants=check_invariants)
-    except (KeyError, TypeError, PolicyError) as error:
-        raise RunError(f"bad header: {error}", file=path, line=1) from error
-    num_events = num_decisions = 0
+    _header, (topology, policy, config) = read_core(path)
+    summary = read_summary(path.parent / SUMMARY_FILE)
+    scheduler = Scheduler(topology, policy, config, check_invariants=check_invariants)
+    tally = EventTally()
+    num_events = num_decisions = last_line = 0
     for number, record in iter_records(path):
+        last_line = number
         if SEGMENT in record:  # a resumed run went on with a fresh core
             scheduler = Scheduler(topology, policy, config, check_invariants=check_invariants)
+            tally.add(record)
             continue
         try:
             event = codec.decode_event(record["event"])
@@ -94,8 +111,10 @@ def replay(run_dir: str | Path, *, check_invariants: bool = False) -> ReplayResu
         detail = _difference(recorded, replayed)
         if detail is not None:
             return ReplayResult(path, num_events, num_decisions, Divergence(number, record["event"], recorded, replayed, detail))
+        tally.add(record)  # recorded == replayed here: the core accepted every field it reads
         num_events += 1
         num_decisions += len(replayed)
+    log_reaches_summary(tally, summary, path, last_line or 1)
     return ReplayResult(path, num_events, num_decisions)
 
 
@@ -117,24 +136,38 @@ def _compact(decisions: list[dict[str, Any]]) -> str:
 
 def check(run_dir: str | Path) -> tuple[int | None, int | None]:
     """Check the invariants a record can show (rlix.policy.run_checks) on the tables of
-    `run_dir`; return the allocation and rollout rows checked, None for a table the folder was
-    written without (`--tables`). Raises InvariantViolation.
+    `run_dir`, and each table against what the event log says happened
+    (rlix.runs.crosscheck); return the allocation and rollout rows checked, None for a table
+    the folder was written without (`--tables`). Raises InvariantViolation or TableMismatch.
 
     The rollouts table can hold 10^8 attempts (a simulated day of a large cluster): it is
     checked one pipeline at a time (from Parquet, only that pipeline's rows and the columns the
     checks read), sorted by trajectory and turned into rows a slice at a time, so only one
     slice of rows and one trajectory's attempts are Python objects at once."""
     run = load(run_dir)
+    tally = tally_file(run.path / EVENTS_FILE)
     num_allocations = num_rollouts = None
     if _has_table(run, "allocations"):
         allocations = _rows(run.allocations)
         check_allocations(allocations, run.specs)
         num_allocations = len(allocations)
+        allocations_agree(run.allocations, tally)
     if _has_table(run, "rollouts"):
         counted = [0]
-        check_rollouts(_rows_by_trajectory(run, counted), run.specs, grouped_by_trajectory=True)
+        consumed: set[StepKey] = set()
+        check_rollouts(_rows_by_trajectory(run, counted, consumed), run.specs, grouped_by_trajectory=True)
         num_rollouts = counted[0]
+        rollouts_agree(consumed, tally)
+    for name, agree in _AGREE.items():
+        if _has_table(run, name):
+            agree(getattr(run, name), tally)
     return num_allocations, num_rollouts
+
+
+#: The other tables' comparisons with the event log (rlix.runs.crosscheck).
+_AGREE: dict[TableName, Callable[[pd.DataFrame, EventTally], None]] = {
+    "steps": steps_agree, "waits": waits_agree, "activity": activity_agrees, "jobs": jobs_agree,
+}
 
 
 def _has_table(run: Run, name: TableName) -> bool:
@@ -148,14 +181,16 @@ _CHECKED_COLUMNS = ["pipeline_id", "adapter", "trajectory_id", "step_consumed", 
                     "status", "t_start"]
 
 
-def _rows_by_trajectory(run: Run, counted: list[int]) -> Iterator[dict[str, Any]]:
+def _rows_by_trajectory(run: Run, counted: list[int], consumed: set[StepKey]) -> Iterator[dict[str, Any]]:
     """The rows of each pipeline in turn, each trajectory's attempts one after another;
-    `counted[0]` counts them."""
+    `counted[0]` counts them, `consumed` gets the steps their completed attempts fed (after
+    the invariant checks saw the pipeline's rows, so a broken row is theirs to report)."""
     for part in _rollouts_by_pipeline(run):
         part = part.sort_values(["adapter", "trajectory_id", "t_start"], kind="stable")
         counted[0] += len(part)
         for lo in range(0, len(part), CHECK_SLICE_ROWS):
             yield from _rows(part.iloc[lo : lo + CHECK_SLICE_ROWS])
+        consumed |= completed_steps(part)
 
 
 def _rollouts_by_pipeline(run: Run) -> Iterator[pd.DataFrame]:

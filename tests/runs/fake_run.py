@@ -106,21 +106,24 @@ def _add_work(recorder: Recorder) -> None:
         row = {"pipeline_id": pid, "adapter": adapter, "step": step, "t_start": t0, "t_end": t1,
                **{c: 0.0 for c in STAGE_COLUMNS}, "rollout_s": rollout_s, "reward_mean": 0.5}
         recorder.add_step(row)
+    # One wait per applied grant, and a completed trajectory for every step trained, as the
+    # event log has them (`rlix-sim check` holds the tables to it).
     for wait in (("p0", "actor_train", 0, 0.0, 0.0), ("p1", "actor_train", 0, 0.0, 0.0),
-                 ("p0", "actor_train", 1, 40.0, 40.0), ("p1", "actor_train", 1, 60.0, 64.0)):
+                 ("p0", "actor_train", 1, 40.0, 40.0), ("p1", "actor_train", 1, 60.0, 64.0),
+                 ("p0", "actor_train", 1, 65.0, 65.0)):
         recorder.add_wait(*wait)
     recorder.add_rollouts({
-        "pipeline_id": ["p0", "p0", "p0", "p1", "p1"],
-        "adapter": ["base", "base", "base", "a0", "a0"],
-        "trajectory_id": [0, 1, 1, 0, 1],
-        "step_consumed": [0, 0, 0, 0, 0],
-        "weight_version": [0, 0, 0, 0, 0],
-        "prompt_tokens": [10, 10, 10, 20, 20],
-        "response_tokens": [100, 50, 300, 200, 400],
-        "t_start": [12.0, 12.0, 20.0, 14.0, 14.0],
-        "t_end": [30.0, 20.0, 38.0, 40.0, 58.0],
-        "preemptions": [0, 1, 1, 0, 0],
-        "status": ["completed", "requeued", "completed", "completed", "completed"],
-        "dp_rank": [0, 1, 1, 2, 3],
-        "recomputed_tokens": [0, 0, 50, 0, 0],
+        "pipeline_id": ["p0", "p0", "p0", "p1", "p1", "p0"],
+        "adapter": ["base", "base", "base", "a0", "a0", "base"],
+        "trajectory_id": [0, 1, 1, 0, 1, 2],
+        "step_consumed": [0, 0, 0, 0, 0, 1],
+        "weight_version": [0, 0, 0, 0, 0, 1],
+        "prompt_tokens": [10, 10, 10, 20, 20, 10],
+        "response_tokens": [100, 50, 300, 200, 400, 120],
+        "t_start": [12.0, 12.0, 20.0, 14.0, 14.0, 54.0],
+        "t_end": [30.0, 20.0, 38.0, 40.0, 58.0, 59.0],
+        "preemptions": [0, 1, 1, 0, 0, 0],
+        "status": ["completed", "requeued", "completed", "completed", "completed", "completed"],
+        "dp_rank": [0, 1, 1, 2, 3, 0],
+        "recomputed_tokens": [0, 0, 50, 0, 0, 0],
     })

@@ -108,7 +108,7 @@ def test_unreadable_logs_are_one_line_errors(tmp_path: Path, run_dir: Path,
 def test_check_passes_on_the_run_and_fails_on_an_overlap(run_dir: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     num_allocations, num_rollouts = check(run_dir)
-    assert (num_allocations, num_rollouts) == (len(pd.read_parquet(run_dir / "allocations.parquet")), 5)
+    assert (num_allocations, num_rollouts) == (len(pd.read_parquet(run_dir / "allocations.parquet")), 6)
     assert _run_cli("check", str(run_dir)) == 0
     folder = _copy(run_dir, tmp_path)
     table = pd.read_parquet(folder / "allocations.parquet")

@@ -1,0 +1,223 @@
+"""Does a run folder's record hold together? Its tables against its event log (`rlix-sim
+check`), and the end of its event log against its summary (`rlix-sim replay`).
+
+The tables and the summary were written by the recorder, the hosts and the metrics; what they
+are held to here is `rlix.runs.tally`, counted from `events.jsonl` alone (see there for why
+each count bounds its table). A table with rows deleted, emptied, or with rows the log never
+caused disagrees:
+
+- allocations: per pipeline, cluster, rank and GPU, at least the holdings of the applied
+  Grants and Expands, and no more than those of the ones not reported failed;
+- waits: per pipeline and cluster, one row per applied Grant (one fewer per Revoke at most);
+- steps: exactly the steps the log's `TrainStepFinished` events finished (and that stand);
+- rollouts: completed attempts consumed by every step the log says was trained (by each
+  adapter trained, where a crash, kill or cut may have lost the last trajectories handed in);
+- activity: work only on GPUs the log shows held, and some for every pipeline that trained;
+- jobs: a row for every pipeline the log registered.
+
+`log_reaches_summary` is replay's end: a log cut short (lines lost at its end) misses the
+steps, removals or time the summary counts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rlix.policy.specs import BASE_ADAPTER
+from rlix.runs.errors import RunError
+from rlix.runs.tally import EventTally, HoldKey, StepKey
+
+#: The summary's end may come after the log's last event (a live run closes its record a
+#: moment after the last pipeline went), never before; this much is rounding.
+END_EPS_S = 1e-6
+#: Keys named in one message at most.
+_SHOWN = 3
+
+
+class TableMismatch(AssertionError):
+    """A table of a run folder disagrees with its event log."""
+
+    def __init__(self, table: str, detail: str) -> None:
+        self.table = table
+        self.detail = detail
+        super().__init__(table, detail)
+
+    def __str__(self) -> str:
+        return f"the {self.table} table disagrees with events.jsonl: {self.detail}"
+
+
+#: Columns of whole numbers among those counted.
+_INT_COLUMNS = frozenset({"dp_rank", "gpu", "step", "step_consumed"})
+
+
+def _counts(frame: pd.DataFrame, columns: list[str]) -> Counter[tuple[Any, ...]]:
+    """How often each combination of `columns` occurs in `frame`, keyed by plain str and int
+    values. Grouped by pandas first: a rollouts table has millions of rows, few keys."""
+    counts: Counter[tuple[Any, ...]] = Counter()
+    if frame.empty:
+        return counts
+    sizes = frame.groupby(columns, observed=True, dropna=False, sort=False).size()
+    for key, count in sizes.items():
+        counts[tuple(_plain(c, v) for c, v in zip(columns, key, strict=True))] += int(count)
+    return counts
+
+
+def _plain(column: str, value: Any) -> Any:
+    if column == "adapter" and pd.isna(value):  # a full-finetune pipeline's adapter may be written empty
+        return BASE_ADAPTER
+    return int(value) if column in _INT_COLUMNS else str(value)
+
+
+def _hold(key: HoldKey) -> str:
+    pid, cluster, dp_rank, gpu = key
+    return f"{pid}/{cluster}{'' if dp_rank < 0 else f' rank {dp_rank}'} on GPU {gpu}"
+
+
+def allocations_agree(frame: pd.DataFrame, tally: EventTally) -> None:
+    rows = _counts(frame, ["pipeline_id", "cluster", "dp_rank", "gpu"])
+    for key in sorted(set(rows) | set(tally.applied) | set(tally.possible)):
+        held, applied, possible = rows[key], tally.applied[key], tally.possible[key]
+        if held < applied:
+            raise TableMismatch("allocations", f"{_hold(key)}: {held} holding(s) in the table, but the log "
+                                f"has {applied} Grant/Expand decision(s) of it applied")
+        if held > possible:
+            raise TableMismatch("allocations", f"{_hold(key)}: {held} holding(s) in the table, but the log "
+                                f"has only {possible} Grant/Expand decision(s) of it that can have held it")
+
+
+def waits_agree(frame: pd.DataFrame, tally: EventTally) -> None:
+    rows = _counts(frame, ["pipeline_id", "cluster"])
+    for key in sorted(set(rows) | set(tally.grants_applied)):
+        held, granted = rows[key], tally.grants_applied[key]
+        fewest = granted - tally.grants_revoked[key]
+        if not fewest <= held <= granted:
+            span = f"{granted}" if fewest >= granted else f"{max(fewest, 0)} to {granted}"
+            raise TableMismatch("waits", f"{key[0]}/{key[1]}: {held} wait(s) in the table, but the log's "
+                                f"applied grants of it make {span}")
+
+
+def steps_agree(frame: pd.DataFrame, tally: EventTally) -> None:
+    rows = _counts(frame, ["pipeline_id", "adapter", "step"])
+    twice = sorted(key for key, count in rows.items() if count > 1)
+    if twice:
+        raise TableMismatch("steps", f"step(s) in it more than once: {_steps(twice)}")
+    expected = tally.step_keys()
+    missing, extra = sorted(expected - set(rows)), sorted(set(rows) - expected)
+    if missing:
+        raise TableMismatch("steps", f"{len(missing)} step(s) the log finished are not in it: {_steps(missing)}")
+    if extra:
+        raise TableMismatch("steps", f"{len(extra)} step(s) in it the log never finished: {_steps(extra)}")
+
+
+def rollouts_agree(consumed: set[StepKey], tally: EventTally) -> None:
+    """`consumed`: the (pipeline, adapter, step_consumed) of the table's completed attempts.
+    Each step trained has some; of a pipeline that crashed, was killed or was cut, whose last
+    trajectories a live run may have lost (`EventTally.trained_whole`), each adapter trained."""
+    missing = sorted(tally.trained_whole - consumed)
+    if missing:
+        raise TableMismatch("rollouts", f"no completed trajectory consumed by {len(missing)} step(s) the log "
+                            f"trained: {_steps(missing)}")
+    fed = {(pid, adapter) for pid, adapter, _step in consumed}
+    unfed = sorted({(pid, adapter) for pid, adapter, _step in tally.trained} - fed)
+    if unfed:
+        shown = ", ".join(f"{pid}/{adapter}" for pid, adapter in unfed[:_SHOWN])
+        raise TableMismatch("rollouts", f"no completed trajectory of {shown}{', ...' if len(unfed) > _SHOWN else ''}, "
+                            "whose train steps the log finished")
+
+
+def completed_steps(part: pd.DataFrame) -> set[StepKey]:
+    """The (pipeline, adapter, step_consumed) of the completed attempts among rollout rows."""
+    done = part[(part["status"] == "completed").fillna(False)]
+    return set(_counts(done, ["pipeline_id", "adapter", "step_consumed"]))
+
+
+def activity_agrees(frame: pd.DataFrame, tally: EventTally) -> None:
+    keys = set(_counts(frame, ["pipeline_id", "cluster", "dp_rank", "gpu"]))
+    unheld = sorted(key for key in keys if tally.possible[key] <= 0)
+    if unheld:
+        shown = ", ".join(_hold(k) for k in unheld[:_SHOWN])
+        raise TableMismatch("activity", f"work on GPUs the log never shows held: {shown}"
+                            f"{', ...' if len(unheld) > _SHOWN else ''}")
+    trained = {pid for pid, _adapter, _step in tally.trained}
+    idle = sorted(trained - {str(pid) for pid in frame["pipeline_id"].dropna().unique()})
+    if idle:
+        raise TableMismatch("activity", f"no work of {', '.join(idle)}, whose train steps the log finished")
+
+
+def jobs_agree(frame: pd.DataFrame, tally: EventTally) -> None:
+    missing = sorted(tally.registered - {str(pid) for pid in frame["pipeline_id"].dropna().unique()})
+    if missing:
+        raise TableMismatch("jobs", f"no row for {', '.join(missing)}, registered in the log")
+
+
+def _steps(keys: list[StepKey]) -> str:
+    shown = ", ".join(f"{pid}/{adapter} step {step}" for pid, adapter, step in keys[:_SHOWN])
+    return shown + (", ..." if len(keys) > _SHOWN else "")
+
+
+def log_reaches_summary(tally: EventTally, summary: Mapping[str, Any], path: Path, line: int) -> None:
+    """RunError (naming `path` and its last record's `line`) if the log ends before what
+    summary.json says of the run's end: its makespan, whether it finished, and each pipeline's
+    steps, shrinks, grants (its waits) and removal. A run cut short on purpose (`finished:
+    false`) may end with pipelines running; what it did up to its end both count."""
+    makespan = float(summary["makespan_s"])
+    last = tally.last_now if tally.last_now is not None else 0.0
+    if last > makespan + END_EPS_S:
+        raise RunError(f"the log goes on to t={last} s, past summary.json's makespan_s {makespan}", file=path, line=line)
+    problem = None
+    if summary.get("finished", True) is True and tally.running:
+        problem = f"the log ends with {', '.join(sorted(tally.running))} not removed, but summary.json says the run finished"
+    pipelines = summary.get("pipelines")
+    if problem is None and isinstance(pipelines, dict):  # without per-pipeline figures, nothing to compare
+        every = set(pipelines) | set(tally.steps) | set(tally.removed_s) | {pid for pid, _ in tally.shrinks}
+        problem = next(filter(None, (_pipeline_end(pid, pipelines.get(pid), tally) for pid in sorted(every))), None)
+    if problem is not None:
+        raise RunError(f"{problem}; the log was cut short, or is not this run's", file=path, line=line)
+
+
+def _pipeline_end(pid: str, figures: Any, tally: EventTally) -> str | None:
+    """What summary.json's `figures` of `pipeline` say that the log does not, or None. A
+    pipeline the summary does not list has done nothing; a figure it lacks is not compared."""
+    if not isinstance(figures, dict):
+        figures = {"steps": 0, "shrinks": {}, "queue_wait_s": {}, "finish_s": None}
+    steps = figures.get("steps")
+    if _is_int(steps) and steps != tally.num_steps(pid):
+        return f"the log finishes {tally.num_steps(pid)} step(s) of {pid}, summary.json counts {steps}"
+    shrinks = figures.get("shrinks")
+    if isinstance(shrinks, dict):
+        logged = {reason: n for (p, reason), n in tally.shrinks.items() if p == pid and n}
+        summed = {reason: n for reason, n in shrinks.items() if n}
+        if logged != summed:
+            return f"the log shrinks {pid}'s rollout ranks {_by_reason(logged)}, summary.json counts {_by_reason(summed)}"
+    waits = figures.get("queue_wait_s")
+    if isinstance(waits, dict):
+        waited = sum(w["count"] for w in waits.values() if isinstance(w, dict) and _is_int(w.get("count")))
+        granted = sum(n for (p, _cluster), n in tally.grants_applied.items() if p == pid)
+        fewest = granted - sum(n for (p, _cluster), n in tally.grants_revoked.items() if p == pid)
+        if not fewest <= waited <= granted:  # a wait per grant (tally.py), as the waits table has them
+            return f"the log applies {granted} grant(s) to {pid}, summary.json counts {waited} wait(s) for them"
+    if "finish_s" in figures:
+        finish, removed = figures["finish_s"], tally.removed_s.get(pid)
+        if (finish is None) != (removed is None) or (
+                removed is not None and not (_is_number(finish) and abs(finish - removed) <= END_EPS_S)):
+            said = "never" if removed is None else f"at t={removed} s"
+            return f"the log removes {pid} {said}, summary.json's finish_s is {json.dumps(finish)}"
+    return None
+
+
+def _by_reason(counts: Mapping[str, Any]) -> str:
+    return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items())) or "never"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,213 @@
+"""A run folder's record holds together: `check` holds each table to the event log (a row
+deleted, a table emptied, a row the log never caused), `replay` holds the log's end to
+summary.json (a log cut short), and both read the log's header through one validation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from rlix.runs import RunError, check, replay
+from rlix.runs import cli as run_cli
+from rlix.sim.cli import main as sim_main
+
+TABLES = ("allocations", "steps", "rollouts", "activity", "waits", "jobs")
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(run_dir, tmp_path / "run"))
+
+
+def _run_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="rlix-sim")
+    run_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    result: int = args.run(args)
+    return result
+
+
+def _edit_table(folder: Path, name: str, edit: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
+    path = folder / f"{name}.parquet"
+    edit(pd.read_parquet(path)).to_parquet(path)
+
+
+def _check_fails(folder: Path, table: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """`rlix-sim check` exits 1 naming `table` as disagreeing with the log; its line."""
+    capsys.readouterr()
+    assert _run_cli("check", str(folder)) == 1
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"{folder}: the {table} table disagrees with events.jsonl: "), out
+    assert out.count("\n") == 0
+    return out
+
+
+def test_the_untouched_run_agrees_with_its_log(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run_cli("check", str(run_dir)) == 0
+    assert capsys.readouterr().out.strip().endswith("its tables agree with events.jsonl")
+
+
+# Rows whose loss the log shows: p0's init holding (both GPUs: one alone breaks invariant 2;
+# its grant was applied), p0's second step, p0's second-step trajectory (the only one that
+# step consumed), p1's first wait, p1's job row.
+DELETED = {
+    "allocations": ("pipeline_id == 'p0' and cluster == 'actor_train' and t_start == 0.0",
+                    "p0/actor_train on GPU 2: 2 holding(s) in the table, but the log has 3"),
+    "steps": ("pipeline_id == 'p0' and step == 1", "step(s) the log finished are not in it: p0/base step 1"),
+    "rollouts": ("pipeline_id == 'p0' and step_consumed == 1",
+                 "no completed trajectory consumed by 1 step(s) the log trained: p0/base step 1"),
+    "waits": ("pipeline_id == 'p1' and t_request == 0.0", "p1/actor_train: 1 wait(s) in the table"),
+    "jobs": ("pipeline_id == 'p1'", "no row for p1, registered in the log"),
+}
+
+
+@pytest.mark.parametrize("table", sorted(DELETED))
+def test_check_sees_a_row_deleted_by_hand(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          table: str) -> None:
+    folder = _copy(run_dir, tmp_path)
+    query, message = DELETED[table]
+    _edit_table(folder, table, lambda frame: frame.drop(frame.query(query).index))
+    assert message in _check_fails(folder, table, capsys)
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_check_sees_an_emptied_table(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     table: str) -> None:
+    folder = _copy(run_dir, tmp_path)
+    _edit_table(folder, table, lambda frame: frame.iloc[:0])
+    _check_fails(folder, table, capsys)
+
+
+def test_check_sees_an_emptied_folder(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _copy(run_dir, tmp_path)
+    for table in TABLES:
+        _edit_table(folder, table, lambda frame: frame.iloc[:0])
+    _check_fails(folder, "allocations", capsys)
+
+
+def test_check_sees_rows_the_log_never_caused(run_dir: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _copy(run_dir, tmp_path)
+    # p0 holding its training GPUs once more after its end: no overlap, its whole mapping, so
+    # invariants 1 and 2 hold, but no grant of the log made that holding.
+    extra = lambda frame: pd.concat([frame, frame.query("pipeline_id == 'p0' and t_start == 65.0").assign(  # noqa: E731
+        t_start=72.0, t_end=75.0)], ignore_index=True)
+    _edit_table(folder, "allocations", extra)
+    assert "3 Grant/Expand decision(s) of it that can have held it" in _check_fails(folder, "allocations", capsys)
+    folder = _copy(run_dir, tmp_path / "steps")
+    _edit_table(folder, "steps", lambda frame: pd.concat([frame, frame.iloc[:1].assign(step=7)], ignore_index=True))
+    assert "in it the log never finished: p0/base step 7" in _check_fails(folder, "steps", capsys)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A whole simulator run (no plots)."""
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    assert sim_main(["run", "tiny", "--no-alone", "--quiet", "--out", str(out)]) == 0
+    return out
+
+
+def test_check_sees_a_simulated_holding_deleted(tiny_run: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _copy(tiny_run, tmp_path)
+    assert _run_cli("check", str(folder)) == 0
+    # The last training holding, all its GPUs (every grant the simulator made was applied).
+    def drop_last_holding(frame: pd.DataFrame) -> pd.DataFrame:
+        last = frame[frame["dp_rank"] < 0].iloc[-1]
+        same = (frame["pipeline_id"] == last["pipeline_id"]) & (frame["cluster"] == last["cluster"]) & (
+            frame["t_start"] == last["t_start"])
+        return frame[~same]
+
+    _edit_table(folder, "allocations", drop_last_holding)
+    _check_fails(folder, "allocations", capsys)
+
+
+def _cut(folder: Path, keep: int) -> None:
+    events = folder / "events.jsonl"
+    lines = events.read_text().splitlines()
+    events.write_text("\n".join(lines[:keep]) + "\n")
+
+
+@pytest.mark.parametrize("lost", [1, 2, 5, 30])
+def test_replay_sees_a_log_cut_short(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     lost: int) -> None:
+    folder = _copy(run_dir, tmp_path)
+    events = folder / "events.jsonl"
+    keep = len(events.read_text().splitlines()) - lost
+    _cut(folder, keep)
+    with pytest.raises(RunError, match=rf"events.jsonl, line {keep}: .*the log was cut short"):
+        replay(folder)
+    assert _run_cli("replay", str(folder)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rlix-sim: error: {events}, line {keep}: ") and err.count("\n") == 1
+
+
+def test_replay_names_the_line_a_log_was_cut_in(run_dir: Path, tmp_path: Path) -> None:
+    folder = _copy(run_dir, tmp_path)
+    events = folder / "events.jsonl"
+    text = events.read_text()
+    events.write_text(text[: len(text) - 30])  # the last line loses its end
+    with pytest.raises(RunError, match=rf"{events}, line {text.count(chr(10))}: not JSON"):
+        replay(folder)
+
+
+def test_replay_sees_a_summary_of_more_than_the_log(run_dir: Path, tmp_path: Path) -> None:
+    folder = _copy(run_dir, tmp_path)
+    summary_file = folder / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary["pipelines"]["p1"]["steps"] += 1
+    summary_file.write_text(json.dumps(summary))
+    with pytest.raises(RunError, match="the log finishes 1 step.* of p1, summary.json counts 2"):
+        replay(folder)
+
+
+@pytest.mark.parametrize("duration_s", ["5", "80"])
+def test_a_run_cut_short_on_purpose_replays_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       duration_s: str) -> None:
+    out = tmp_path / "run"
+    assert sim_main(["run", "tiny", "--duration-s", duration_s, "--no-alone", "--quiet", "--out", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["finished"] is False
+    assert replay(out).identical
+    check(out)
+    # Cut short once more, by hand: what its summary counts (steps, the grants it counts
+    # waits for) is gone.
+    _cut(out, 5)
+    with pytest.raises(RunError, match="line 5: the log .*, summary.json counts .*; the log was cut short"):
+        replay(out)
+
+
+BAD_HEADERS: dict[str, Callable[[dict[str, Any]], object]] = {
+    "no topology": lambda head: head.pop("topology"),
+    "topology.num_nodes=0: must be a positive integer": lambda head: head["topology"].update(num_nodes=0),
+    "policy='nope': unknown policy": lambda head: head.update(policy="nope"),
+    "policy is a number (3), not a name": lambda head: head.update(policy=3),
+    "config is an array, not an object": lambda head: head.update(config=[]),
+    "config.retry_backoff_s=-1: must be a finite number >= 0": lambda head: head["config"].update(retry_backoff_s=-1),
+    "unexpected keyword argument 'speed'": lambda head: head["config"].update(speed=2),
+}
+
+
+@pytest.mark.parametrize("problem", sorted(BAD_HEADERS))
+def test_check_and_replay_say_the_same_of_a_bad_header(run_dir: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str], problem: str) -> None:
+    folder = _copy(run_dir, tmp_path)
+    events = folder / "events.jsonl"
+    lines = events.read_text().splitlines()
+    header = json.loads(lines[0])
+    BAD_HEADERS[problem](header["header"])
+    events.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    said = []
+    for command in ("check", "replay"):
+        capsys.readouterr()
+        assert _run_cli(command, str(folder)) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1
+        said.append(captured.err)
+    assert said[0] == said[1]
+    assert said[0].startswith(f"rlix-sim: error: {events}, line 1: bad header: ") and problem in said[0]
