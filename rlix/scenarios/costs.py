@@ -26,12 +26,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError
 
-from rlix.scenarios.errors import FieldProblem, first_error, plain_message
+from rlix.scenarios.errors import FieldProblem, ScenarioError, first_error, plain_message
 from rlix.scenarios.sections import Section
-from rlix.scenarios.source import dump_yaml, load_yaml
+from rlix.scenarios.source import dump_yaml, read_yaml
 
 COSTS_KIND: Literal["rlix-costs"] = "rlix-costs"
 
@@ -76,11 +75,16 @@ def read_costs_file(path: str | Path) -> CostsFile:
     """Read and validate a cost file; ValueError names the file and what is wrong."""
     path = Path(path)
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ValueError(f"cannot read the cost file {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"the cost file {path} is not YAML: {' '.join(str(exc).split())}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"cannot read the cost file {path}: not UTF-8 text") from None
+    try:
+        # As scenario files are read: a key given twice is an error, not the last one silently.
+        data, _ = read_yaml(text, file=str(path), needs="a cost file needs at least `costs:`")
+    except ScenarioError as exc:
+        raise ValueError(f"the cost file {exc}") from None
     try:
         return CostsFile.model_validate(data)
     except ValidationError as exc:
@@ -110,7 +114,7 @@ def resolve_costs(value: Any, base_dir: str | None) -> Any:
         return value
     path = Path(base_dir or ".").joinpath(Path(value).expanduser()).resolve()
     if not path.is_file():
-        raise FieldProblem((), value, f"no such cost file ({path})")
+        raise FieldProblem((), value, f"{'not a file' if path.exists() else 'no such cost file'} ({path})")
     try:
         return dict(read_costs_file(path).costs)
     except ValueError as exc:

@@ -12,7 +12,8 @@ model being validated, which the loader joins to pydantic's location and turns i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 #: A field path as pydantic reports locations: field names and list indices.
@@ -34,6 +35,8 @@ class _NoValue:
 #: Passed as `value` when there is none to show (e.g. a missing field).
 NO_VALUE: object = _NoValue()
 _MAX_VALUE_CHARS = 80
+#: Containers deeper than this are shown as "..." (a line shows a few levels at most).
+_MAX_NESTING = 20
 
 
 def format_path(path: Sequence[str | int]) -> str:
@@ -49,10 +52,42 @@ def format_path(path: Sequence[str | int]) -> str:
 
 def format_value(value: object) -> str:
     """A short one-line repr (long mappings and lists are cut, newlines never appear)."""
-    text = repr(value).replace("\n", " ")
+    text = ""
+    for piece in _repr_pieces(value, _MAX_NESTING):
+        text += piece
+        if len(text) > _MAX_VALUE_CHARS:
+            break
+    text = text.replace("\n", " ")
     if len(text) > _MAX_VALUE_CHARS:
         text = text[: _MAX_VALUE_CHARS - 3] + "..."
     return text
+
+
+def _repr_pieces(value: object, depth: int) -> Iterator[str]:
+    """`repr(value)` piece by piece, so the caller stops after a line: YAML aliases nest a
+    list of nine in nine nine times in a few lines, whose full repr would never end."""
+    if isinstance(value, list | tuple | dict) and depth <= 0:
+        yield "..."
+        return
+    if type(value) is dict:
+        yield "{"
+        for index, (key, item) in enumerate(value.items()):
+            yield ", " if index else ""
+            yield from _repr_pieces(key, depth - 1)
+            yield ": "
+            yield from _repr_pieces(item, depth - 1)
+        yield "}"
+    elif type(value) in (list, tuple):
+        yield "[" if isinstance(value, list) else "("
+        for index, item in enumerate(value):
+            yield ", " if index else ""
+            yield from _repr_pieces(item, depth - 1)
+        yield "]" if isinstance(value, list) else ",)" if len(value) == 1 else ")"
+    elif isinstance(value, int) and value.bit_length() > 1000:
+        # Python refuses to write an integer of over 4,300 digits in decimal.
+        yield f"<an integer of {int(value.bit_length() * math.log10(2)) + 1} digits>"
+    else:
+        yield repr(value)
 
 
 def first_error(exc: Any) -> dict[str, Any]:

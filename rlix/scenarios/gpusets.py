@@ -20,6 +20,11 @@ from rlix.policy.specs import SCOPES
 
 _SHAPE = "a GPU set is a list of GPU ids, one id, or a range string like '0-7' or '0-3,8-11'"
 
+#: The most GPUs a pool may have (128 times cluster-1024's). A bound, so that a typo such as
+#: "0-99999999999" or `num_nodes: 100000000` is refused in a line, not met by running out of
+#: memory building the ids.
+MAX_POOL_GPUS = 1 << 17
+
 
 def parse_gpu_set(value: object) -> tuple[int, ...]:
     """Parse any accepted spelling of a GPU set; ValueError says what is wrong."""
@@ -43,13 +48,20 @@ def _parse_ranges(text: str) -> tuple[int, ...]:
     gpus: list[int] = []
     for part in text.split(","):
         first, dash, last = (s.strip() for s in part.partition("-"))
-        if not (first.isdigit() and (not dash or last.isdigit())):
+        # ASCII digits only: str.isdigit also takes "²" (which int() refuses) and "０".
+        if not (_is_number(first) and (not dash or _is_number(last))):
             raise ValueError(f"{part.strip()!r} is neither a GPU id nor a range a-b ({_SHAPE})")
         start, end = int(first), int(last) if dash else int(first)
         if end < start:
             raise ValueError(f"range {part.strip()!r} runs backwards")
+        if end - start >= MAX_POOL_GPUS:
+            raise ValueError(f"range {part.strip()!r} names more GPUs than a pool holds (at most {MAX_POOL_GPUS})")
         gpus.extend(range(start, end + 1))
     return tuple(gpus)
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def format_gpu_set(gpus: Sequence[int]) -> str:

@@ -15,7 +15,7 @@ from rlix.policy import ClusterSpec
 from rlix.scenarios.errors import FieldProblem
 from rlix.scenarios.gpusets import ClusterGpus, Home
 from rlix.scenarios.models import MODELS, ModelShape
-from rlix.scenarios.sections import NAME_PATTERN, Section, TraceRef
+from rlix.scenarios.sections import MAX_TIME_S, NAME_PATTERN, Section, TraceRef
 
 
 class ClusterConfig(Section):
@@ -106,7 +106,9 @@ class PipelineConfig(Section):
     """Train steps to run (per adapter for multi_lora, unless the adapter says otherwise)."""
     max_staleness: int = Field(0, ge=0)
     """Staleness bound k: step s trains on rollouts of weights >= s - k (0: on-policy)."""
-    arrival_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    # Bounded: the run's figures multiply times by GPU counts (1e308 s overflowed them to inf),
+    # and at 1e10 s (317 years) the clock still holds microseconds.
+    arrival_s: float = Field(0.0, ge=0, le=MAX_TIME_S, allow_inf_nan=False)
     """When the pipeline is submitted, in seconds from the start of the run."""
     weight: float = Field(1.0, gt=0, allow_inf_nan=False)
     """Scales the pipeline's share of rollout GPUs (1.0: by remaining work alone)."""

@@ -47,7 +47,9 @@ class Scenario(Section):
     """Scenario name (a bundled scenario's name is its file name)."""
     description: str = ""
     """What the scenario is and where its shape comes from (cite the source)."""
-    seed: int = Field(0, ge=0)
+    # Below 2**64 (numpy's seeds are 64-bit words anyway): an integer of thousands of digits
+    # is read but cannot be written back to the run folder's JSON.
+    seed: int = Field(0, ge=0, lt=2**64)
     """Seed of every random draw a driver makes (trace sampling, injected decision failures)."""
     max_time_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     """Stop the run at this time even if pipelines have steps left; None: run to the end."""

@@ -14,13 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from rlix.policy import POLICIES, PolicyConfig, Topology
 from rlix.scenarios.errors import NO_VALUE, FieldProblem
-from rlix.scenarios.gpusets import GpuSet
+from rlix.scenarios.gpusets import MAX_POOL_GPUS, GpuSet
 
 if TYPE_CHECKING:
     import pandas as pd
 
 #: Names (pipeline ids, adapters, scenarios) end up in file names and table cells.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+#: The latest time an arrival or a fault may be given at, in seconds (about 317 years).
+MAX_TIME_S = 1e10
 
 
 class Section(BaseModel):
@@ -40,6 +43,15 @@ class TopologyConfig(Section):
     """GPUs per node (a TP bundle never spans nodes)."""
     gpu: str = Field("h100", pattern=NAME_PATTERN)
     """GPU type, for the simulator's cost model (which validates it)."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> TopologyConfig:
+        if self.num_gpus > MAX_POOL_GPUS:
+            raise FieldProblem(
+                (), {"num_nodes": self.num_nodes, "gpus_per_node": self.gpus_per_node},
+                f"a pool of {self.num_gpus} GPUs; at most {MAX_POOL_GPUS}",
+            )
+        return self
 
     @property
     def num_gpus(self) -> int:
@@ -173,7 +185,8 @@ class TraceRef(Section):
         base = (info.context or {}).get("base_dir")
         resolved = Path(base or ".").joinpath(Path(path).expanduser()).resolve()
         if not resolved.is_file():
-            raise ValueError(f"no such trace file ({resolved})")
+            what = "not a file" if resolved.exists() else "no such trace file"  # a folder, /dev/null
+            raise ValueError(f"{what} ({resolved})")
         return str(resolved)
 
     @field_validator("columns")
@@ -236,7 +249,7 @@ class EngineConfig(Section):
 class FaultEvent(Section):
     """One fault: kill a pipeline (`kill:`) or lose GPUs (`lose_gpu:`), at `at_s`."""
 
-    at_s: float = Field(ge=0, allow_inf_nan=False)
+    at_s: float = Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False)
     """When, in seconds from the start of the run."""
     kill: str | None = None
     """Id of the pipeline that crashes (removed; its GPUs are freed)."""

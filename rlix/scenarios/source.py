@@ -29,12 +29,30 @@ _SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumpe
 class _Loader(_SafeLoader):  # type: ignore[valid-type,misc]  # a variable base: either loader
     """SafeLoader that also reads exponent floats without a dot (1e-5, 3E8)."""
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """PyYAML's constructors raise plain errors for scalars their tag cannot hold
+        (`2024-13-45`, `!!int abc`, `!!bool maybe`, an integer of 5,000 digits); raised as
+        a marked error here, they name their line like any syntax error."""
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+            why = "" if isinstance(exc, KeyError) else f": {exc}"  # a KeyError's text is the scalar again
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {node.tag.rsplit(':', 1)[-1]} {_short(node)}{why}", node.start_mark
+            ) from None
+
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
+
+
+def _short(node: yaml.Node) -> str:
+    """The scalar's text, cut to a line's worth (an over-long integer is the likely one)."""
+    text = str(node.value) if isinstance(node, yaml.ScalarNode) else ""
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def load_yaml(text: str) -> Any:
@@ -71,17 +89,19 @@ class SourceMap:
         )
 
 
-def read_yaml(text: str, file: str | None = None) -> tuple[Any, SourceMap]:
+def read_yaml(
+    text: str, file: str | None = None, needs: str = "a scenario needs at least name, topology and pipelines"
+) -> tuple[Any, SourceMap]:
     """Parse YAML `text`; return the data and the field-path line map.
 
     Raises ScenarioError for a syntax error (with its line), a duplicate key, or an empty
-    document.
+    document (saying what the file `needs`: the other YAML files read here are not scenarios).
     """
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
-            raise ScenarioError("the file is empty (a scenario needs at least name, topology and pipelines)", file=file)
+            raise ScenarioError(f"the file is empty ({needs})", file=file)
         lines: dict[Path, int] = {}
         _walk(node, (), lines, file)
         data = loader.construct_document(node)
@@ -103,12 +123,15 @@ def _walk(
     path: Path,
     lines: dict[Path, int],
     file: str | None,
-    above: frozenset[int] = frozenset(),
+    walked: set[int] | None = None,
 ) -> None:
     lines.setdefault(path, node.start_mark.line + 1)
-    if id(node) in above:
-        return  # a recursive alias: nothing more to map, pydantic rejects the data
-    above = above | {id(node)}
+    walked = set() if walked is None else walked
+    if id(node) in walked:
+        # An alias of a node already mapped (or a recursive one): its fields fall back to this
+        # line. Mapping every use again costs 9**9 paths for nine nested aliases of nine.
+        return
+    walked.add(id(node))
     if isinstance(node, yaml.MappingNode):
         first_line: dict[object, int] = {}
         for key_node, value_node in node.value:
@@ -127,8 +150,8 @@ def _walk(
                 )
             first_line[key] = line
             lines[(*path, key)] = line
-            _walk(value_node, (*path, key), lines, file, above)
+            _walk(value_node, (*path, key), lines, file, walked)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             lines[(*path, index)] = item.start_mark.line + 1
-            _walk(item, (*path, index), lines, file, above)
+            _walk(item, (*path, index), lines, file, walked)

@@ -285,5 +285,7 @@ def _validated(model: Any, data: Any, at: FieldPath) -> Any:
         if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
             known = [info.alias or name for name, info in model.model_fields.items()]
             raise FieldProblem((*at, *error["loc"]), error.get("input"), _unknown(str(error["loc"][0]), known)) from None
+        if error["type"] == "missing":  # its input is the mapping it is missing from: no value to show
+            raise FieldProblem((*at, *error["loc"]), NO_VALUE, "required field missing") from None
         message = str(cause) if isinstance(cause, ValueError) else error["msg"]
         raise FieldProblem((*at, *error["loc"]), error.get("input"), message[:1].lower() + message[1:]) from None

@@ -33,6 +33,7 @@ fit as before.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from rlix.runs.errors import RunError
+from rlix.runs.folder import SUMMARY_FILE
 from rlix.runs.reader import load
 from rlix.scenarios.costs import ConstantFit, CostsFile
 from rlix.sim.calibrate_events import decision_spans, driver_overhead
@@ -105,13 +107,51 @@ def read_run(path: str | Path, accept_simulated: bool = False) -> RunData:
     ) if empty]
     if problems:
         raise RunError(f"nothing to fit: no {', no '.join(problems)}", file=run.path)
+    check_machine(run.summary.get("machine", {}), run.path)
     return RunData(run.path, run, steps, activity, rollouts, allocations, simulated, decision_spans(run))
 
 
+#: summary.json `machine` numbers machine_load reads: those a record with cores must have, then the others.
+_MACHINE_NEEDED = ("cores", "own_demand", "background_demand")
+_MACHINE_OPTIONAL = ("own_demand_running", "own_cores", "machine_busy_share")
+
+
+def check_machine(machine: dict[str, Any], path: Path) -> None:
+    """RunError unless a `machine` record that gives cores holds what machine_load averages
+    and the report prints: finite numbers >= 0 (cores > 0), CPU seconds by role a mapping of
+    them. A record without cores is not used. The reader checks only that it is an object."""
+    if not machine.get("cores"):
+        return
+    where, file = "machine", Path(path) / SUMMARY_FILE
+    for key in (*_MACHINE_NEEDED, *_MACHINE_OPTIONAL):
+        if key not in machine:
+            if key in _MACHINE_NEEDED:
+                raise RunError(f"{where}.{key}: missing (a record with cores says {', '.join(_MACHINE_NEEDED)})",
+                               file=file)
+            continue
+        value = machine[key]
+        if not _is_count(value) or (key == "cores" and value <= 0):
+            raise RunError(f"{where}.{key}={value!r}: not a finite number >= 0{' (> 0 for cores)' * (key == 'cores')}",
+                           file=file)
+    roles = machine.get("own_cpu_by_role_s")
+    if roles is not None and not (isinstance(roles, dict) and all(_is_count(v) for v in roles.values())):
+        raise RunError(f"{where}.own_cpu_by_role_s={roles!r}: not CPU seconds by role", file=file)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
 def fit_runs(paths: Sequence[str | Path], accept_simulated: bool = False) -> Calibration:
-    """Fit every constant from the run folders `paths` (each checked first)."""
+    """Fit every constant from the run folders `paths` (each checked first, each once)."""
     if not paths:
         raise RunError("no run folder given")
+    seen: dict[Path, str | Path] = {}
+    for path in paths:  # a folder given twice would count its measurements twice
+        resolved = Path(path).resolve()
+        if resolved in seen:
+            raise RunError(f"given twice (also as {seen[resolved]})", file=path)
+        seen[resolved] = path
     data = [read_run(p, accept_simulated) for p in paths]
     fits = fit_constants(data)
     concurrency = fit_concurrency([(str(d.path), d.activity) for d in data])
