@@ -175,3 +175,12 @@ def test_bad_argument_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert err.count("\n") == 1 and "usage:" not in err
     assert err.startswith("rlix-sim trace generate: error: argument kind: invalid choice")
     assert err.rstrip().endswith("(see rlix-sim trace generate --help)")
+
+
+def test_out_of_memory_is_one_line_that_says_so(capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MemoryError most often has no message: the line says so rather than showing "()"."""
+    monkeypatch.delenv("RLIX_DEBUG", raising=False)
+    assert run_command(raising(MemoryError())) == BAD_INPUT_STATUS
+    err = capsys.readouterr().err
+    assert err.strip() == "rlix-sim: error: out of memory, the input asks for too much (no detail)", err

@@ -15,7 +15,14 @@ from rlix.policy import ClusterSpec
 from rlix.scenarios.errors import FieldProblem
 from rlix.scenarios.gpusets import ClusterGpus, Home
 from rlix.scenarios.models import MODELS, ModelShape
-from rlix.scenarios.sections import MAX_TIME_S, NAME_PATTERN, Section, TraceRef
+from rlix.scenarios.sections import (
+    MAX_STEPS,
+    MAX_TIME_S,
+    MAX_TRAJECTORIES_PER_STEP,
+    NAME_PATTERN,
+    Section,
+    TraceRef,
+)
 
 
 class ClusterConfig(Section):
@@ -67,7 +74,7 @@ class AdapterConfig(Section):
     """Adapter name, unique in its pipeline."""
     max_staleness: int = Field(ge=0)
     """Staleness bound k of this adapter (default: the pipeline's)."""
-    steps: int = Field(gt=0)
+    steps: int = Field(gt=0, le=MAX_STEPS)
     """Train steps of this adapter (default: the pipeline's)."""
     trace: TraceRef
     """Rollout lengths of this adapter (default: the pipeline's)."""
@@ -98,11 +105,11 @@ class PipelineConfig(Section):
     size, every cluster says `gpus: home` or `gpus: pool`."""
     clusters: ClustersConfig
     """Device mappings and TP sizes of the pipeline's clusters."""
-    prompts_per_step: int = Field(gt=0)
+    prompts_per_step: int = Field(gt=0, le=MAX_TRAJECTORIES_PER_STEP)
     """Prompts per train step (per adapter step for multi_lora)."""
-    samples_per_prompt: int = Field(gt=0)
+    samples_per_prompt: int = Field(gt=0, le=MAX_TRAJECTORIES_PER_STEP)
     """Responses sampled per prompt (the GRPO group size)."""
-    steps: int = Field(gt=0)
+    steps: int = Field(gt=0, le=MAX_STEPS)
     """Train steps to run (per adapter for multi_lora, unless the adapter says otherwise)."""
     max_staleness: int = Field(0, ge=0)
     """Staleness bound k: step s trains on rollouts of weights >= s - k (0: on-policy)."""
@@ -148,6 +155,10 @@ class PipelineConfig(Section):
     @model_validator(mode="after")
     def _consistent(self) -> PipelineConfig:
         self._check_adapters()
+        if self.samples_per_step > MAX_TRAJECTORIES_PER_STEP:
+            raise FieldProblem(("samples_per_prompt",), self.samples_per_prompt,
+                               f"prompts_per_step x samples_per_prompt = {self.samples_per_step:,} trajectories "
+                               f"a step, more than {MAX_TRAJECTORIES_PER_STEP:,}")
         clusters = self.clusters
         if self.algorithm == "ppo" and self.kind == "multi_lora":
             raise FieldProblem(("algorithm",), self.algorithm, "ppo is for full_finetune pipelines only")

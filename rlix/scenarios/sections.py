@@ -25,6 +25,14 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 #: The latest time an arrival or a fault may be given at, in seconds (about 317 years).
 MAX_TIME_S = 1e10
 
+#: The most train steps a pipeline or adapter may ask for: far past any RL run, and short of a
+#: count the simulator would spin on for ever (10**22 steps ran until killed).
+MAX_STEPS = 10**6
+
+#: The most trajectories one train step may ask for (prompts x samples): cluster-scale batches
+#: are thousands; 10**12 prompts ended in an out-of-memory error naming no field.
+MAX_TRAJECTORIES_PER_STEP = 2**24
+
 
 class Section(BaseModel):
     """Base of every scenario model: strict, frozen, unknown fields are errors."""

@@ -131,7 +131,7 @@ def run_command(args: argparse.Namespace) -> int:
     except MemoryError as error:
         if _wants_traceback(args):
             raise
-        _print_error(f"out of memory, the input asks for too much ({error or 'no detail'})")
+        _print_error(f"out of memory, the input asks for too much ({str(error) or 'no detail'})")
     except Exception as error:
         if _wants_traceback(args) or not isinstance(error, user_errors()):
             raise

@@ -77,3 +77,21 @@ def test_a_trace_path_that_is_a_folder_says_so(tmp_path: Path) -> None:
     path.write_text(BASE.replace("trace: {bundled: math_small}", f"trace: {{path: {tmp_path}}}"), encoding="utf-8")
     with pytest.raises(ScenarioError, match="trace.path=.*: not a file"):
         load_scenario(path)
+
+
+@pytest.mark.parametrize(("old", "new", "path", "words"), [
+    ("    steps: 2\n    arrival_s: 10", "    steps: 10000000000000000000000\n    arrival_s: 10",
+     "pipelines[0].steps", "less than or equal to 1000000"),
+    ("      - {name: a0}", "      - {name: a0, steps: 2000000}", "pipelines[1].adapters[0].steps", "less than or equal"),
+    ("    prompts_per_step: 4\n    samples_per_prompt: 2\n    steps: 2\n    arrival_s",
+     "    prompts_per_step: 1000000000000\n    samples_per_prompt: 2\n    steps: 2\n    arrival_s",
+     "pipelines[0].prompts_per_step", "less than or equal"),
+    ("    prompts_per_step: 4\n    samples_per_prompt: 2\n    steps: 2\n    arrival_s",
+     "    prompts_per_step: 65536\n    samples_per_prompt: 1024\n    steps: 2\n    arrival_s",
+     "pipelines[0].samples_per_prompt", "67,108,864 trajectories a step"),
+])
+def test_a_run_too_long_or_a_step_too_big_is_refused_at_its_field(old: str, new: str, path: str, words: str) -> None:
+    """Counts that would spin the simulator for ever or exhaust memory are named at their field."""
+    assert old in BASE
+    error = _error(BASE.replace(old, new, 1))
+    assert error.path == path and words in error.problem, str(error)
