@@ -110,7 +110,11 @@ def read_yaml(
         line = None if mark is None else mark.line + 1
         what = " ".join(str(part) for part in (exc.context, exc.problem) if part)
         column = "" if mark is None else f" (column {mark.column + 1})"
-        raise ScenarioError(f"YAML syntax error: {what}{column}", file=file, line=line) from None
+        # A constructor error is well-formed YAML holding a value its tag cannot make
+        # (`2024-13-45`, `!!int abc`, an unknown tag): "syntax" would send the user looking
+        # for a typo in the layout.
+        kind = "value" if isinstance(exc, yaml.constructor.ConstructorError) else "syntax"
+        raise ScenarioError(f"YAML {kind} error: {what}{column}", file=file, line=line) from None
     except yaml.YAMLError as exc:
         raise ScenarioError(f"YAML error: {exc}", file=file) from None
     finally:

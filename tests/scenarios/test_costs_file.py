@@ -15,7 +15,7 @@ from rlix.scenarios.costs import read_costs_file
     [(b"costs: {load_s: 1}\ncosts: {load_s: 2}\n", "costs.yaml:2: costs: key given twice (first on line 1)"),
      ("costs: {load_s: 1}\n".encode("utf-16"), "cannot read the cost file"),
      (b"# nothing\n", "the file is empty (a cost file needs at least `costs:`)"),
-     (b"costs: {load_s: 1}\nfits: 1" + b"9" * 5000 + b"\n", "costs.yaml:2: YAML syntax error: cannot read int")],
+     (b"costs: {load_s: 1}\nfits: 1" + b"9" * 5000 + b"\n", "costs.yaml:2: YAML value error: cannot read int")],
     ids=["key twice", "not UTF-8", "empty", "integer too long"],
 )
 def test_a_bad_cost_file_is_one_line(tmp_path: Path, content: bytes, words: str) -> None:

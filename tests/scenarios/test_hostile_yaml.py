@@ -30,6 +30,7 @@ def _error(text: str) -> ScenarioError:
 def test_a_scalar_its_tag_cannot_hold_is_named_at_its_line(scalar: str, words: str) -> None:
     error = _error(BASE.replace("name: base\n", f"name: base\nseed: {scalar}\n"))
     assert (error.line, words in error.problem) == (2, True), str(error)
+    assert error.problem.startswith("YAML value error: "), str(error)  # well-formed: no syntax to fix
 
 
 def test_nested_aliases_are_mapped_once_and_shown_short() -> None:
