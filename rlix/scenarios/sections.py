@@ -300,7 +300,8 @@ class ExecutorConfig(Section):
     """The Ray executor's settings (the simulator ignores them). The executor checks names
     (task, reward) against its registries."""
 
-    model: str = "tiny"
+    # Not empty: "" is the current directory to a path, read as a model folder.
+    model: str = Field("tiny", min_length=1)
     """"tiny" (a small Qwen2-style model built from a config) or a local model directory."""
     backend: Literal["hf", "vllm"] = "hf"
     """Rollout backend: hf (transformers generate, CPU or GPU) or vllm (GPU only)."""

@@ -96,3 +96,9 @@ def test_a_run_too_long_or_a_step_too_big_is_refused_at_its_field(old: str, new:
     assert old in BASE
     error = _error(BASE.replace(old, new, 1))
     assert error.path == path and words in error.problem, str(error)
+
+
+def test_an_empty_executor_model_is_refused_at_its_field() -> None:
+    """An empty path is the current directory: the executor would try to load it as a model."""
+    error = _error(BASE + "executor: {model: ''}\n")
+    assert error.path == "executor.model" and "at least 1 character" in error.problem, str(error)
