@@ -13,15 +13,15 @@ from rlix.runs.loop import Actuator, Loop
 from rlix.runs.recorder import Recorder
 
 __all__ = ["FORK", "RETRY", "STAGE_COLUMNS", "VALUE", "WAIT", "WORK", "Actuator", "Futures", "Host",
-           "Loop", "Recorder", "ReplayResult", "Run", "RunError", "check", "load", "replay", "summary",
-           "write_run"]
+           "Loop", "Recorder", "ReplayResult", "Run", "RunError", "TableMismatch", "check", "load", "replay",
+           "summary", "write_run"]
 
 #: The run folder's side (pandas, numpy; matplotlib when plotting) loads on first use, so a
 #: worker that only needs the loop stays light.
 _LAZY = {
     "write_run": "rlix.runs.folder", "summary": "rlix.runs.metrics", "load": "rlix.runs.reader",
     "Run": "rlix.runs.reader", "replay": "rlix.runs.verify", "check": "rlix.runs.verify",
-    "ReplayResult": "rlix.runs.verify", "RunError": "rlix.runs.errors",
+    "ReplayResult": "rlix.runs.verify", "RunError": "rlix.runs.errors", "TableMismatch": "rlix.runs.crosscheck",
 }
 
 

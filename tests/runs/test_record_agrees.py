@@ -211,3 +211,14 @@ def test_check_and_replay_say_the_same_of_a_bad_header(run_dir: Path, tmp_path: 
         said.append(captured.err)
     assert said[0] == said[1]
     assert said[0].startswith(f"rlix-sim: error: {events}, line 1: bad header: ") and problem in said[0]
+
+
+def test_a_library_caller_catches_the_disagreement_from_rlix_runs(run_dir: Path, tmp_path: Path) -> None:
+    """`rlix.runs.check` raises TableMismatch, importable beside it, naming the table."""
+    from rlix.runs import TableMismatch
+
+    folder = _copy(run_dir, tmp_path)
+    _edit_table(folder, "steps", lambda frame: frame.iloc[:0])
+    with pytest.raises(TableMismatch) as caught:
+        check(folder)
+    assert caught.value.table == "steps"
