@@ -20,13 +20,18 @@ A folder is written whole into a hidden sibling (`new_folder`) and then renamed 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import secrets
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
 from rlix.runs.errors import RunError
+
+log = logging.getLogger(__name__)
 
 #: Files whose presence marks a folder as a run folder written by rlix.
 MARKER_FILES = ("summary.json", "events.jsonl")
@@ -109,18 +114,59 @@ def _probe(folder: Path, target: Path) -> None:
 
 
 def new_folder(parent: Path, prefix: str) -> Path:
-    """A new folder of a unique name `prefix` + random letters in `parent`, made by a plain
-    mkdir: its mode is 0777 less the umask (or what the parent's default ACL says) and its
-    group the parent's when that is setgid, as for any folder the user makes. Not
-    `tempfile.mkdtemp`, which makes it 0700: a run folder its owner's lab cannot read."""
+    """A new folder named `prefix` + this host + this process id + random letters in `parent`,
+    made by a plain mkdir: its mode is 0777 less the umask (or what the parent's default ACL
+    says) and its group the parent's when that is setgid, as for any folder the user makes. Not
+    `tempfile.mkdtemp`, which makes it 0700: a run folder its owner's lab cannot read.
+
+    A run killed outright (SIGKILL, out of memory) leaves its folder half written and hidden;
+    the host and process id in the name let the next one made in `parent` remove it
+    (`remove_abandoned`), where a streamed simulated week could leave gigabytes no one sees."""
+    remove_abandoned(parent)
+    owner = f"{_host()}-{os.getpid()}-"
     for _ in range(tempfile.TMP_MAX):
-        folder = parent / f"{prefix}{secrets.token_hex(4)}"
+        folder = parent / f"{prefix}{owner}{secrets.token_hex(4)}"
         try:
             folder.mkdir()
         except FileExistsError:  # another writer drew the same name: draw again
             continue
         return folder
     raise FileExistsError(f"{parent}: no free name for a new folder {prefix}*")  # pragma: no cover
+
+
+def remove_abandoned(parent: Path) -> list[Path]:
+    """Remove the hidden folders `new_folder` made in `parent` for processes of this host that
+    no longer run; return them. Another host's are left alone: its process ids are not ours
+    to look up (a shared file system)."""
+    pattern = re.compile(rf"^\..+\.{re.escape(_host())}-(\d+)-[0-9a-f]{{8}}$")
+    removed = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.match(entry.name)
+        if match is None or _alive(int(match.group(1))) or not entry.is_dir() or entry.is_symlink():
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        log.warning("removed %s, left half written by a run that was killed", entry)
+        removed.append(entry)
+    return removed
+
+
+def _host() -> str:
+    """This host's name as a file name's part (letters, digits and underscores)."""
+    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname()) or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it runs, as another user's process
+        return True
+    return True
 
 
 def put_in_place(new: Path, folder: Path) -> None:

@@ -164,3 +164,34 @@ def test_a_writable_folder_in_a_parent_that_takes_no_new_folder_is_refused(
     check_writable(run)  # the folder itself takes files
     with pytest.raises(RunError, match=f"cannot be written \\(in {parent}\\): Permission denied"):
         check_out_dir(run)
+
+
+def _dead_pid() -> int:
+    """The id of a process that has ended (and been reaped)."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_a_killed_runs_half_written_folder_is_removed_by_the_next(tmp_path: Path) -> None:
+    """A run killed outright leaves its hidden folder; the next folder made beside it removes
+    it, and leaves those of live processes and of other hosts (whose ids are not ours to look
+    up), and anything else hidden there."""
+    from rlix.runs.paths import _host, new_folder
+
+    host = _host()
+    dead = tmp_path / f".run.{host}-{_dead_pid()}-0123abcd"
+    alive = tmp_path / f".run.{host}-{os.getpid()}-0123abcd"
+    elsewhere = tmp_path / f".run.other_host-{_dead_pid()}-0123abcd"
+    checkpoint = tmp_path / f".step-3.{host}-{_dead_pid()}-89abcdef"
+    mine = tmp_path / ".config"
+    for folder in (dead, alive, elsewhere, checkpoint, mine):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "table.parquet").write_text("half")
+    made = new_folder(tmp_path, ".run.")
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {alive.name, elsewhere.name, mine.name, made.name}
+    assert made.name.startswith(f".run.{host}-{os.getpid()}-")
