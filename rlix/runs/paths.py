@@ -137,7 +137,7 @@ def new_folder(parent: Path, prefix: str) -> Path:
 def remove_abandoned(parent: Path) -> list[Path]:
     """Remove the hidden folders `new_folder` made in `parent` for processes of this host that
     no longer run; return them. Another host's are left alone: its process ids are not ours
-    to look up (a shared file system)."""
+    to look up (a shared file system); so are another PID namespace's on this host (`_host`)."""
     pattern = re.compile(rf"^\..+\.{re.escape(_host())}-(\d+)-[0-9a-f]{{8}}$")
     removed = []
     try:
@@ -154,9 +154,27 @@ def remove_abandoned(parent: Path) -> list[Path]:
     return removed
 
 
+#: The kernel's first PID namespace (PROC_PID_INIT_INO): the one of a process in no container.
+_INIT_PID_NAMESPACE = 0xEFFFFFFC
+
+
 def _host() -> str:
-    """This host's name as a file name's part (letters, digits and underscores)."""
-    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname()) or "host"
+    """This host's name as a file name's part (letters, digits and underscores), with the PID
+    namespace when it is not the kernel's first: a container run with the host's name (docker
+    `--network host`, a pod on the host network) sees other process ids than the host and its
+    other containers, so a live run's folder must not look like one of its dead processes'."""
+    name = re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname()) or "host"
+    namespace = _pid_namespace()
+    return f"{name}_{namespace}" if namespace else name
+
+
+def _pid_namespace() -> str:
+    """`pidns` + this process's PID namespace (its inode), or "" in the first one or without /proc."""
+    try:
+        inode = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""
+    return "" if inode == _INIT_PID_NAMESPACE else f"pidns{inode}"
 
 
 def _alive(pid: int) -> bool:

@@ -195,3 +195,20 @@ def test_a_killed_runs_half_written_folder_is_removed_by_the_next(tmp_path: Path
     left = {p.name for p in tmp_path.iterdir()}
     assert left == {alive.name, elsewhere.name, mine.name, made.name}
     assert made.name.startswith(f".run.{host}-{os.getpid()}-")
+
+
+def test_a_live_runs_folder_is_left_by_a_process_in_another_pid_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container with the host's name (docker --network host) has its own process ids: the
+    live run's id is none of its processes, so it must not take the run's hidden folder for a
+    killed run's (it removed it, under the run, found by `unshare --pid --fork --mount-proc`)."""
+    from rlix.runs import paths
+
+    monkeypatch.setattr(paths, "_pid_namespace", lambda: "", raising=False)
+    live = paths.new_folder(tmp_path, ".run.")  # a run outside any container, still going
+    monkeypatch.setattr(paths, "_pid_namespace", lambda: "pidns4026532999", raising=False)
+    monkeypatch.setattr(paths, "_alive", lambda pid: False)  # as that namespace sees our id
+    made = paths.new_folder(tmp_path, ".run.")
+    assert live.is_dir()
+    assert "_pidns4026532999-" in made.name
