@@ -160,13 +160,14 @@ def apply_cut(recorder: Recorder, at_s: float, restarts: dict[str, dict[str, int
     recorder.finish(at_s)
     recorder.steps = [row for row in recorder.steps
                       if row["step"] < restarts.get(row["pipeline_id"], {}).get(row["adapter"], 1 << 62)]
-    _abort_requeued(recorder, set(restarts), at_s)
+    abort_requeued(recorder, set(restarts), at_s)
     recorder.resume(resumed)
 
 
-def _abort_requeued(recorder: Recorder, pipeline_ids: set[str], at_s: float) -> None:
-    """Trajectories of the cut pipelines left re-queued (in flight when the driver died) end
-    as aborted at the cut, as a pipeline's do when it is removed (RolloutBook.abort)."""
+def abort_requeued(recorder: Recorder, pipeline_ids: set[str], at_s: float) -> None:
+    """Trajectories of the cut pipelines left re-queued (in flight when the driver died, or
+    when a stop signal ended the run) end as aborted at the cut, as a pipeline's do when it is
+    removed (RolloutBook.abort)."""
     columns = recorder.rollouts
     last: dict[tuple[str, str, int], int] = {}
     for index, (pid, adapter, trajectory) in enumerate(zip(columns["pipeline_id"], columns["adapter"],

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import rlix
-from rlix.executor.journal import JOURNAL_FILE, JournalWriter
+from rlix.executor.journal import JOURNAL_FILE, JournalWriter, abort_requeued
 from rlix.executor.run import ExecutorInputError, Plan, cache_dir, describe
 from rlix.executor.stops import RunStopped, Stops, stop_on_signals
 from rlix.runs.recorder import Recorder
@@ -315,12 +315,16 @@ def _stopped_record(copy: _Copy, reason: str) -> tuple[Recorder, dict[str, dict[
     `stopped`."""
     recorder = copy.recorder
     # Without a poll yet, the clock stands where the record does (a resumed run's cut).
-    recorder.finish(float(copy.progress.get("now", recorder.end_s)))
+    now = float(copy.progress.get("now", recorder.end_s))
+    recorder.finish(now)
     status = {}
     for pid, described in copy.progress.get("pipelines", {}).items():
         if described["status"] == "running":
             described = {**described, "status": "stopped", "error": reason}
         status[pid] = described
+    # A trajectory re-queued just before the stop has no later attempt: it ends as aborted at
+    # the cut, as a resume ends it, not as "re-queued and never finished" (invariant 8).
+    abort_requeued(recorder, {pid for pid, s in status.items() if s["status"] == "stopped"}, now)
     return recorder, status
 
 

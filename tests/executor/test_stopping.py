@@ -135,3 +135,29 @@ def test_a_resumed_run_stopped_before_its_first_poll_ends_at_its_cut() -> None:
     apply_cut(recorder, at_s=75.0, restarts={}, resumed={})
     stopped, _status = live._stopped_record(live._Copy(recorder), "stopped (SIGTERM)")
     assert stopped.end_s == 75.0
+
+
+def test_a_trajectory_requeued_just_before_a_stop_ends_aborted_at_the_cut() -> None:
+    """A stop signal that lands after a trajectory was re-queued and before it ran again: the
+    stopped pipeline's record closes it as aborted, so its folder holds invariant 8 (it was
+    "re-queued and never finished"); a pipeline that had finished is left as it was."""
+    from rlix.policy.run_checks import check_rollouts
+    from tests.runs.fake_run import specs
+
+    recorder = Recorder(TOPOLOGY, "rlix", PolicyConfig())
+    recorder.extend(two_pipeline_run().since(recorder.cursor()))
+    recorder.add_rollouts({
+        "pipeline_id": ["p1", "p1"], "adapter": ["a0", "a0"], "trajectory_id": [7, 8],
+        "step_consumed": [1, 1], "weight_version": [1, 1], "prompt_tokens": [20, 20],
+        "response_tokens": [30, 40], "t_start": [70.0, 70.0], "t_end": [72.0, 72.0],
+        "preemptions": [1, 1], "status": ["requeued", "requeued"], "dp_rank": [2, 3],
+        "recomputed_tokens": [0, 0]})
+    copy = live._Copy(recorder, progress={"now": 74.0, "pipelines": {
+        "p0": {"status": "finished"}, "p1": {"status": "running"}}})
+    stopped, status = live._stopped_record(copy, "stopped (SIGTERM)")
+    assert status["p1"]["status"] == "stopped"
+    rows = [dict(zip(stopped.rollouts, values, strict=True)) for values in zip(*stopped.rollouts.values(), strict=True)]
+    last = {(r["pipeline_id"], r["trajectory_id"]): r for r in rows}
+    assert [(last[("p1", t)]["status"], last[("p1", t)]["t_end"]) for t in (7, 8)] == [("aborted", 74.0)] * 2
+    assert last[("p0", 1)]["status"] == "completed"
+    check_rollouts(rows, specs())
