@@ -15,7 +15,7 @@ Rows are plain mappings (e.g. `DataFrame.to_dict("records")`), so this stays sta
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
@@ -30,7 +30,11 @@ Key = tuple[str, str, object]
 TIME_EPS_S = 1e-9
 
 
-def check_allocations(rows: Iterable[Row], specs: Mapping[str, PipelineSpec]) -> None:
+def check_allocations(rows: Iterable[Row], specs: Mapping[str, PipelineSpec],
+                      spec_at: Callable[[str, float], PipelineSpec | None] | None = None) -> None:
+    """Invariants 1 and 2 over the holding rows. `spec_at(pipeline, t)`, when given, is the
+    pipeline's spec as placed at time t (a run resumed may place a sized home elsewhere);
+    otherwise `specs` holds for the whole run."""
     by_gpu: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
     groups: dict[tuple[str, str, int, float], set[int]] = defaultdict(set)
     for row in rows:
@@ -46,7 +50,7 @@ def check_allocations(rows: Iterable[Row], specs: Mapping[str, PipelineSpec]) ->
             if s1 < e0 - TIME_EPS_S:
                 raise InvariantViolation(1, f"GPU {gpu} held by {w0} until {e0} and by {w1} from {s1}")
     for (pipeline_id, cluster, dp_rank, t_start), gpus in groups.items():
-        spec = specs.get(pipeline_id)
+        spec = specs.get(pipeline_id) if spec_at is None else spec_at(pipeline_id, t_start)
         if spec is None or cluster not in spec.clusters:
             raise InvariantViolation(2, f"allocation for unknown {pipeline_id}/{cluster}")
         cluster_spec = spec.clusters[cluster]

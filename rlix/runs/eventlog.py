@@ -113,6 +113,9 @@ class EventFacts:
 
     def __init__(self) -> None:
         self.specs: dict[str, PipelineSpec] = {}
+        #: Each pipeline's specs as placed, with when: a resumed run places a home given as a
+        #: size again, maybe elsewhere, and its earlier holdings keep the earlier home.
+        self.placements: dict[str, list[tuple[float, PipelineSpec]]] = {}
         self.shrinks: dict[str, Counter[str]] = {}
         self.admitted_s: dict[str, float] = {}
         self.removed_s: dict[str, float] = {}
@@ -139,6 +142,20 @@ class EventFacts:
             elif decision.get("type") == "Place":
                 pid = decision["pipeline_id"]
                 self.specs[pid] = codec.placed_spec(self.specs[pid], decision)
+                self.placements.setdefault(pid, []).append((float(event.get("now", 0.0)), self.specs[pid]))
+
+    def spec_at(self, pipeline_id: str, t_s: float) -> PipelineSpec | None:
+        """The pipeline's spec as placed at `t_s`: the latest placement made by then (the
+        first, for a time before any), or its spec when it was never placed."""
+        placements = self.placements.get(pipeline_id)
+        if not placements:
+            return self.specs.get(pipeline_id)
+        spec = placements[0][1]
+        for placed_s, placed in placements:
+            if placed_s > t_s + 1e-9:
+                break
+            spec = placed
+        return spec
 
 
 def _worth_parsing(line: str) -> bool:

@@ -149,7 +149,7 @@ def check(run_dir: str | Path) -> tuple[int | None, int | None]:
     num_allocations = num_rollouts = None
     if _has_table(run, "allocations"):
         allocations = _rows(run.allocations)
-        check_allocations(allocations, run.specs)
+        check_allocations(allocations, run.specs, run.facts.spec_at)
         num_allocations = len(allocations)
         allocations_agree(run.allocations, tally)
     if _has_table(run, "rollouts"):

@@ -154,3 +154,22 @@ def test_rollout_check_streamed_by_trajectory_gives_the_same_verdict(attempts: l
     alone = {_outcome([r for r in rows if r["trajectory_id"] == tid], grouped=False)
              for tid in {r["trajectory_id"] for r in rows}}
     assert streamed == "ok" or streamed in alone
+
+
+def test_a_home_placed_again_holds_each_holding_to_the_placement_of_its_time() -> None:
+    """A resumed run may place a home given as a size elsewhere: the holdings before keep the
+    first home's mapping, those after the second's; one spec for the whole run flags the first."""
+    first = full_finetune("A", (0, 1, 2, 3), (0, 1))
+    second = full_finetune("A", (0, 1, 2, 3), (2, 3))
+    rows = [alloc("A", "actor_train", -1, g, 0, 5) for g in (0, 1)] + [
+        alloc("A", "actor_train", -1, g, 12, 15) for g in (2, 3)]
+
+    def spec_at(pipeline_id: str, t_s: float) -> object:
+        return first if t_s < 10 else second
+
+    check_allocations(rows, {"A": second}, spec_at)  # type: ignore[arg-type]
+    with pytest.raises(InvariantViolation, match="invariant 2"):
+        check_allocations(rows, {"A": second})
+    swapped = [alloc("A", "actor_train", -1, g, 0, 5) for g in (2, 3)]
+    with pytest.raises(InvariantViolation, match="invariant 2"):
+        check_allocations(swapped, {"A": second}, spec_at)  # type: ignore[arg-type]
