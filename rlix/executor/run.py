@@ -135,7 +135,9 @@ def describe(the_plan: Plan, out: str | Path | None) -> str:
     model = executor.model
     what = "a small Qwen2-style model built here" if model == "tiny" else "from that directory"
     ids = ", ".join(s.pipeline_id for s in the_plan.setups)
-    return (f"{scenario.name}: {len(the_plan.setups)} pipelines ({ids}) on {topology.num_gpus} "
+    # A resumed run whose pipelines all ended before the cut has none left to run.
+    pipelines = f"{len(the_plan.setups)} pipelines ({ids})" if ids else "no pipeline left to run"
+    return (f"{scenario.name}: {pipelines} on {topology.num_gpus} "
             f"GPUs under {scenario.policy.name}; model {model!r} ({what}; the scenario's sizes, "
             f"{'/'.join(sorted({p.model for p in scenario.pipelines}))}, set only the simulator's costs), "
             f"{executor.backend} rollouts" + (f"; run folder {out}" if out is not None else ""))

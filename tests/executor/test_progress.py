@@ -81,3 +81,13 @@ def test_the_run_says_what_it_trains_before_it_starts() -> None:
     assert line.startswith("agentic-4x32: 4 pipelines (agent0, agent1, agent2, agent3) on 32 GPUs under rlix; ")
     assert "model 'tiny' (a small Qwen2-style model built here; the scenario's sizes, 7b, set only" in line
     assert line.endswith("hf rollouts; run folder runs/x")
+
+
+def test_a_resume_with_no_pipeline_left_says_so() -> None:
+    """A run cut after its pipelines all ended resumes only to write its folder."""
+    import dataclasses
+
+    from rlix.executor.run import describe
+
+    line = describe(dataclasses.replace(plan(load_scenario("cpu-demo")), setups=[]), None)
+    assert line.startswith("cpu-demo: no pipeline left to run on 4 GPUs under rlix; "), line
