@@ -27,7 +27,12 @@ from rlix.scenarios import load_scenario
 from rlix.sim.choices import bundled_scenario_names
 from rlix.sim.parallel import run_all
 from rlix.sim.report import format_table
-from rlix.traces.options import non_negative_int, non_negative_number, positive_int
+from rlix.traces.options import (
+    non_negative_int,
+    non_negative_number,
+    positive_int,
+    separated_by_commas,
+)
 
 DEFAULT_SCENARIOS = ("agentic-4x32", "blog-4on12", "math-rlvr", "mixed-lora")
 DEFAULT_GAMMAS = (0.0, 4.0, 8.0, 12.0, 16.0)
@@ -92,12 +97,9 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
 def _gammas(text: str) -> list[float]:
     try:
-        gammas = sorted({non_negative_number(part) for part in text.split(",") if part.strip()})
-    except argparse.ArgumentTypeError:
-        gammas = []
-    if not gammas:
-        raise argparse.ArgumentTypeError(f"expected numbers >= 0 separated by commas (e.g. 0,2,4), got {text!r}")
-    return gammas
+        return sorted(set(separated_by_commas(text, non_negative_number, "numbers >= 0", "0,2,4")))
+    except argparse.ArgumentTypeError:  # a bad value too is named with the whole list's form
+        raise argparse.ArgumentTypeError(f"expected numbers >= 0 separated by commas (e.g. 0,2,4), got {text!r}") from None
 
 
 def _setting(text: str) -> tuple[str, Any]:

@@ -31,7 +31,7 @@ from rlix.scenarios import bundled_scenarios, load_scenario
 from rlix.scenarios.schema import Scenario
 from rlix.sim.parallel import run_all
 from rlix.sim.report import format_table
-from rlix.traces.options import non_negative_int, positive_int, positive_number
+from rlix.traces.options import non_negative_int, positive_int, positive_number, separated_by_commas
 
 POLICIES = ("rlix", "gap-ratio")
 FIXED = ("expand_fixed_s", "shrink_fixed_s")
@@ -107,10 +107,7 @@ def plot(rows: list[dict[str, Any]], path: str, target: float) -> None:
 
 
 def _scales(text: str) -> list[float]:
-    scales = sorted({positive_number(part) for part in text.split(",") if part.strip()})
-    if not scales:
-        raise argparse.ArgumentTypeError(f"expected numbers above 0 separated by commas (e.g. 0.5,1,2), got {text!r}")
-    return scales
+    return sorted(set(separated_by_commas(text, positive_number, "numbers above 0", "0.5,1,2")))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from rlix.traces.options import non_negative_int, positive_int
+from rlix.traces.options import non_negative_int, positive_int, separated_by_commas
 
 RLIX_EXEC = [sys.executable, "-m", "rlix.executor.cli"]
 
@@ -94,10 +94,7 @@ def measure(every: int, kill_at: int) -> dict[str, Any]:
 
 def every_values(text: str) -> list[int]:
     """`--every`: checkpoint_every values (0: no checkpoints) separated by commas."""
-    values = [non_negative_int(part.strip()) for part in text.split(",") if part.strip()]
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected integers >= 0 separated by commas (e.g. 0,2,4), got {text!r}")
-    return values
+    return separated_by_commas(text, non_negative_int, "integers >= 0", "0,2,4")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlix.traces.options import positive_int
+from rlix.traces.options import positive_int, separated_by_commas
 
 
 def measure(scenario: Any, num_points: int, workers: int) -> dict[str, float]:
@@ -39,10 +39,7 @@ def measure(scenario: Any, num_points: int, workers: int) -> dict[str, float]:
 
 def worker_counts(text: str) -> list[int]:
     """`--workers`: positive worker counts separated by commas, each measured in turn."""
-    counts = [positive_int(part.strip()) for part in text.split(",") if part.strip()]
-    if not counts:
-        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas (e.g. 1,2), got {text!r}")
-    return counts
+    return separated_by_commas(text, positive_int, "positive integers", "1,2")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,7 +62,7 @@ def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, record
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of every non-blank line."""
     try:
         handle = path.open(encoding="utf-8")
@@ -89,7 +89,7 @@ def _parse(line: str, path: Path, number: int) -> dict[str, Any]:
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         yield number, _parse(line, path, number)
 
 
@@ -97,7 +97,7 @@ def iter_events(path: Path, types: frozenset[str]) -> Iterator[tuple[int, dict[s
     """(line number, event) of every event of one of `types` (by its "type"), in log order.
     Lines that do not name one of them are not parsed: most of a long log is progress reports."""
     quoted = tuple(f'"{name}"' for name in types)
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         if not any(word in line for word in quoted):
             continue
         event = _parse(line, path, number).get("event")
@@ -176,7 +176,7 @@ def facts_from_lines(lines: Iterable[str]) -> EventFacts:
 
 
 def facts_from_file(path: Path) -> EventFacts:
-    lines = _lines(path)
+    lines = numbered_lines(path)
     next(lines, None)  # the header (read_header checks it)
     read_header(path)
     facts = EventFacts()

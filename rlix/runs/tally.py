@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlix.policy.specs import BASE_ADAPTER, ROLLOUT_CLUSTER
 from rlix.runs.errors import RunError
-from rlix.runs.eventlog import SEGMENT
+from rlix.runs.eventlog import SEGMENT, numbered_lines
 
 #: (pipeline, cluster, dp_rank, gpu): one GPU of one holding; dp_rank -1 for non-rollout clusters.
 HoldKey = tuple[str, str, int, int]
@@ -191,7 +190,9 @@ def tally_file(path: Path) -> EventTally:
     """The tally of the events file `path` (its header checked by the caller). Only the lines
     that can change a count are parsed. RunError naming the line of a record it cannot read."""
     tally = EventTally()
-    for number, line in _counted_lines(path):
+    for number, line in numbered_lines(path):
+        if not any(word in line for word in _COUNTED):
+            continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
@@ -203,18 +204,3 @@ def tally_file(path: Path) -> EventTally:
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise RunError(f"cannot count this record: {error!r}", file=path, line=number) from error
     return tally
-
-
-def _counted_lines(path: Path) -> Iterator[tuple[int, str]]:
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as error:
-        raise RunError(f"cannot read: {error.strerror or error}", file=path) from error
-    with handle:
-        number = 0
-        try:
-            for number, line in enumerate(handle, start=1):  # noqa: B007 (read in the except)
-                if any(word in line for word in _COUNTED):
-                    yield number, line
-        except UnicodeDecodeError as error:
-            raise RunError("not UTF-8 text", file=path, line=number + 1) from error

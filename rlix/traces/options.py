@@ -11,6 +11,10 @@ the simulator, and `python -m rlix.sim.cli` and the sub-command modules share on
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class UsageError(ValueError):
@@ -54,6 +58,15 @@ def non_negative_number(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
+
+
+def separated_by_commas(text: str, each: Callable[[str], T], expected: str, example: str) -> list[T]:
+    """`text`'s values separated by commas, each read by `each` (whose error stands for a bad
+    one); none at all is `expected {expected} separated by commas (e.g. {example})`."""
+    values = [each(part.strip()) for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected {expected} separated by commas (e.g. {example}), got {text!r}")
+    return values
 
 
 def _number(text: str) -> float:
