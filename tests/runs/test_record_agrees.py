@@ -4,7 +4,6 @@ summary.json (a log cut short), and both read the log's header through one valid
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from collections.abc import Callable
@@ -15,22 +14,14 @@ import pandas as pd
 import pytest
 
 from rlix.runs import RunError, check, replay
-from rlix.runs import cli as run_cli
 from rlix.sim.cli import main as sim_main
+from tests.runs.run_cli import run_cli_main
 
 TABLES = ("allocations", "steps", "rollouts", "activity", "waits", "jobs")
 
 
 def _copy(run_dir: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(run_dir, tmp_path / "run"))
-
-
-def _run_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="rlix-sim")
-    run_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    result: int = args.run(args)
-    return result
 
 
 def _edit_table(folder: Path, name: str, edit: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
@@ -41,7 +32,7 @@ def _edit_table(folder: Path, name: str, edit: Callable[[pd.DataFrame], pd.DataF
 def _check_fails(folder: Path, table: str, capsys: pytest.CaptureFixture[str]) -> str:
     """`rlix-sim check` exits 1 naming `table` as disagreeing with the log; its line."""
     capsys.readouterr()
-    assert _run_cli("check", str(folder)) == 1
+    assert run_cli_main("check", str(folder)) == 1
     out = capsys.readouterr().out.strip()
     assert out.startswith(f"{folder}: the {table} table disagrees with events.jsonl: "), out
     assert out.count("\n") == 0
@@ -49,7 +40,7 @@ def _check_fails(folder: Path, table: str, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_the_untouched_run_agrees_with_its_log(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run_cli("check", str(run_dir)) == 0
+    assert run_cli_main("check", str(run_dir)) == 0
     assert capsys.readouterr().out.strip().endswith("its tables agree with events.jsonl")
 
 
@@ -116,7 +107,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_check_sees_a_simulated_holding_deleted(tiny_run: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     folder = _copy(tiny_run, tmp_path)
-    assert _run_cli("check", str(folder)) == 0
+    assert run_cli_main("check", str(folder)) == 0
     # The last training holding, all its GPUs (every grant the simulator made was applied).
     def drop_last_holding(frame: pd.DataFrame) -> pd.DataFrame:
         last = frame[frame["dp_rank"] < 0].iloc[-1]
@@ -143,7 +134,7 @@ def test_replay_sees_a_log_cut_short(run_dir: Path, tmp_path: Path, capsys: pyte
     _cut(folder, keep)
     with pytest.raises(RunError, match=rf"events.jsonl, line {keep}: .*the log was cut short"):
         replay(folder)
-    assert _run_cli("replay", str(folder)) == 2
+    assert run_cli_main("replay", str(folder)) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"rlix-sim: error: {events}, line {keep}: ") and err.count("\n") == 1
 
@@ -205,7 +196,7 @@ def test_check_and_replay_say_the_same_of_a_bad_header(run_dir: Path, tmp_path: 
     said = []
     for command in ("check", "replay"):
         capsys.readouterr()
-        assert _run_cli(command, str(folder)) == 2
+        assert run_cli_main(command, str(folder)) == 2
         captured = capsys.readouterr()
         assert captured.out == "" and captured.err.count("\n") == 1
         said.append(captured.err)

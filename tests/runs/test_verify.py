@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 
 from rlix.policy import InvariantViolation
 from rlix.runs import RunError, check, replay
-from rlix.runs import cli as run_cli
+from tests.runs.run_cli import run_cli_main
 
 
 def _copy(run_dir: Path, tmp_path: Path) -> Path:
@@ -34,20 +33,12 @@ def _first_line_with(path: Path, decision_type: str) -> int:
     raise AssertionError(decision_type)
 
 
-def _run_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="rlix-sim")
-    run_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    result: int = args.run(args)
-    return result
-
-
 def test_untouched_run_replays_identically(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = replay(run_dir, check_invariants=True)
     num_lines = len((run_dir / "events.jsonl").read_text().splitlines())
     assert result.identical and result.num_events == num_lines - 1
     assert result.num_decisions > 20
-    assert _run_cli("replay", str(run_dir)) == 0
+    assert run_cli_main("replay", str(run_dir)) == 0
     assert capsys.readouterr().out.strip() == f"replayed {result.num_events} events, {result.num_decisions} decisions: identical"
 
 
@@ -67,7 +58,7 @@ def test_an_edited_decision_is_reported_at_its_line(run_dir: Path, tmp_path: Pat
     assert result.divergence.line == number
     assert result.num_events == number - 2  # the header and this line are not counted
     assert "field 'reason'" in result.divergence.detail and '"whim"' in result.divergence.detail
-    assert _run_cli("replay", str(folder)) == 1
+    assert run_cli_main("replay", str(folder)) == 1
     assert f"line {number}:" in capsys.readouterr().out
 
 
@@ -100,7 +91,7 @@ def test_unreadable_logs_are_one_line_errors(tmp_path: Path, run_dir: Path,
     events.write_text("\n".join(lines) + "\n")
     with pytest.raises(RunError, match="line 5: cannot decode the event: unknown event type 'Nonsense'"):
         replay(folder)
-    assert _run_cli("replay", str(folder)) == 2
+    assert run_cli_main("replay", str(folder)) == 2
     err = capsys.readouterr().err
     assert err.startswith("rlix-sim: error: ") and err.count("\n") == 1
 
@@ -109,7 +100,7 @@ def test_check_passes_on_the_run_and_fails_on_an_overlap(run_dir: Path, tmp_path
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     num_allocations, num_rollouts = check(run_dir)
     assert (num_allocations, num_rollouts) == (len(pd.read_parquet(run_dir / "allocations.parquet")), 6)
-    assert _run_cli("check", str(run_dir)) == 0
+    assert run_cli_main("check", str(run_dir)) == 0
     folder = _copy(run_dir, tmp_path)
     table = pd.read_parquet(folder / "allocations.parquet")
     table.loc[0, "t_end"] = table["t_end"].max() + 5.0  # GPU held by two pipelines at once
@@ -117,7 +108,7 @@ def test_check_passes_on_the_run_and_fails_on_an_overlap(run_dir: Path, tmp_path
     with pytest.raises(InvariantViolation, match="invariant 1"):
         check(folder)
     capsys.readouterr()
-    assert _run_cli("check", str(folder)) == 1
+    assert run_cli_main("check", str(folder)) == 1
     assert "invariant 1 violated" in capsys.readouterr().out
 
 
