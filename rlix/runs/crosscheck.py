@@ -126,9 +126,8 @@ def rollouts_agree(consumed: set[StepKey], tally: EventTally) -> None:
     fed = {(pid, adapter) for pid, adapter, _step in consumed}
     unfed = sorted({(pid, adapter) for pid, adapter, _step in tally.trained} - fed)
     if unfed:
-        shown = ", ".join(f"{pid}/{adapter}" for pid, adapter in unfed[:_SHOWN])
-        raise TableMismatch("rollouts", f"no completed trajectory of {shown}{', ...' if len(unfed) > _SHOWN else ''}, "
-                            "whose train steps the log finished")
+        shown = _some([f"{pid}/{adapter}" for pid, adapter in unfed])
+        raise TableMismatch("rollouts", f"no completed trajectory of {shown}, whose train steps the log finished")
 
 
 def completed_steps(part: pd.DataFrame) -> set[StepKey]:
@@ -141,9 +140,7 @@ def activity_agrees(frame: pd.DataFrame, tally: EventTally) -> None:
     keys = set(_counts(frame, ["pipeline_id", "cluster", "dp_rank", "gpu"]))
     unheld = sorted(key for key in keys if tally.possible[key] <= 0)
     if unheld:
-        shown = ", ".join(_hold(k) for k in unheld[:_SHOWN])
-        raise TableMismatch("activity", f"work on GPUs the log never shows held: {shown}"
-                            f"{', ...' if len(unheld) > _SHOWN else ''}")
+        raise TableMismatch("activity", f"work on GPUs the log never shows held: {_some([_hold(k) for k in unheld])}")
     trained = {pid for pid, _adapter, _step in tally.trained}
     idle = sorted(trained - {str(pid) for pid in frame["pipeline_id"].dropna().unique()})
     if idle:
@@ -157,8 +154,12 @@ def jobs_agree(frame: pd.DataFrame, tally: EventTally) -> None:
 
 
 def _steps(keys: list[StepKey]) -> str:
-    shown = ", ".join(f"{pid}/{adapter} step {step}" for pid, adapter, step in keys[:_SHOWN])
-    return shown + (", ..." if len(keys) > _SHOWN else "")
+    return _some([f"{pid}/{adapter} step {step}" for pid, adapter, step in keys])
+
+
+def _some(texts: list[str]) -> str:
+    """The first few of `texts`, and ", ..." if there are more."""
+    return ", ".join(texts[:_SHOWN]) + (", ..." if len(texts) > _SHOWN else "")
 
 
 def log_reaches_summary(tally: EventTally, summary: Mapping[str, Any], path: Path, line: int) -> None:

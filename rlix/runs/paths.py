@@ -183,7 +183,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except OSError:  # it runs, as another user's process
-        return True
+        pass
     return True
 
 
