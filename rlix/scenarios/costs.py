@@ -30,7 +30,7 @@ from pydantic import Field, ValidationError
 
 from rlix.scenarios.errors import FieldProblem, ScenarioError, first_error, plain_message
 from rlix.scenarios.sections import Section
-from rlix.scenarios.source import dump_yaml, read_yaml
+from rlix.scenarios.source import SourceMap, dump_yaml, read_yaml
 
 COSTS_KIND: Literal["rlix-costs"] = "rlix-costs"
 
@@ -72,7 +72,12 @@ class CostsFile(Section):
 
 
 def read_costs_file(path: str | Path) -> CostsFile:
-    """Read and validate a cost file; ValueError names the file and what is wrong."""
+    """Read and validate a cost file; ValueError names the file, the line and what is wrong."""
+    return read_costs_source(path)[0]
+
+
+def read_costs_source(path: str | Path) -> tuple[CostsFile, SourceMap]:
+    """`read_costs_file`, with the file's line map (where each constant is written)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -82,22 +87,24 @@ def read_costs_file(path: str | Path) -> CostsFile:
         raise ValueError(f"cannot read the cost file {path}: not UTF-8 text") from None
     try:
         # As scenario files are read: a key given twice is an error, not the last one silently.
-        data, _ = read_yaml(text, file=str(path), needs="a cost file needs at least `costs:`")
+        data, source = read_yaml(text, file=str(path), needs="a cost file needs at least `costs:`")
     except ScenarioError as exc:
         raise ValueError(f"the cost file {exc}") from None
     try:
-        return CostsFile.model_validate(data)
+        return CostsFile.model_validate(data), source
     except ValidationError as exc:
-        raise ValueError(f"the cost file {path}: {_file_problem(exc, data)}") from None
+        error = first_error(exc)
+        line = source.line_of(tuple(error["loc"])) if isinstance(data, dict) else None
+        where = f"{path}:{line}" if line is not None else str(path)
+        raise ValueError(f"the cost file {where}: {_file_problem(error, data)}") from None
 
 
-def _file_problem(exc: ValidationError, data: Any) -> str:
+def _file_problem(error: Any, data: Any) -> str:
     """What is wrong with a cost file, in a line: an unknown field first (a constant written at
     the top level is both unknown there and leaves `costs:` missing, and where it goes is the
     news)."""
     if not isinstance(data, dict):
         return f"a cost file is a YAML mapping (kind:, costs:, ...), not a {type(data).__name__}"
-    error = first_error(exc)
     where = ".".join(str(part) for part in error["loc"]) or "the file"
     if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
         known = ", ".join(CostsFile.model_fields)
@@ -107,18 +114,23 @@ def _file_problem(exc: ValidationError, data: Any) -> str:
     return f"{where}: {plain_message(error)}"
 
 
-def resolve_costs(value: Any, base_dir: str | None) -> Any:
+def resolve_costs(value: Any, base_dir: str | None, source: SourceMap | None = None) -> Any:
     """`costs:` as the scenario holds it: a path becomes the file's constants (raised as a
-    FieldProblem at `costs` when the file is missing or bad); anything else is left as it is."""
+    FieldProblem at `costs` when the file is missing or bad), and `source`, the scenario's line
+    map, learns that the file holds them (a bad constant found later names its line there);
+    anything else is left as it is."""
     if not isinstance(value, str):
         return value
     path = Path(base_dir or ".").joinpath(Path(value).expanduser()).resolve()
     if not path.is_file():
         raise FieldProblem((), value, f"{'not a file' if path.exists() else 'no such cost file'} ({path})")
     try:
-        return dict(read_costs_file(path).costs)
+        costs, costs_source = read_costs_source(path)
     except ValueError as exc:
         raise FieldProblem((), value, str(exc)) from None
+    if source is not None:
+        source.included[("costs",)] = (costs_source, ("costs",))
+    return dict(costs.costs)
 
 
 def write_costs_file(costs: CostsFile, path: str | Path) -> Path:

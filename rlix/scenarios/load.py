@@ -6,6 +6,7 @@ problem) with its field path, value and the YAML line the path is on.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import types
@@ -96,12 +97,14 @@ def validate_scenario(
     data: Any, source: SourceMap | None = None, base_dir: str | os.PathLike[str] | None = None
 ) -> Scenario:
     """A scenario from plain data (the parsed YAML); `source` gives errors their lines."""
-    source = source or SourceMap()
+    # A copy: what this validation learns (a cost file's lines) must not reach a scenario
+    # validated earlier from the same source.
+    source = dataclasses.replace(source, included=dict(source.included)) if source else SourceMap()
     if not isinstance(data, dict):
         raise source.error(
             (), NO_VALUE, f"a scenario is a YAML mapping (name:, topology:, pipelines:, ...), not a {type(data).__name__}"
         )
-    context = {"base_dir": None if base_dir is None else os.fspath(base_dir)}
+    context = {"base_dir": None if base_dir is None else os.fspath(base_dir), "source": source}
     try:
         scenario = Scenario.model_validate(data, context=context)
     except ValidationError as exc:

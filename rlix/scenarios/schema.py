@@ -100,7 +100,8 @@ class Scenario(Section):
     @field_validator("costs", mode="before")
     @classmethod
     def _costs_file(cls, value: Any, info: ValidationInfo) -> Any:
-        return resolve_costs(value, (info.context or {}).get("base_dir"))
+        context = info.context or {}
+        return resolve_costs(value, context.get("base_dir"), context.get("source"))
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:

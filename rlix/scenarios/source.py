@@ -73,6 +73,10 @@ class SourceMap:
 
     file: str | None = None
     lines: dict[Path, int] = field(default_factory=dict)
+    #: Fields whose values another file holds (a scenario's `costs: FILE`, or `--costs`): the
+    #: field's path here -> that file's map and the field's path there, so that an error in such
+    #: a value names the line that holds it, not the line that named the file.
+    included: dict[Path, tuple[SourceMap, Path]] = field(default_factory=dict)
 
     def line_of(self, path: Path) -> int | None:
         """The line of `path`, or of its nearest ancestor that is in the file."""
@@ -83,7 +87,12 @@ class SourceMap:
         return None
 
     def error(self, path: Path, value: object, problem: str) -> ScenarioError:
-        """A ScenarioError for `path` with this source's file and the path's line."""
+        """A ScenarioError for `path` with this source's file and the path's line (or the file
+        and line of an included value's)."""
+        for prefix, (other, there) in self.included.items():
+            if tuple(path[: len(prefix)]) == prefix:
+                return ScenarioError(problem, file=other.file, line=other.line_of((*there, *path[len(prefix):])),
+                                     path=format_path(path), value=value)
         return ScenarioError(
             problem, file=self.file, line=self.line_of(path), path=format_path(path), value=value
         )

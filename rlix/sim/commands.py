@@ -121,7 +121,7 @@ def _add_common(parser: argparse.ArgumentParser, default_scenario: str | None = 
 
 
 def _scenario(args: argparse.Namespace) -> Any:
-    from rlix.scenarios.errors import ScenarioError
+    from rlix.scenarios.errors import NO_VALUE, ScenarioError
     from rlix.sim.api import resolve_scenario
     from rlix.sim.stages import scenario_costs
 
@@ -153,6 +153,9 @@ def _scenario(args: argparse.Namespace) -> Any:
             raise
         # A file an option named is bad: the option and the file, not the scenario line it replaced.
         path = str(getattr(args, name))
+        if exc.line is not None and exc.file == str(Path(path).resolve()):  # a line of that file
+            value = exc.value if exc.has_value else NO_VALUE
+            raise UsageError(f"--{name}: {ScenarioError(exc.problem, path, exc.line, exc.path, value)}") from None
         where = "" if path in exc.problem else f"{path}: "
         raise UsageError(f"--{name}: {where}{exc.problem}") from None
 

@@ -110,9 +110,11 @@ def test_a_bad_override_names_its_option(
 
 
 @pytest.mark.parametrize("option, name, content, words", [
-    ("--costs", "costs.yaml", "load_s: 2\n", "--costs: the cost file {path}: load_s: unknown field (a cost file holds"),
-    ("--costs", "costs.yaml", "costs: {load_s: -1}\n", "--costs: {path}: cost field 'load_s' must be positive"),
-    ("--costs", "costs.yaml", "costs: {lod_s: 1}\n", "--costs: {path}: unknown cost field 'lod_s'; did you mean 'load_s'?"),
+    ("--costs", "costs.yaml", "load_s: 2\n", "--costs: the cost file {path}:1: load_s: unknown field (a cost file holds"),
+    ("--costs", "costs.yaml", "costs: {load_s: -1}\n", "--costs: {path}:1: costs.load_s=-1.0: cost field 'load_s' must be positive"),
+    ("--costs", "costs.yaml", "kind: rlix-costs\ncosts:\n  load_s: 1\n  lod_s: 1\n",
+     "--costs: {path}:4: costs.lod_s=1.0: unknown cost field 'lod_s'; did you mean 'load_s'?"),
+    ("--costs", "costs.yaml", "costs:\n  load_s: [1]\n", "--costs: the cost file {path}:2: costs.load_s: input should be a valid number"),
     ("--jobs", "jobs.csv", "x\n1\n", "--jobs: {path}: the job log has no column id"),
 ])
 def test_a_bad_file_behind_an_option_is_named_as_the_option(
