@@ -21,6 +21,15 @@ gang (any cluster but rollout) held GPUs, and `most_rankless_s` the largest one 
 (rlix.runs.rankless): how long the jobs' rollouts stalled for want of a rank, and whether the
 training gangs are why.
 
+`one_rank_gpu_s` prices each step's rollout another way: its trajectories decoded together on
+one rank from the start, up to the engine's batch limit a rank (the longest together), in the
+engine's decode cost, prefills left out. A step's longest trajectory sets how long a rank runs,
+so this is near the least a step costs when it shares no rank with another step's
+trajectories; a staleness-1 job may still beat it by overlapping one step's tail with the next
+step's start on the same rank. `one_rank_packed_makespan_s` is the packed makespan with the
+rollout GPU-seconds after the last init scaled by one_rank_gpu_s / the run's rollout
+GPU-seconds: an estimate of what the run's work would pack to at that price, not a bound.
+
 `--free-moves` runs the same scenarios with every move costing nothing: a rank's weight load
 and offload, the engine's wake and sleep, and the prefill of a re-queued trajectory's prefix.
 What a policy still leaves below the ceiling then is not the price of its moves but where and
@@ -66,6 +75,46 @@ def packing(activity: Any, makespan_s: float, num_gpus: int) -> dict[str, float]
             "packed_makespan_s": start_s + busy / num_gpus + (makespan_s - last_work_s)}
 
 
+def one_rank_gpu_s(costs: Any, tp: int, max_batch: int, steps: list[tuple[Any, Any]]) -> float:
+    """GPU-seconds of each step's trajectories ((prompt tokens, response tokens) arrays per
+    step) decoded together on one rank, `max_batch` a rank, the longest together (module
+    docstring)."""
+    import numpy as np
+
+    alpha = np.array([0.0] + [costs.decode_coefficients(b, tp)[0] for b in range(1, max_batch + 1)])
+    beta = costs.decode_coefficients(1, tp)[1]
+    total_s = 0.0
+    for prompts, responses in steps:
+        order = np.argsort(responses)[::-1]
+        for start in range(0, len(order), max_batch):
+            group = order[start:start + max_batch]
+            lengths = responses[group]
+            # running[i]: sequences still decoding at iteration i + 1
+            running = np.bincount(lengths, minlength=int(lengths.max()) + 1)[1:][::-1].cumsum()[::-1]
+            kv_read = float(prompts[group] @ lengths + (lengths * (lengths - 1) // 2).sum())
+            total_s += float(alpha[running].sum()) + beta * kv_read
+    return tp * total_s
+
+
+def _one_rank(scenario: Any, folder: Path) -> float:
+    """`one_rank_gpu_s` of a run's completed trajectories, step by step."""
+    import pandas as pd
+
+    from rlix.sim.costs import CostModel
+
+    rollouts = pd.read_parquet(folder / "rollouts.parquet")
+    done = rollouts[rollouts["status"] == "completed"]
+    total = 0.0
+    specs = scenario.pipeline_specs(scenario.policy.name)
+    for pipeline in scenario.pipelines:
+        costs = CostModel.for_model(pipeline.model, scenario.topology_config.gpu, scenario.costs)
+        mine = done[done["pipeline_id"] == pipeline.id]
+        steps = [(g["prompt_tokens"].to_numpy(), g["response_tokens"].to_numpy())
+                 for _, g in mine.groupby(["adapter", "step_consumed"], observed=True)]
+        total += one_rank_gpu_s(costs, specs[pipeline.id].rollout.tp, scenario.engine.max_batch, steps)
+    return total
+
+
 def run_one(name: str, policy: str, seed: int, free_moves: bool = False) -> dict[str, Any]:
     import pandas as pd
 
@@ -85,6 +134,14 @@ def run_one(name: str, policy: str, seed: int, free_moves: bool = False) -> dict
         makespan_s = float(comparison.summaries[policy]["makespan_s"])
         row = packing(activity, makespan_s, scenario.num_gpus)
         row.update(run_rankless(folder, makespan_s, row["inits_end_s"]))
+        rollout = activity[(activity["kind"] == "busy") & (activity["stage"] == "rollout")]
+        rollout_gpu_s = float((rollout["t_end"] - rollout["t_start"]).sum())
+        after = rollout[rollout["t_end"] > row["inits_end_s"]]
+        after_gpu_s = float((after["t_end"] - after["t_start"].clip(lower=row["inits_end_s"])).sum())
+        row["rollout_gpu_s"] = rollout_gpu_s
+        row["one_rank_gpu_s"] = _one_rank(scenario, folder)
+        cheaper_s = after_gpu_s * (1 - row["one_rank_gpu_s"] / rollout_gpu_s) if rollout_gpu_s else 0.0
+        row["one_rank_packed_makespan_s"] = row["packed_makespan_s"] - cheaper_s / scenario.num_gpus
     bound_s = comparison.makespan_bound_s()
     row.update({"scenario": name, "policy": policy, "seed": seed, "ceiling_makespan_s": bound_s,
                 "steps_per_hour": float(comparison.summaries[policy]["overall"]["steps_per_hour"])})
@@ -103,11 +160,14 @@ def bench(names: list[str], policies: list[str], seeds: int, workers: int, quiet
             mine = [r for r in runs if r["scenario"] == name and r["policy"] == policy]
             row: dict[str, Any] = {"scenario": name, "policy": policy}
             for key in ("steps_per_hour", "inits_end_s", "busy_gpu_s", "loading_gpu_s", "idle_gpu_s", "makespan_s", "packed_makespan_s",
-                        "rankless_s", "rankless_in_gangs_s", "most_rankless_s"):
+                        "rankless_s", "rankless_in_gangs_s", "most_rankless_s", "rollout_gpu_s", "one_rank_gpu_s",
+                        "one_rank_packed_makespan_s"):
                 row[key] = fmean(r[key] for r in mine)
             if all(r["ceiling_makespan_s"] for r in mine):
                 row["of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["makespan_s"] for r in mine)
                 row["packed_of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["packed_makespan_s"] for r in mine)
+                row["one_rank_packed_of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["one_rank_packed_makespan_s"]
+                                                          for r in mine)
             rows.append(row)
     return rows
 
@@ -133,7 +193,9 @@ def main() -> int:
     gpu_s, share = "{:,.0f}", "{:.1%}"
     formats = {"steps_per_hour": "{:.1f}", "inits_end_s": gpu_s, "busy_gpu_s": gpu_s, "loading_gpu_s": gpu_s, "idle_gpu_s": gpu_s,
                "makespan_s": gpu_s, "packed_makespan_s": gpu_s, "rankless_s": gpu_s,
-               "rankless_in_gangs_s": gpu_s, "most_rankless_s": gpu_s, "of_ceiling": share, "packed_of_ceiling": share}
+               "rankless_in_gangs_s": gpu_s, "most_rankless_s": gpu_s, "rollout_gpu_s": gpu_s, "one_rank_gpu_s": gpu_s,
+               "one_rank_packed_makespan_s": gpu_s, "of_ceiling": share, "packed_of_ceiling": share,
+               "one_rank_packed_of_ceiling": share}
     costs = "; every move free" if args.free_moves else ""
     print(f"means over seeds 0-{args.seeds - 1}; GPU-seconds (rankless: job-seconds) after the last init ends{costs}")
     print(format_table(pd.DataFrame(rows), formats))

@@ -61,3 +61,32 @@ def test_free_moves_leave_no_loading_time() -> None:
     assert priced["loading_gpu_s"] > 0  # else the comparison below says nothing
     assert free["loading_gpu_s"] == pytest.approx(0.0, abs=1e-6)
     assert free["steps_per_hour"] > 0
+
+
+class _Costs:
+    """Decode iterations of 1 s + 0.1 s a sequence, and 0.01 s a token of KV cache read."""
+
+    def decode_coefficients(self, batch_size: int, tp: int) -> tuple[float, float]:
+        return 1.0 + 0.1 * batch_size, 0.01
+
+
+def test_one_rank_price_by_hand() -> None:
+    import numpy as np
+
+    one_rank_gpu_s = load("packing").one_rank_gpu_s
+    step = (np.array([2, 0]), np.array([3, 1]))
+    # Together: 2 sequences for 1 iteration (1.2 s), then 1 for 2 (1.1 s each); KV read: the
+    # first's prompt of 2 over its 3 tokens plus 0+1+2 of its own, the second none: 9 x 0.01.
+    assert one_rank_gpu_s(_Costs(), 2, 2, [step]) == pytest.approx(2 * (1.2 + 2.2 + 0.09))
+    # One a rank: the longest alone (3 x 1.1 s), then the other (1.1 s), the same KV read.
+    assert one_rank_gpu_s(_Costs(), 2, 1, [step]) == pytest.approx(2 * (3.3 + 1.1 + 0.09))
+    assert one_rank_gpu_s(_Costs(), 1, 2, [step, step]) == pytest.approx(2 * (1.2 + 2.2 + 0.09))
+
+
+def test_tiny_one_rank_packing() -> None:
+    row = load("packing").run_one("tiny", "rlix", 0)
+    assert 0 < row["one_rank_gpu_s"]
+    assert row["rollout_gpu_s"] > 0
+    # cheaper or dearer than the run's rollouts, the estimate moves the packed makespan by the
+    # difference after the last init at most
+    assert abs(row["one_rank_packed_makespan_s"] - row["packed_makespan_s"]) <= row["rollout_gpu_s"] / 4 + 1e-9
