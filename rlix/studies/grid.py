@@ -107,6 +107,11 @@ def parse_grid(items: list[str], file_axes: dict[str, Any] | None = None) -> Gri
             raise UsageError(f"--grid expects KEY=V1,V2,... (e.g. policy=rlix,static), got {item!r}")
         values = []
         for piece in split_values(text):
+            if not piece.strip():
+                # YAML reads a blank as null: a stray comma would quietly add a point with the
+                # field unset (or fail far from the typo); null itself is still a value to give
+                raise UsageError(f"--grid {item}: an empty value (a comma too many?); write null for "
+                                 f"no value")
             try:
                 values.append(load_yaml(piece))
             except yaml.YAMLError as error:

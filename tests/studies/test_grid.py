@@ -23,6 +23,10 @@ def test_a_value_holding_commas_is_quoted_or_bracketed() -> None:
     ("seed=[0", r"--grid seed=\[0: '\[0' is not a YAML value"),
     ("seed=0,0", r"--grid seed=0,0: the value '0' is given twice"),
     ("policy=rlix,static,rlix", "'rlix' is given twice"),
+    # a blank reads as YAML null: a stray comma must not add a point with the field unset
+    ("pipelines.*.runtime_estimate_s=100,", r"an empty value .*write null"),
+    ("seed=1,,2", "an empty value"),
+    ("seed= ", "an empty value"),
 ])
 def test_a_bad_value_is_one_line(item: str, words: str) -> None:
     with pytest.raises(UsageError, match=words):
