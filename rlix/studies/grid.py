@@ -118,7 +118,13 @@ def parse_grid(items: list[str], file_axes: dict[str, Any] | None = None) -> Gri
                 problem = getattr(error, "problem", None) or str(error).splitlines()[0]
                 raise UsageError(f"--grid {item}: {piece!r} is not a YAML value ({problem}); a value "
                                  f"holding a comma is quoted or bracketed") from None
-        axes[key.strip()] = _distinct(values, f"--grid {item}")
+        name = key.strip()
+        if name in axes:
+            # a second axis of the same key would replace the first, whose points then never run
+            where = "the sweep file's grid:" if name in map(str, file_axes or {}) else "an earlier --grid"
+            raise UsageError(f"--grid {item}: the axis {name} is given already (in {where}); give all "
+                             f"its values in one axis")
+        axes[name] = _distinct(values, f"--grid {item}")
     if not axes:
         raise UsageError("a sweep needs at least one axis (--grid KEY=V1,V2 or a sweep file's grid:)")
     return Grid(axes)

@@ -38,6 +38,16 @@ def test_a_sweep_file_axis_with_a_value_twice_is_refused() -> None:
         parse_grid([], {"seed": [1, 2, 1]})
 
 
+def test_an_axis_given_twice_is_refused_not_replaced() -> None:
+    """A second --grid of the same key replaced the first, and its values never ran."""
+    with pytest.raises(UsageError, match=r"--grid seed=2,3: the axis seed is given already \(in an earlier --grid\)"):
+        parse_grid(["seed=0,1", "seed=2,3"])
+    with pytest.raises(UsageError, match="the axis seed is given already"):
+        parse_grid(["seed=0,1", " seed =2"])
+    with pytest.raises(UsageError, match=r"the axis seed is given already \(in the sweep file's grid:\)"):
+        parse_grid(["seed=2"], {"seed": [0, 1]})
+
+
 def test_the_cli_names_the_grid_option_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sweep"
     assert main(["sweep", "tiny", "--grid", "seed=[0", "--out", str(out), "--quiet"]) == 2
