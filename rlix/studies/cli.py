@@ -26,7 +26,7 @@ A grid axis is KEY=V1,V2,...: KEY is policy, seed, or a dotted path into the sce
 (topology.num_nodes, pipelines.0.steps, pipelines.*.max_staleness for every pipeline,
 policy.config.min_rebalance_interval_s, costs.load_s: any cost constant; any field, set in
 the scenario or not, e.g. pipelines.*.runtime_estimate_s). Every
-point is checked before any runs. Values are YAML, split at the commas outside quotes and
+point (at most 10,000 a sweep) is checked before any runs. Values are YAML, split at the commas outside quotes and
 brackets: a value holding a comma is quoted or bracketed (--grid 'pipelines.0.home="2-3,0-1",0-1',
 --grid 'pipelines.0.clusters.actor_infer={tp: 1, gpus: pool},{tp: 2, gpus: pool}'); a value
 given twice in an axis is refused. A sweep file (--file) may give `scenario:` (a relative path

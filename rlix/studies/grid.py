@@ -94,6 +94,10 @@ class Grid:
         return out
 
 
+#: The most points one sweep runs: each is built and checked up front, and queued as a task.
+MAX_POINTS = 10_000
+
+
 def parse_grid(items: list[str], file_axes: dict[str, Any] | None = None) -> Grid:
     """Axes from `--grid KEY=V1,V2` items, after those of a sweep file's `grid:` mapping."""
     axes: dict[str, list[Any]] = {}
@@ -127,7 +131,14 @@ def parse_grid(items: list[str], file_axes: dict[str, Any] | None = None) -> Gri
         axes[name] = _distinct(values, f"--grid {item}")
     if not axes:
         raise UsageError("a sweep needs at least one axis (--grid KEY=V1,V2 or a sweep file's grid:)")
-    return Grid(axes)
+    grid = Grid(axes)
+    if grid.num_points > MAX_POINTS:
+        # refused before any point is built: building and checking a million points takes
+        # minutes and gigabytes with nothing shown, and their tasks would all be queued at once
+        sizes = " x ".join(str(len(values)) for values in axes.values())
+        raise UsageError(f"the grid makes {grid.num_points:,} points ({sizes}), more than a sweep runs "
+                         f"({MAX_POINTS:,}): split it into several sweeps, each with its own --out")
+    return grid
 
 
 def split_values(text: str) -> list[str]:

@@ -48,6 +48,20 @@ def test_an_axis_given_twice_is_refused_not_replaced() -> None:
         parse_grid(["seed=2"], {"seed": [0, 1]})
 
 
+def test_a_grid_of_too_many_points_is_refused_before_any_is_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A million points took minutes and gigabytes of building with nothing shown."""
+    hundred = ",".join(str(i) for i in range(1, 101))  # each a valid value of each axis
+    assert parse_grid([f"seed={hundred}", f"pipelines.*.steps={hundred}"]).num_points == 10_000
+    out = tmp_path / "sweep"
+    args = ["sweep", "tiny", "--grid", f"seed={hundred}", "--grid", f"pipelines.*.steps={hundred}",
+            "--grid", f"costs.load_s={hundred}", "--out", str(out), "--quiet"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "the grid makes 1,000,000 points (100 x 100 x 100), more than a sweep runs (10,000)" in err
+    assert not out.exists()
+
+
 def test_the_cli_names_the_grid_option_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sweep"
     assert main(["sweep", "tiny", "--grid", "seed=[0", "--out", str(out), "--quiet"]) == 2
