@@ -53,11 +53,17 @@ def plot_sweep(rows: pd.DataFrame, axes: list[str], folder: Path) -> list[Path]:
             if axis == "policy":
                 _bars(ax, ok.groupby(axis, sort=False)[metric].agg(["mean", "min", "max"]))
             else:
+                # one x position a value, in order, shared by every line: matplotlib places text
+                # in the order first seen, so a value one policy lacks (a failed point) would
+                # land after the others and bend that line back
+                order = sorted(ok[axis].dropna().unique())
+                position = {value: i for i, value in enumerate(order)}
                 for name, group in ok.groupby(by) if by else [("all", ok)]:
                     stats = group.groupby(axis)[metric].agg(["mean", "min", "max"]).sort_index()
-                    x = [str(v) for v in stats.index]
+                    x = [position[v] for v in stats.index]
                     ax.plot(x, stats["mean"], marker="o", label=str(name))
                     ax.fill_between(x, stats["min"], stats["max"], alpha=0.15)
+                ax.set_xticks(range(len(order)), [str(v) for v in order])
                 ax.legend(title=by or "", fontsize=8)
             ax.set_xlabel(axis)
             ax.set_ylabel(label)

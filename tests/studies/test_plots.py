@@ -1,11 +1,13 @@
-"""A sweep's plots: an axis of mappings is plotted by its values' text form, and a sweep over
-policies alone gets a bar chart a metric. No Ray: the rows are made here."""
+"""A sweep's plots: an axis of mappings is plotted by its values' text form, a sweep over
+policies alone gets a bar chart a metric, and every line reads the one x axis in the values'
+order. No Ray: the rows are made here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from rlix.studies.plots import plot_sweep
 
@@ -33,3 +35,31 @@ def test_a_sweep_of_policies_alone_gets_bars(tmp_path: Path) -> None:
     written = plot_sweep(rows, ["policy"], tmp_path)
     assert sorted(p.name for p in written) == ["makespan_s_vs_policy.png", "overall_steps_per_hour_vs_policy.png"]
     assert all(p.stat().st_size > 0 for p in written)
+
+
+def test_every_line_reads_one_ordered_x_axis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value one policy lacks (its point failed) was placed after the values seen first, so
+    the other policy's line went 2, 10, then back to 1."""
+    from matplotlib.figure import Figure
+
+    drawn: dict[str, list[tuple[float, str]]] = {}
+
+    def keep(fig: Figure, path: object, **kwargs: object) -> None:
+        ax = fig.axes[0]
+        labels = {float(pos): label.get_text() for pos, label in zip(ax.get_xticks(), ax.get_xticklabels(), strict=True)}
+        for line in ax.get_lines():
+            positions = [float(p) for p in ax.xaxis.convert_units(list(line.get_xdata()))]
+            drawn[str(line.get_label())] = [(p, labels.get(p, "?")) for p in positions]
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    rows = pd.DataFrame({
+        "point_id": list("abcdef"),
+        "policy": ["rlix"] * 3 + ["static"] * 3,
+        "costs.load_s": [1, 2, 10] * 2,
+        "status": ["failed", "ok", "ok", "ok", "ok", "ok"],
+        "overall.steps_per_hour": [None, 2.0, 3.0, 1.0, 2.5, 3.5],
+    })
+    plot_sweep(rows, ["policy", "costs.load_s"], tmp_path)
+    for name, expected in (("static", ["1", "2", "10"]), ("rlix", ["2", "10"])):
+        positions, labels = zip(*drawn[name], strict=True)
+        assert list(labels) == expected and list(positions) == sorted(positions), name
