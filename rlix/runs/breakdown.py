@@ -21,9 +21,11 @@ offload); `rollout_wait_s`: the seconds the job had rollout work left (its lates
 report) and held no rollout rank (rlix.runs.rankless), what its rollout waited for GPUs (a
 job alone waits so only while its own training holds its ranks' GPUs). The two waits may
 overlap in time (an off-policy job's next rollout waits while its training does). The stage
-table splits the waits by stage; its `init` column is the wait to start (a job's first
-request is its init), the queueing column again. After the groups, each table has a row over
-every job, `all` (`all jobs` when a group is itself named `all`, so the two never mix).
+table splits the waits by stage; its `init` column is the wait from a job's first request (its
+init) to the grant: the queueing column less the job's `prefetch_s` (a job that reads its
+weights into host memory first asks for its init's GPUs only then). After the groups, each
+table has a row over every job, `all` (`all jobs` when a group is itself named `all`, so the
+two never mix).
 Figures a run does not have (alone times of an executor run, the finish of a job still
 running) are null and left out of the means.
 """

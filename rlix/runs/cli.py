@@ -184,7 +184,10 @@ def main_jobs(args: argparse.Namespace) -> int:
     if "waits" not in run.kept_tables:
         print("\nno waits table in this run (it was run with --tables): training waits unknown")
     elif len(stages.columns) > 1:
-        print("\nwaits for GPUs per job, by stage (s; init's is the wait to start):")
+        # A job that reads its weights into host memory first (prefetch_s of summary.json)
+        # asks for its init's GPUs only then: the init wait is its queueing less that read.
+        print("\nwaits for GPUs per job, by stage (s; init's is from the init's request to its grant: "
+              "the wait to start less any prefetch_s, the weights read before asking):")
         print(format_table(stages, {c: "{:,.1f}" for c in stages.columns if c != "group"}))
         if causes is not None:
             print("\ntraining waits per job, by what held the job's home meanwhile (s; another job's "

@@ -222,3 +222,22 @@ def test_the_command_shows_a_job_named_all_and_the_overall_row_apart(
         # The overall row is the mean of the two jobs' rows, each of which keeps its own.
         assert stages["all jobs"][stage] == pytest.approx((stages["all"][stage] + stages[other][stage]) / 2), stage
     assert any(stages["all"][c] != stages[other][c] for c in stages["all"] if c != "group")
+
+
+def test_the_init_wait_is_the_wait_to_start_less_the_weights_read_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """rlix's jobs read their weights before they ask for their init's GPUs, so the stage
+    table's init column is each job's queueing less its prefetch_s, and the command says so
+    rather than calling it the wait to start."""
+    from rlix.sim import simulate
+
+    simulate("tiny", "rlix", seed=0, out=tmp_path / "tiny", plots=False)
+    pipelines = json.loads((tmp_path / "tiny" / "summary.json").read_text())["pipelines"]
+    assert all(figures["prefetch_s"] > 0 for figures in pipelines.values())
+    assert main(["jobs", str(tmp_path / "tiny"), "--by", "pipeline", "--json"]) == 0
+    stages = {row["group"]: row for row in json.loads(capsys.readouterr().out)["stage_waits_s"]}
+    for pid, figures in pipelines.items():
+        assert stages[pid]["init"] == pytest.approx(figures["queueing_s"] - figures["prefetch_s"]), pid
+    assert main(["jobs", str(tmp_path / "tiny")]) == 0
+    out = capsys.readouterr().out
+    assert "init's is the wait to start)" not in out and "less any prefetch_s" in out
