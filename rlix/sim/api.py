@@ -187,7 +187,8 @@ def collect(
     if sim.recorder.sink is not None:
         return _collect_streamed(sim, specs, plots, overwrite, alone_s)
     run_tables = tables_from_recorder(sim.recorder, specs)
-    summary = summarize(run_tables, alone_s=alone_s)
+    # The tables do not hold the prefetches: from the recorder, as the run folder's summary has them.
+    summary = summarize(run_tables, alone_s=alone_s, prefetch_s=sim.recorder.prefetch_s)
     summary.update(run_status(sim))
     run_dir = None
     if out is not None:

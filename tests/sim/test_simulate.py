@@ -194,3 +194,16 @@ def test_runtime_estimates_are_given_where_a_policy_plans_with_them() -> None:
     agentic = load_scenario("agentic-4x32")
     assert runtime_estimates(resolve_scenario(agentic, "rlix", None, None, None)) is None
     assert runtime_estimates(resolve_scenario(agentic, "static-backfill", None, None, None)) is not None
+
+
+def test_the_summary_returned_gives_the_weights_read_first_as_the_run_folder_does(tmp_path: Any) -> None:
+    """rlix's jobs read their weights before their inits; the summary `simulate` returns gives
+    those seconds (prefetch_s) as its run folder's summary.json does, not 0."""
+    import json
+
+    kept = simulate("tiny", "rlix", seed=0, plots=False).summary["pipelines"]
+    simulate("tiny", "rlix", seed=0, out=tmp_path / "run", plots=False)
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())["pipelines"]
+    assert {pid: figures["prefetch_s"] for pid, figures in kept.items()} == {
+        pid: figures["prefetch_s"] for pid, figures in written.items()}
+    assert all(figures["prefetch_s"] > 0 for figures in kept.values())
