@@ -23,7 +23,7 @@ from rlix.policy.errors import InvariantViolation
 from rlix.runs.breakdown import GROUPINGS
 from rlix.runs.errors import RunError
 from rlix.traces.errors import TraceError
-from rlix.traces.options import positive_number
+from rlix.traces.options import path_text, positive_number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "says of the run's end (its steps, shrinks, grants, removals, makespan; whether it "
         "finished) was cut short: an error naming its last line (exit 2).",
     )
-    replay.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by rlix-sim or rlix-exec")
+    replay.add_argument("run_dir", metavar="RUN_DIR", type=path_text,
+                        help="a run folder written by rlix-sim or rlix-exec")
     replay.add_argument("--check-invariants", action="store_true",
                         help="also check the core's invariants after every round (slower)")
     _traceback_option(replay)
@@ -61,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "only on GPUs held, a job row per pipeline). Exits 1 on the first broken invariant "
         "or table that disagrees with the log.",
     )
-    check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
+    check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder", type=path_text)
     _traceback_option(check)
     check.set_defaults(run=_guarded(main_check))
     jobs = subparsers.add_parser(
@@ -80,14 +81,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "job, 'all' ('all jobs' when a group is itself named all).",
         epilog="example: rlix-sim run lab-day --out runs/lab && rlix-sim jobs runs/lab --by arrival",
     )
-    jobs.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
+    jobs.add_argument("run_dir", metavar="RUN_DIR", help="a run folder", type=path_text)
     jobs.add_argument("--by", choices=GROUPINGS, default="name",
                       help="group by id less a trailing -<n> (name, default), per job (pipeline), "
                       "or by arrival time (arrival)")
     jobs.add_argument("--bin-s", type=positive_number, default=3600.0, metavar="S",
                       help="width of an arrival group in seconds (default 3600)")
     jobs.add_argument("--json", action="store_true", help="one JSON object instead of tables")
-    jobs.add_argument("--plot", metavar="FILE", default=None,
+    # An empty path is refused, not read as no plot asked for.
+    jobs.add_argument("--plot", metavar="FILE", default=None, type=path_text,
                       help="also write a bar per group: the mean wait to start, the waits for "
                       "training GPUs and the rest of the run, marked at the time alone. The format "
                       "goes by the suffix (.png, .pdf, .svg, .jpg, ...: those matplotlib writes); "

@@ -95,3 +95,16 @@ def test_plot_path_needs_no_run(tmp_path: Path) -> None:
     with pytest.raises(RunError, match=r"cannot write a plot as '\.txt'"):
         plot_path(tmp_path / "b.txt")
     assert not (tmp_path / "a").exists()  # checked, nothing written
+
+
+@pytest.mark.parametrize("argv", [("RUN", "--plot", ""), ("RUN", "--plot", "  "), ("",)])
+def test_an_empty_path_is_refused_not_ignored(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              argv: tuple[str, ...]) -> None:
+    """`--plot ""` wrote no plot and said nothing; an empty RUN_DIR was read as the current folder."""
+    folder = write_run(two_jobs(), tmp_path / "run", scenario_yaml="name: x\n", plots=False, alone_s=ALONE)
+    with pytest.raises(SystemExit) as exit_:
+        main(["jobs", *(str(folder) if a == "RUN" else a for a in argv)])
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "an empty path" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
