@@ -89,14 +89,18 @@ def plot_path_arg(text: str) -> str:
 def plot_breakdown(groups: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     """Write the plot of `groups` (a `breakdown` table) to `path` (its format by the suffix:
     `plot_suffixes()`) and return the file written. `path` is taken through `plot_path` (a folder:
-    `jobs.png` in it; no suffix: PNG); RunError if it will not do or cannot be written."""
+    `jobs.png` in it; no suffix: PNG); RunError if it will not do or cannot be written, or if no
+    group has a finished job (nothing to draw; nothing is written)."""
     out = plot_path(path)
+    parts = segments(groups)
+    if not len(parts):  # matplotlib would write an empty frame, its title cut off
+        raise RunError("no job in this run finished: no bar to plot (without --plot: the tables)",
+                       file=out)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    parts = segments(groups)
     rows = np.arange(len(parts))[::-1]  # the first group on top
     figure, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(parts)), constrained_layout=True)
     left = np.zeros(len(parts))

@@ -108,3 +108,24 @@ def test_an_empty_path_is_refused_not_ignored(tmp_path: Path, capsys: pytest.Cap
     captured = capsys.readouterr()
     assert captured.out == "" and "an empty path" in captured.err
     assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_run_where_no_job_finished_is_one_line_and_no_empty_plot(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run cut before any job finished has no bar to draw: it wrote an empty frame (its title
+    cut off, with matplotlib's layout warning); now one line, exit 2, and no file."""
+    import warnings
+
+    from rlix.scenarios import load_scenario
+    from rlix.scenarios.load import validate_scenario
+    from rlix.sim import simulate
+
+    cut = load_scenario("tiny").model_dump(mode="json", exclude_none=True) | {"max_time_s": 30.0}
+    simulate(validate_scenario(cut), "rlix", seed=0, out=tmp_path / "cut", plots=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["jobs", str(tmp_path / "cut"), "--plot", str(tmp_path / "jobs.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlix-sim: error: ") and "no job in this run finished" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "jobs.png").exists()
