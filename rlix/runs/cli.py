@@ -147,6 +147,8 @@ def main_jobs(args: argparse.Namespace) -> int:
         plot = plot_path(args.plot)  # a bad suffix or place fails here, before any work
     run = load(args.run_dir)
     jobs = run.jobs  # the one table this needs: a RunError naming the tables kept
+    if not len(jobs):  # every run has a row per pipeline: an emptied table, not a run of no jobs
+        raise RunError("its jobs table has no rows: no job to show", file=args.run_dir)
     waits = run.waits if "waits" in run.kept_tables else None
     holds = run.allocations if "allocations" in run.kept_tables else None
     rollout_waits = None if holds is None else _rollout_waits(run, holds)

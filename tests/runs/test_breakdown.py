@@ -241,3 +241,14 @@ def test_the_init_wait_is_the_wait_to_start_less_the_weights_read_first(
     assert main(["jobs", str(tmp_path / "tiny")]) == 0
     out = capsys.readouterr().out
     assert "init's is the wait to start)" not in out and "less any prefetch_s" in out
+
+
+def test_an_emptied_jobs_table_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A jobs table with its rows deleted was a ZeroDivisionError traceback (the rank moves' means
+    per job)."""
+    folder = write_run(two_jobs(), tmp_path / "run", scenario_yaml="name: x\n", plots=False, alone_s=ALONE)
+    table = folder / "jobs.parquet"
+    pd.read_parquet(table).iloc[:0].to_parquet(table)
+    assert main(["jobs", str(folder)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"rlix-sim: error: {folder}: its jobs table has no rows: no job to show\n"
