@@ -202,7 +202,31 @@ def _ray_session(address: str | None, workers: int) -> Iterator[None]:
                 raise
     finally:
         if started_here:
-            ray.shutdown()
+            _shut_down_ray()
+
+
+def _shut_down_ray() -> None:
+    """`ray.shutdown`, not cut short: a Ctrl-C or SIGTERM meanwhile (a second Ctrl-C, most
+    often) is held and raised after it. Cut short, it left Ray half torn down, and Ray's exit
+    hooks then ended the process with status 1 or a segfault instead of the 130 of a Ctrl-C."""
+    import ray
+
+    from rlix.sim.cli import Terminated
+
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda number, frame: held.append(number))
+    except ValueError:  # not the main thread: signals are not ours to take
+        pass
+    try:
+        ray.shutdown()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if held:
+        raise Terminated if held[0] == signal.SIGTERM else KeyboardInterrupt
 
 
 def _run_on_ray(

@@ -215,3 +215,34 @@ def test_a_damaged_results_file_is_one_line_and_a_cut_write_keeps_the_rows(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith(f"rlix-sim: error: {results}: ")
     assert "remove it" in err and "--out" in err
+
+
+@pytest.mark.parametrize("body_interrupted", [False, True])
+def test_a_ctrl_c_during_ray_shutdown_waits_for_it_then_stops(
+    body_interrupted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second Ctrl-C that cut ray.shutdown short left Ray half torn down: the sweep then ended
+    with status 1 or a segfault at exit instead of 130."""
+    import os
+    import signal
+    import time
+
+    from rlix.executor import session
+    from rlix.studies import sweep
+
+    shut_down: list[bool] = []
+
+    def shutdown() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # where the interrupt would land
+        shut_down.append(True)
+
+    monkeypatch.setattr(session, "start", lambda **kwargs: None)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", shutdown)
+    previous = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), sweep._ray_session(None, 1):
+        if body_interrupted:
+            raise KeyboardInterrupt
+    assert shut_down == [True]
+    assert signal.getsignal(signal.SIGINT) is previous
