@@ -214,7 +214,7 @@ def _shut_down_ray() -> None:
     from rlix.sim.cli import Terminated
 
     held: list[int] = []
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda number, frame: held.append(number))
