@@ -149,6 +149,12 @@ def main_jobs(args: argparse.Namespace) -> int:
     jobs = run.jobs  # the one table this needs: a RunError naming the tables kept
     if not len(jobs):  # every run has a row per pipeline: an emptied table, not a run of no jobs
         raise RunError("its jobs table has no rows: no job to show", file=args.run_dir)
+    # A run cut before some jobs arrived lists them with no arrival: they have no figures, and
+    # counted in they would pull every group's mean waits toward 0.
+    not_arrived = int(jobs["arrival_s"].isna().sum())
+    jobs = jobs[jobs["arrival_s"].notna()].reset_index(drop=True)
+    if not len(jobs):
+        raise RunError("no job arrived before the run ended: no job to show", file=args.run_dir)
     waits = run.waits if "waits" in run.kept_tables else None
     holds = run.allocations if "allocations" in run.kept_tables else None
     rollout_waits = None if holds is None else _rollout_waits(run, holds)
@@ -177,7 +183,8 @@ def main_jobs(args: argparse.Namespace) -> int:
         return 0
     seconds = {c: "{:,.0f}" for c in ("alone_s", "queueing_s", "run_s", "jct_s", "excess_s", "train_wait_s",
                                       "rollout_wait_s")}
-    print(f"{args.run_dir}: {len(run.jobs)} jobs, policy {run.policy}; means per job, seconds; excess = JCT - "
+    left_out = f" ({not_arrived} more had not arrived when the run ended: left out)" if not_arrived else ""
+    print(f"{args.run_dir}: {len(jobs)} jobs{left_out}, policy {run.policy}; means per job, seconds; excess = JCT - "
           "alone on its home (waiting included); excess_share = share of the time jobs lost (excesses "
           "above 0); train_wait = waits for training GPUs once started; rollout_wait = time with rollout "
           "work and no rollout rank")

@@ -3,7 +3,8 @@
 A pipeline is a job. From the run tables (both drivers write them):
 
 - `arrival_s`: when the core admitted it (drivers register and admit a pipeline when it
-  arrives);
+  arrives); null for one that never arrived: a scenario's pipeline due after the run was cut
+  (never admitted, granted or removed in a run that admitted others);
 - `start_s`: its first grant (the earliest holding in `allocations`), null if it never held a
   GPU; `queueing_s` = start - arrival;
 - `finish_s`: when it was removed (its last step done, or killed, or crashed), null if it was
@@ -45,16 +46,16 @@ def job_rows(tables: RunTables, alone_s: Mapping[str, float] | None = None,
                        if len(allocations) else {})
     rows = []
     for pid in tables.pipeline_ids:
-        arrival = float(tables.admitted_s.get(pid, 0.0))
         start = _float(first_grant.get(pid))
         finish = _float(tables.removed_s.get(pid))
-        jct = None if finish is None or pid in tables.failed else finish - arrival
+        arrival = _arrival(tables, pid, start, finish)
+        jct = None if finish is None or arrival is None or pid in tables.failed else finish - arrival
         own = alone.get(pid)
         rows.append({
             "pipeline_id": pid,
             "arrival_s": arrival,
             "start_s": start,
-            "queueing_s": None if start is None else start - arrival,
+            "queueing_s": None if start is None or arrival is None else start - arrival,
             "finish_s": finish,
             "jct_s": jct,
             "alone_s": own,
@@ -79,6 +80,17 @@ def jobs_overall(rows: pd.DataFrame) -> dict[str, Any]:
             out[f"p50_{stem}{suffix}"] = float(np.percentile(values, 50)) if len(values) else None
         out[f"p95_{stem}{suffix}"] = float(np.percentile(values, 95)) if len(values) else None
     return out
+
+
+def _arrival(tables: RunTables, pipeline_id: str, start: float | None, finish: float | None) -> float | None:
+    """When the pipeline was admitted; 0.0 for one the log does not admit but that was in the
+    run (there from the start: tables made by hand); None for one that never arrived (a
+    simulated run cut before its arrival lists it with the scenario's pipelines)."""
+    admitted = tables.admitted_s.get(pipeline_id)
+    if admitted is not None:
+        return float(admitted)
+    never_arrived = tables.admitted_s and start is None and finish is None
+    return None if never_arrived else 0.0
 
 
 def _float(value: Any) -> float | None:

@@ -135,10 +135,11 @@ TABLE_COLUMNS: Final[dict[TableName, dict[str, str]]] = {
         "t_request": "float64",
         "t_grant": "float64",
     },
-    # One row per pipeline: when it arrived, started, finished (rlix.runs.jobs); NaN: unknown.
+    # One row per pipeline: when it arrived, started, finished (rlix.runs.jobs); NaN: unknown
+    # (arrival_s too: a pipeline due after a simulated run was cut never arrived).
     "jobs": {
         "pipeline_id": "string",
-        "arrival_s": "float64",
+        "arrival_s": OPTIONAL_SECONDS,
         "start_s": OPTIONAL_SECONDS,
         "queueing_s": OPTIONAL_SECONDS,
         "finish_s": OPTIONAL_SECONDS,
