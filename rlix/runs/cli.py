@@ -190,8 +190,10 @@ def main_jobs(args: argparse.Namespace) -> int:
           "work and no rollout rank")
     print(format_table(groups, {**seconds, "excess_share": "{:.0%}", "slowdown": "{:.2f}"}))
     if groups["alone_s"].isna().all():
+        # A cut run's alone runs stop at the time each job had in it (summary.json's alone_s).
         print("(no times alone in this run, so no excess or slowdown: rlix-sim run simulates them "
-              "unless --no-alone; a live run has none)")
+              "unless --no-alone, and keeps none that did not end within the time a run cut short "
+              "gave its job; a live run has none)")
     if "waits" not in run.kept_tables:
         print("\nno waits table in this run (it was run with --tables): training waits unknown")
     elif len(stages.columns) > 1:

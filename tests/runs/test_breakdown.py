@@ -279,3 +279,16 @@ def test_a_job_due_after_the_run_was_cut_has_no_arrival_and_is_left_out(
     assert [(g["group"], g["jobs"]) for g in groups] == [("0-30 s", 1), ("all", 1)]
     assert main(["jobs", str(tmp_path / "cut")]) == 0
     assert "1 jobs (1 more had not arrived when the run ended: left out)" in capsys.readouterr().out
+
+
+def test_a_cut_run_without_alone_times_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run cut short with its alone runs simulated has no time alone that ended in time; the
+    note blamed --no-alone alone."""
+    from rlix.scenarios import load_scenario
+    from rlix.scenarios.load import validate_scenario
+    from rlix.sim import simulate
+
+    cut = load_scenario("tiny").model_dump(mode="json", exclude_none=True) | {"max_time_s": 30.0}
+    simulate(validate_scenario(cut), "rlix", seed=0, out=tmp_path / "cut", plots=False, alone=True)
+    assert main(["jobs", str(tmp_path / "cut")]) == 0
+    assert "did not end within the time a run cut short gave its job" in capsys.readouterr().out
