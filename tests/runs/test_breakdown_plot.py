@@ -99,8 +99,9 @@ def test_plot_path_needs_no_run(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("argv", [("RUN", "--plot", ""), ("RUN", "--plot", "  "), ("",)])
 def test_an_empty_path_is_refused_not_ignored(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                              argv: tuple[str, ...]) -> None:
+                                              monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...]) -> None:
     """`--plot ""` wrote no plot and said nothing; an empty RUN_DIR was read as the current folder."""
+    monkeypatch.chdir(tmp_path)  # a blank --plot taken as a name would be written here
     folder = write_run(two_jobs(), tmp_path / "run", scenario_yaml="name: x\n", plots=False, alone_s=ALONE)
     with pytest.raises(SystemExit) as exit_:
         main(["jobs", *(str(folder) if a == "RUN" else a for a in argv)])
