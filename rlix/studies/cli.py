@@ -118,6 +118,8 @@ def read_sweep_file(path: str) -> dict[str, Any]:
     if "grid" in data and not isinstance(data["grid"], dict):
         raise UsageError(f"{path}: grid: must map keys to lists of values")
     scenario = data.get("scenario")
+    if scenario is not None and not isinstance(scenario, str):
+        raise UsageError(f"{path}: scenario: must be a bundled scenario's name or a YAML path, got {scenario!r}")
     if isinstance(scenario, str) and _names_a_file(scenario, Path(path).parent):
         # relative to the sweep file, as a scenario file's own paths are relative to it
         data["scenario"] = str(Path(path).parent / scenario)

@@ -85,6 +85,20 @@ def test_a_sweep_files_scenario_path_is_relative_to_it(tmp_path: Path, monkeypat
     assert load_scenario(read_sweep_file("studies/named.yaml")["scenario"]).name == "tiny"
 
 
+@pytest.mark.parametrize("scenario", ["[tiny]", "5", "{name: tiny}"])
+def test_a_sweep_files_scenario_that_is_no_name_is_one_line(
+    scenario: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It reached load_scenario and failed there with a TypeError traceback."""
+    (tmp_path / "sweep.yaml").write_text(f"scenario: {scenario}\ngrid: {{seed: [0]}}\n")
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--file", str(tmp_path / "sweep.yaml"), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "sweep.yaml: scenario: must be a bundled scenario's name or a YAML path" in err
+    assert not out.exists()
+
+
 def test_a_grid_sets_a_field_the_scenario_leaves_unset() -> None:
     """tiny gives no runtime estimate and no executor section: the models define both."""
     from rlix.scenarios import load_scenario
