@@ -17,10 +17,11 @@ from rlix.traces.options import UsageError
 SWEEP_HELP = """\
 Run a scenario over a grid of values (policies, seeds, any scenario field) as Ray tasks, one
 row per point in DIR/results.parquet (the grid values and every figure of the point's
-summary.json), with a plot of each metric against each axis in DIR/plots. Run it again into
-the same DIR to resume: points already done are skipped. Locally by default (--workers Ray
-workers, every listener on loopback); --address joins an existing Ray cluster. Needs Ray: the
-exec extra (pip install -e '.[exec]').
+summary.json), with a plot of each metric against each axis but policy and seed in DIR/plots
+(a line per policy; against seed when there is no other axis). Run it again into the same DIR
+to resume: points already done are skipped, failed ones tried again. Locally by default
+(--workers Ray workers, every listener on loopback); --address joins an existing Ray cluster.
+Needs Ray: the exec extra (pip install -e '.[exec]').
 
 A grid axis is KEY=V1,V2,...: KEY is policy, seed, or a dotted path into the scenario
 (topology.num_nodes, pipelines.0.steps, pipelines.*.max_staleness for every pipeline,
