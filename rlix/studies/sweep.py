@@ -160,7 +160,9 @@ def _claim_folder(out: Path, identity: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     marker = out / SWEEP_FILE
     if not marker.exists():
-        marker.write_text(json.dumps(identity, indent=1, default=str))
+        # whole or not at all: a sweep.json cut short would make every later run of this
+        # sweep refuse its own folder
+        _write_whole(marker, lambda part: part.write_text(json.dumps(identity, indent=1, default=str)))
 
 
 @contextlib.contextmanager
@@ -259,11 +261,17 @@ def _run_on_ray(
 
 
 def _write_rows(frame: pd.DataFrame, path: Path) -> None:
-    """Write the rows whole or not at all: to a file beside `path`, then renamed over it, so a
-    sweep cut during the write leaves the rows of before, which resume reads."""
+    """Write the rows whole or not at all, so a sweep cut during the write leaves the rows of
+    before, which resume reads."""
+    _write_whole(path, lambda part: frame.to_parquet(part, index=False))
+
+
+def _write_whole(path: Path, write: Callable[[Path], object]) -> None:
+    """`write` to a file beside `path`, then renamed over it: `path` is the old file or the new
+    one, never a part of either."""
     part = path.with_name(f".{path.name}.part")
     try:
-        frame.to_parquet(part, index=False)
+        write(part)
         os.replace(part, path)
     finally:
         part.unlink(missing_ok=True)

@@ -246,3 +246,25 @@ def test_a_ctrl_c_during_ray_shutdown_waits_for_it_then_stops(
             raise KeyboardInterrupt
     assert shut_down == [True]
     assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_a_claim_cut_short_leaves_no_sweep_json_to_refuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sweep.json was written in place: cut during the write, it was left half written, and
+    every later run of the sweep refused its folder ('cannot read sweep.json')."""
+    from rlix.studies import sweep
+
+    identity = {"scenario": {"name": "t"}, "grid": {"seed": [0, 1]}}
+    write_text = Path.write_text
+
+    def cut(path: Path, text: str, *args: object, **kwargs: object) -> int:
+        write_text(path, text[:10])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", cut)
+    with pytest.raises(KeyboardInterrupt):
+        sweep._claim_folder(tmp_path / "sweep", identity)
+    monkeypatch.undo()
+    assert list((tmp_path / "sweep").iterdir()) == []
+    assert sweep._done_rows(tmp_path / "sweep", identity) == {}
+    sweep._claim_folder(tmp_path / "sweep", identity)
+    assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == identity
