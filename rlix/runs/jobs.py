@@ -3,8 +3,10 @@
 A pipeline is a job. From the run tables (both drivers write them):
 
 - `arrival_s`: when the core admitted it (drivers register and admit a pipeline when it
-  arrives); null for one that never arrived: a scenario's pipeline due after the run was cut
-  (never admitted, granted or removed in a run that admitted others);
+  arrives, and a run lists only the pipelines that arrived); null for one the tables list
+  that never arrived (never admitted, granted or removed in a run that admitted others: a
+  scenario's pipeline due after the run was cut, in folders the simulator wrote when it still
+  listed those);
 - `start_s`: its first grant (the earliest holding in `allocations`), null if it never held a
   GPU; `queueing_s` = start - arrival;
 - `finish_s`: when it was removed (its last step done, or killed, or crashed), null if it was
@@ -84,8 +86,8 @@ def jobs_overall(rows: pd.DataFrame) -> dict[str, Any]:
 
 def _arrival(tables: RunTables, pipeline_id: str, start: float | None, finish: float | None) -> float | None:
     """When the pipeline was admitted; 0.0 for one the log does not admit but that was in the
-    run (there from the start: tables made by hand); None for one that never arrived (a
-    simulated run cut before its arrival lists it with the scenario's pipelines)."""
+    run (there from the start: tables made by hand); None for one that never arrived (older
+    simulated runs cut before its arrival listed it with the scenario's pipelines)."""
     admitted = tables.admitted_s.get(pipeline_id)
     if admitted is not None:
         return float(admitted)

@@ -128,8 +128,10 @@ class Simulation:
         self.t_last_finish = 0.0
 
     def placed_specs(self) -> dict[str, PipelineSpec]:
-        """Each pipeline's spec as the run used it (a sized home as the core placed it)."""
-        return {pid: self.hosts[pid].spec if pid in self.hosts else spec for pid, spec in self.specs.items()}
+        """Each pipeline's spec as the run used it (a sized home as the core placed it), for
+        the pipelines that arrived: one due after a cut run ended was never registered, so its
+        run folder read back has no such pipeline, and neither do the run's own figures."""
+        return {pid: self.hosts[pid].spec for pid in self.specs if pid in self.hosts}
 
     def _sampler(self, ref: Any) -> BatchSampler:
         key = ref.model_dump_json()

@@ -254,13 +254,15 @@ def test_an_emptied_jobs_table_is_one_line(tmp_path: Path, capsys: pytest.Captur
     assert captured.out == "" and captured.err == f"rlix-sim: error: {folder}: its jobs table has no rows: no job to show\n"
 
 
-def test_a_job_due_after_the_run_was_cut_has_no_arrival_and_is_left_out(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A simulated run cut before a job's arrival lists it with the scenario's pipelines. It
-    had arrival_s 0.0: `--by arrival` put it in the first bin, its zero waits pulled the means
-    down (lab-day cut at 2,000 s: 273 jobs, 264 "arrived" in the first 10 min, a mean training
-    wait of 1 s against 15 s over the 13 that arrived) and the comparison's queue length
-    counted it as waiting from 0. Now its arrival is null and the command leaves it out."""
+def test_a_job_due_after_the_run_was_cut_is_not_in_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A simulated run cut before a job's arrival does not list it (it never registered). Its
+    folders once did, with arrival_s 0.0: `--by arrival` put it in the first bin, its zero waits
+    pulled the means down (lab-day cut at 2,000 s: 273 jobs, 264 "arrived" in the first 10 min,
+    a mean training wait of 1 s against 15 s over the 13 that arrived) and the comparison's
+    queue length counted it as waiting from 0. Such a folder (written here as they were, with
+    every scenario pipeline's spec) reads with a null arrival for it, and the command leaves it
+    out."""
+    from rlix.runs.folder import write_run
     from rlix.scenarios import load_scenario
     from rlix.scenarios.load import validate_scenario
     from rlix.sim import simulate
@@ -269,15 +271,23 @@ def test_a_job_due_after_the_run_was_cut_has_no_arrival_and_is_left_out(
     data["max_time_s"] = 60.0
     data["pipelines"][1]["arrival_s"] = 90.0
     late = data["pipelines"][1]["id"]
-    simulate(validate_scenario(data), "rlix", seed=0, out=tmp_path / "cut", plots=False)
+    scenario = validate_scenario(data)
+    result = simulate(scenario, "rlix", seed=0, out=tmp_path / "cut", plots=False)
     figures = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert late not in figures["pipelines"] and figures["overall"]["jobs"]["count"] == 1
+    assert main(["jobs", str(tmp_path / "cut")]) == 0
+    assert "1 jobs, policy" in capsys.readouterr().out
+
+    every_spec = {**scenario.pipeline_specs("rlix"), **result.specs}
+    write_run(result.recorder, tmp_path / "old", scenario_yaml=scenario.to_yaml(), specs=every_spec, plots=False)
+    figures = json.loads((tmp_path / "old" / "summary.json").read_text())
     assert figures["pipelines"][late]["arrival_s"] is None
     assert figures["overall"]["jobs"]["count"] == 2
-    assert pd.read_parquet(tmp_path / "cut" / "jobs.parquet").set_index("pipeline_id")["arrival_s"].isna()[late]
-    assert main(["jobs", str(tmp_path / "cut"), "--by", "arrival", "--bin-s", "30", "--json"]) == 0
+    assert pd.read_parquet(tmp_path / "old" / "jobs.parquet").set_index("pipeline_id")["arrival_s"].isna()[late]
+    assert main(["jobs", str(tmp_path / "old"), "--by", "arrival", "--bin-s", "30", "--json"]) == 0
     groups = json.loads(capsys.readouterr().out)["groups"]
     assert [(g["group"], g["jobs"]) for g in groups] == [("0-30 s", 1), ("all", 1)]
-    assert main(["jobs", str(tmp_path / "cut")]) == 0
+    assert main(["jobs", str(tmp_path / "old")]) == 0
     assert "1 jobs (1 more had not arrived when the run ended: left out)" in capsys.readouterr().out
 
 
