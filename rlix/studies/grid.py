@@ -131,6 +131,7 @@ def parse_grid(items: list[str], file_axes: dict[str, Any] | None = None) -> Gri
         axes[name] = _distinct(values, f"--grid {item}")
     if not axes:
         raise UsageError("a sweep needs at least one axis (--grid KEY=V1,V2 or a sweep file's grid:)")
+    _refuse_overlaps(list(axes))
     grid = Grid(axes)
     if grid.num_points > MAX_POINTS:
         # refused before any point is built: building and checking a million points takes
@@ -139,6 +140,20 @@ def parse_grid(items: list[str], file_axes: dict[str, Any] | None = None) -> Gri
         raise UsageError(f"the grid makes {grid.num_points:,} points ({sizes}), more than a sweep runs "
                          f"({MAX_POINTS:,}): split it into several sweeps, each with its own --out")
     return grid
+
+
+def _refuse_overlaps(keys: list[str]) -> None:
+    """UsageError if two axes set the same field, or one a field inside the other's (`policy`
+    and `policy.name`, `topology` and `topology.num_nodes`, `pipelines.*.steps` and
+    `pipelines.0.steps`): the later axis would overwrite the earlier one's value, and a point's
+    row would show a value it did not run with."""
+    paths = {key: ["policy", "name"] if key == "policy" else key.split(".") for key in keys}
+    for i, first in enumerate(keys):
+        for second in keys[i + 1:]:
+            pairs = zip(paths[first], paths[second], strict=False)  # the shorter path's length
+            if all(a == b or "*" in (a, b) for a, b in pairs):
+                raise UsageError(f"the axes {first} and {second} set the same field: a point's row would "
+                                 f"show a value it did not run with; give one axis")
 
 
 def split_values(text: str) -> list[str]:

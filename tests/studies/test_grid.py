@@ -3,6 +3,7 @@ a value that is not YAML or given twice is one error line. No Ray needed."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,26 @@ def test_an_axis_given_twice_is_refused_not_replaced() -> None:
         parse_grid(["seed=0,1", " seed =2"])
     with pytest.raises(UsageError, match=r"the axis seed is given already \(in the sweep file's grid:\)"):
         parse_grid(["seed=2"], {"seed": [0, 1]})
+
+
+@pytest.mark.parametrize("items", [
+    ["policy=rlix,static", "policy.name=gap-ratio"],
+    ["topology={num_nodes: 1, gpus_per_node: 4, gpu: h100}", "topology.num_nodes=1,2"],
+    ["pipelines.*.steps=1,2", "pipelines.0.steps=3"],
+    ["pipelines.0.steps=3", "pipelines.*.steps=1,2"],
+])
+def test_two_axes_setting_one_field_are_refused(items: list[str]) -> None:
+    """The later axis overwrote the earlier one's value: `policy=static` with `policy.name=rlix`
+    ran rlix in the row that says static."""
+    first, second = (item.partition("=")[0] for item in items)
+    with pytest.raises(UsageError, match=rf"the axes {re.escape(first)} and {re.escape(second)} set the same field"):
+        parse_grid(items)
+
+
+def test_axes_of_different_fields_are_kept() -> None:
+    grid = parse_grid(["policy=rlix", "policy.config.job_order=arrival", "pipelines.0.steps=1",
+                       "pipelines.1.steps=2", "pipelines.*.max_staleness=0"])
+    assert grid.num_points == 1 and len(grid.axes) == 5
 
 
 def test_a_grid_of_too_many_points_is_refused_before_any_is_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
