@@ -30,9 +30,18 @@ def events_path(run_dir: str | Path) -> Path:
     """`events.jsonl` of the run in `run_dir`; RunError if the folder or the file is missing."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise RunError("no such run folder", file=run_dir)
+        raise RunError("a file, not a run folder" if run_dir.exists() else "no such run folder", file=run_dir)
     path = run_dir / EVENTS_FILE
     if not path.is_file():
+        # A compare folder holds one run folder per policy: name them rather than leave the
+        # user to guess that the runs are one level down.
+        try:
+            inner = sorted(child.name for child in run_dir.iterdir() if (child / EVENTS_FILE).is_file())
+        except OSError:  # unreadable: say what the folder is not, as for any other
+            inner = []
+        if inner:
+            shown = ", ".join(inner[:4]) + (", ..." if len(inner) > 4 else "")
+            raise RunError(f"no events.jsonl: not a run folder, but it holds run folders: {shown}", file=run_dir)
         raise RunError("no events.jsonl: not a run folder, or the run was not written", file=run_dir)
     return path
 

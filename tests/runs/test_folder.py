@@ -130,6 +130,10 @@ def test_bad_requests_write_nothing(tmp_path: Path) -> None:
 def test_load_errors_are_one_line(tmp_path: Path, run_dir: Path) -> None:
     with pytest.raises(RunError, match="no such run folder"):
         load(tmp_path / "missing")
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(RunError, match="a file, not a run folder"):
+        load(tmp_path / "a_file")
+    (tmp_path / "a_file").unlink()
     with pytest.raises(RunError, match="no events.jsonl"):
         load(tmp_path)
     (tmp_path / "events.jsonl").write_text('{"event": {}}\n')
@@ -178,3 +182,13 @@ def test_the_run_folder_honours_the_umask(tmp_path: Path, recorder: Recorder) ->
         os.umask(previous)
     assert out.stat().st_mode & 0o777 == 0o755
     assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o644}
+
+
+def test_a_folder_of_run_folders_names_them(tmp_path: Path, run_dir: Path) -> None:
+    """A compare folder holds a run folder per policy; read as a run it says which they are."""
+    for name in ("rlix", "static"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "events.jsonl").write_text((run_dir / "events.jsonl").read_text())
+    (tmp_path / "compare.png").write_text("")
+    with pytest.raises(RunError, match="not a run folder, but it holds run folders: rlix, static$"):
+        load(tmp_path)
