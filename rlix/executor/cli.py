@@ -179,8 +179,9 @@ def kill_command(args: argparse.Namespace) -> int:
     address = args.address or (local.address if local is not None else None)
     if address is None:
         return _fail("no running rlix run on this machine (for a run on another Ray cluster, give its --address)")
-    if not session.reachable(address):
-        return _fail(f"no running rlix run at {address}: nothing answers there")
+    problem = session.address_problem(address)
+    if problem is not None:
+        return _fail(f"no running rlix run at {address}: {problem}")
     auth_mode = local.auth_mode if local is not None and local.address == address else None
     outcome: dict[str, Any] = {}
     worker = threading.Thread(target=_kill_remote, args=(address, auth_mode, args.pipeline_id, outcome),

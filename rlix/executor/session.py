@@ -196,8 +196,9 @@ def check_reachable(address: str) -> None:
     client addresses are left to Ray): a dead address makes `ray.init` retry for minutes."""
     if address == "auto" or "://" in address:
         return
-    if not reachable(address):
-        raise SessionError(f"cannot join the Ray cluster at {address!r}: nothing answers there")
+    problem = address_problem(address)
+    if problem is not None:
+        raise SessionError(f"cannot join the Ray cluster at {address!r}: {problem}")
 
 
 def reachable(address: str, timeout_s: float = 2.0) -> bool:
@@ -211,6 +212,52 @@ def reachable(address: str, timeout_s: float = 2.0) -> bool:
             return True
     except (OSError, ValueError):
         return False
+
+
+#: An HTTP/2 client's connection preface and an empty SETTINGS frame. A gRPC server (a Ray
+#: head's GCS) answers with a SETTINGS frame of its own at once; a server of anything else
+#: does not, and `ray.init` would wait on it for minutes.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5)
+_SETTINGS_FRAME = 0x04
+
+
+def address_problem(address: str, timeout_s: float = 2.0) -> str | None:
+    """Why a host:port `address` is no Ray cluster to join ("nothing answers there", or
+    something that is not a gRPC server does), or None; in at most about twice `timeout_s`."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        connection = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s)
+    except (OSError, ValueError):
+        return "nothing answers there"
+    with connection:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return None  # a TLS handshake comes first: a plain-text hello proves nothing there
+        try:
+            connection.sendall(_HTTP2_HELLO)
+            head = _receive(connection, 9, timeout_s)
+        except OSError:
+            head = b""
+    if len(head) == 9 and head[3] == _SETTINGS_FRAME:
+        return None
+    return ("something answers there, but not a Ray cluster (no gRPC server; a head node's address is its "
+            "GCS port, 6379 unless it was started with another)")
+
+
+def _receive(connection: Any, num_bytes: int, timeout_s: float) -> bytes:
+    """Up to `num_bytes` from a socket, within `timeout_s` (fewer if it closes or stays quiet)."""
+    import time
+
+    data = b""
+    deadline = time.monotonic() + timeout_s
+    while len(data) < num_bytes and (left_s := deadline - time.monotonic()) > 0:
+        connection.settimeout(left_s)
+        chunk = connection.recv(num_bytes - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def raylet_pids() -> list[int]:

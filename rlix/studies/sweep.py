@@ -176,11 +176,12 @@ def _ray_session(address: str | None, workers: int) -> Iterator[None]:
     sweep as Ctrl-C does (the rows done are kept, exit 143)."""
     import ray
 
-    from rlix.executor.session import SessionError, reachable, start
+    from rlix.executor.session import SessionError, address_problem, start
     from rlix.sim.cli import Terminated, terminate_like_interrupt
 
-    if address is not None and not reachable(address):
-        raise UsageError(f"--address {address}: nothing answers there (no Ray cluster)")
+    problem = None if address is None else address_problem(address)
+    if problem is not None:
+        raise UsageError(f"--address {address}: {problem}")
     started_here = not ray.is_initialized()
     try:
         try:  # joined with the auth mode the cluster wants (session.joined_auth_mode)

@@ -1,0 +1,98 @@
+"""Joining a Ray cluster by address: what answers there is told apart in seconds, since
+`ray.init` would wait minutes on a port where nothing, or something other than Ray, listens.
+Local servers stand in for each case; a real head node is joined in
+tests/studies/test_sweep_cluster.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from rlix.executor.session import SessionError, address_problem, check_reachable
+
+#: A gRPC server's first bytes: an empty HTTP/2 SETTINGS frame (length 0, type 4, no flags,
+#: stream 0).
+SETTINGS = bytes(3) + b"\x04" + bytes(5)
+
+
+@contextmanager
+def _server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A loopback server that runs `answer` on each connection; yields its host:port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                continue
+            with connection:
+                answer(connection)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def _grpc(connection: socket.socket) -> None:
+    connection.recv(64)
+    connection.sendall(SETTINGS)
+
+
+def _http1(connection: socket.socket) -> None:
+    connection.recv(64)
+    connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
+def _silent(connection: socket.socket) -> None:
+    time.sleep(3)
+
+
+def _closes(connection: socket.socket) -> None:
+    pass
+
+
+def test_a_grpc_server_is_joined() -> None:
+    with _server(_grpc) as address:
+        assert address_problem(address) is None
+        check_reachable(address)
+
+
+@pytest.mark.parametrize("answer", [_http1, _silent, _closes], ids=["http/1.1", "silent", "closes"])
+def test_something_else_is_refused_in_seconds(answer: Callable[[socket.socket], None]) -> None:
+    with _server(answer) as address:
+        started = time.monotonic()
+        problem = address_problem(address, timeout_s=1.0)
+        assert problem is not None and problem.startswith("something answers there, but not a Ray cluster")
+        assert time.monotonic() - started < 3
+        with pytest.raises(SessionError, match="not a Ray cluster"):
+            check_reachable(address)
+
+
+def test_nothing_there() -> None:
+    with socket.socket() as probe:  # a port just freed: nothing listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert address_problem(f"127.0.0.1:{port}") == "nothing answers there"
+    assert address_problem("127.0.0.1:notaport") == "nothing answers there"
+
+
+def test_tls_clusters_are_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With TLS a handshake comes first, and a plain-text hello would refuse a good cluster."""
+    monkeypatch.setenv("RAY_USE_TLS", "1")
+    with _server(_http1) as address:
+        assert address_problem(address) is None
