@@ -104,17 +104,50 @@ def test_kill_with_no_run_says_so_within_seconds(tmp_path: Path) -> None:
 
 
 @contextmanager
-def _mute_run(home: Path) -> Iterator[None]:
-    """A "run" on this machine whose address accepts connections and never speaks Ray."""
+def _mute_run(home: Path, speaks_grpc: bool = True) -> Iterator[None]:
+    """A "run" on this machine whose address accepts connections and never speaks Ray: it
+    answers a gRPC client's hello (an empty HTTP/2 SETTINGS frame), as a Ray head does, and
+    nothing after; or, with `speaks_grpc` False, nothing at all."""
     import socket
+    import threading
+
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve(mute: socket.socket) -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = mute.accept()
+            except OSError:
+                continue
+            held.append(connection)  # kept open, as a server that hangs
+            if speaks_grpc:
+                connection.sendall(bytes(3) + b"\x04" + bytes(5))
 
     with socket.socket() as mute:
         mute.bind(("127.0.0.1", 0))
         mute.listen()
+        mute.settimeout(0.2)
+        thread = threading.Thread(target=serve, args=(mute,), daemon=True)
+        thread.start()
         (home / ".rlix").mkdir()
         record = {"address": f"127.0.0.1:{mute.getsockname()[1]}", "pid": os.getpid(), "auth_mode": "token"}
         (home / ".rlix" / "ray_address").write_text(json.dumps(record))
-        yield
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(5)
+            for connection in held:
+                connection.close()
+
+
+def test_kill_of_a_run_whose_address_is_not_ray_is_one_line_within_seconds(tmp_path: Path) -> None:
+    """A listener that is no gRPC server at all is told apart before joining (which would wait
+    for minutes)."""
+    with _mute_run(tmp_path, speaks_grpc=False):
+        code, err, took = _kill(tmp_path, "ft")
+    assert code == 2 and err.count("\n") == 0 and "not a Ray cluster" in err and took < 15, (err, took)
 
 
 def test_kill_without_the_token_is_one_line(tmp_path: Path) -> None:

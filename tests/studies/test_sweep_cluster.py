@@ -49,12 +49,26 @@ def test_a_cluster_that_cannot_be_joined_leaves_no_folder(tmp_path: Path, monkey
         raise session.SessionError("cannot join the Ray cluster: refused")
 
     monkeypatch.setattr(session, "start", refuse)
-    with socket.socket() as listener:  # something answers, but it is no cluster we can join
+    monkeypatch.setattr(session, "address_problem", lambda address: None)  # as a Ray head answers
+    with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         address = f"127.0.0.1:{listener.getsockname()[1]}"
         with pytest.raises(UsageError, match="cannot join"):
             run_sweep(load_scenario("tiny"), parse_grid(["seed=0"]), tmp_path / "sweep", address=address)
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_an_address_that_is_not_ray_is_one_line_in_seconds(tmp_path: Path) -> None:
+    """Something listens there but is no gRPC server (joining would wait for minutes)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(UsageError, match=f"--address {address}: something answers there, but not a Ray cluster"):
+            run_sweep(load_scenario("tiny"), parse_grid(["seed=0"]), tmp_path / "sweep", address=address)
+        assert time.monotonic() - started < 15
     assert not (tmp_path / "sweep").exists()
 
 
