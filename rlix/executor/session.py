@@ -201,19 +201,6 @@ def check_reachable(address: str) -> None:
         raise SessionError(f"cannot join the Ray cluster at {address!r}: {problem}")
 
 
-def reachable(address: str, timeout_s: float = 2.0) -> bool:
-    """Does something accept TCP connections at `address` (host:port)? A dead Ray address makes
-    `ray.init` retry for minutes; this answers in at most `timeout_s`."""
-    import socket
-
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
-            return True
-    except (OSError, ValueError):
-        return False
-
-
 #: An HTTP/2 client's connection preface and an empty SETTINGS frame. A gRPC server (a Ray
 #: head's GCS) answers with a SETTINGS frame of its own at once; a server of anything else
 #: does not, and `ray.init` would wait on it for minutes.

@@ -87,10 +87,10 @@ def test_a_sweep_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        from rlix.executor.session import reachable
+        from rlix.executor.session import address_problem
 
         deadline = time.monotonic() + 120
-        while not reachable(f"127.0.0.1:{port}") and time.monotonic() < deadline:
+        while address_problem(f"127.0.0.1:{port}") is not None and time.monotonic() < deadline:
             time.sleep(0.5)
         out = tmp_path / "sweep"
         done = subprocess.run(
