@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"sweep {args.out}: {len(result.rows)} points ({result.num_run} run, {result.num_skipped} "
           f"already done, {result.num_failed} failed) in {result.wall_s:.1f} s; rows in "
           f"{args.out / 'results.parquet'}")
+    if result.num_failed:  # the first failure's cause, so that a typo does not need the table opened
+        failed = result.rows[result.rows["status"] != "ok"].iloc[0]
+        print(f"first failed point {failed['point_id']}: {' '.join(str(failed['error']).split())}", file=sys.stderr)
     return 1 if result.num_failed else 0
 
 

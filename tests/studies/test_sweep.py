@@ -86,6 +86,19 @@ def test_a_failed_point_is_recorded_and_the_rest_goes_on(local_ray: None, tmp_pa
     assert run_sweep(load_scenario("tiny"), grid, tmp_path / "sweep").num_run == 1  # resume tries the failed one again
 
 
+def test_the_command_says_why_the_first_point_failed(
+    local_ray: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert main(["sweep", "tiny", "--grid", f"pipelines.0.trace={{path: {bad}}}", "--out", str(tmp_path / "sweep"),
+                 "--quiet", "--no-plots"]) == 1
+    captured = capsys.readouterr()
+    assert "1 failed" in captured.out
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("first failed point ") and "response_tokens" in line
+
+
 @pytest.mark.parametrize(("grid", "words"), [
     (["nope.deeper=1"], "names no field"),
     (["pipelines.7.steps=1"], "is not an index"),
