@@ -10,7 +10,8 @@ true/false (`0-1` and `2`, mappings, lists) is a text column: strings as written
 
 Resume: a sweep run again into its folder skips the points whose row says ok (a failed point
 is tried again). Rows are written as points finish, so an interrupted sweep keeps what it did.
-A folder written by another sweep (another scenario or grid) is refused.
+A folder written by another sweep (another scenario or grid) is refused, and so is one
+another sweep is writing at the time (it holds `.sweep.lock` in the folder while it runs).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from rlix.studies.grid import Grid, Point, plain_kind, value_text
 from rlix.traces.options import UsageError
 
 SWEEP_FILE = "sweep.json"
+#: Held by the sweep writing the folder (`_only_sweep`).
+LOCK_FILE = ".sweep.lock"
 RESULTS_FILE = "results.parquet"
 #: The install that brings Ray (pyproject.toml's `exec` extra), named in the error without it.
 RAY_INSTALL = "pip install -e '.[exec]'"
@@ -125,7 +128,10 @@ def run_sweep(
             # Ray is up (or joined) before the folder is claimed: a cluster that cannot be
             # joined, or a Ctrl-C while Ray starts, leaves no folder behind.
             _claim_folder(out, identity)
-            _run_on_ray(todo, out, rows, keep_runs, progress, len(points), tables)
+            with _only_sweep(out):
+                rows = dict(_done_rows(out, identity))  # what a sweep before this one ended with
+                todo = [p for p in points if p.point_id not in rows]
+                _run_on_ray(todo, out, rows, keep_runs, progress, len(points), tables)
     frame = _frame(rows, [p.point_id for p in points], list(grid.axes))
     return SweepResult(out, frame, len(todo), len(points) - len(todo), time.monotonic() - started)
 
@@ -163,6 +169,21 @@ def _claim_folder(out: Path, identity: dict[str, Any]) -> None:
         # whole or not at all: a sweep.json cut short would make every later run of this
         # sweep refuse its own folder
         _write_whole(marker, lambda part: part.write_text(json.dumps(identity, indent=1, default=str)))
+
+
+@contextlib.contextmanager
+def _only_sweep(out: Path) -> Iterator[None]:
+    """Hold the folder's lock for the block: two sweeps writing one folder would each rewrite
+    results.parquet with their own rows. The lock goes with the process, however it ends."""
+    import fcntl
+
+    with open(out / LOCK_FILE, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"{out}: another sweep is running into this folder: wait for it to end, or give "
+                             "another --out") from None
+        yield
 
 
 @contextlib.contextmanager

@@ -219,7 +219,8 @@ def test_a_damaged_results_file_is_one_line_and_a_cut_write_keeps_the_rows(
     monkeypatch.setattr(pd.DataFrame, "to_parquet", cut)
     with pytest.raises(KeyboardInterrupt):
         sweep._write_rows(pd.DataFrame({"point_id": ["x"]}), results)
-    assert results.read_bytes() == before and sorted(p.name for p in out.iterdir()) == ["results.parquet", "sweep.json"]
+    left = sorted(p.name for p in out.iterdir() if p.name != sweep.LOCK_FILE)
+    assert results.read_bytes() == before and left == ["results.parquet", "sweep.json"]
     monkeypatch.undo()
     capsys.readouterr()
     with results.open("r+b") as f:
@@ -281,3 +282,21 @@ def test_a_claim_cut_short_leaves_no_sweep_json_to_refuse(tmp_path: Path, monkey
     assert sweep._done_rows(tmp_path / "sweep", identity) == {}
     sweep._claim_folder(tmp_path / "sweep", identity)
     assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == identity
+
+
+def test_a_folder_another_sweep_is_writing_is_refused(local_ray: None, tmp_path: Path) -> None:
+    """Two sweeps into one folder would each rewrite results.parquet with their own rows."""
+    import fcntl
+
+    from rlix.studies.sweep import LOCK_FILE
+
+    out = tmp_path / "sweep"
+    grid = parse_grid(["seed=0,1"])
+    run_sweep(load_scenario("tiny"), parse_grid(["seed=0,1"]), out)
+    (out / "results.parquet").unlink()  # as if the first sweep were still at it
+    with open(out / LOCK_FILE, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(UsageError, match="another sweep is running into this folder"):
+            run_sweep(load_scenario("tiny"), grid, out)
+    assert not (out / "results.parquet").exists()
+    assert run_sweep(load_scenario("tiny"), grid, out).num_run == 2  # the lock went with its holder
