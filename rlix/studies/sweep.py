@@ -210,11 +210,13 @@ def _ray_session(address: str | None, workers: int) -> Iterator[None]:
         except SessionError as error:
             raise UsageError(" ".join(str(error).split())) from None
         with terminate_like_interrupt():  # SIGTERM taken back from Ray, restored after
-            terminate, signals = signal.getsignal(signal.SIGTERM), []
+            terminate = signal.getsignal(signal.SIGTERM)
+            assert callable(terminate)  # the handler terminate_like_interrupt installed
+            signals: list[int] = []
 
             def note(signum: int, frame: Any) -> None:
                 signals.append(signum)
-                terminate(signum, frame)  # type: ignore[operator]
+                terminate(signum, frame)
 
             signal.signal(signal.SIGTERM, note)
             try:
