@@ -92,6 +92,8 @@ def main() -> None:
     print({p: s["status"] for p, s in status.items()})
     rewards = [row["reward_mean"] for row in ray.get(client.handle.tables.remote(["say-ab"]))["steps"]]
     print("say-ab reward per step:", [round(r, 3) for r in rewards])
+    # The run's folder, as `rlix-exec run` writes one: `rlix-sim check` / `replay` / `jobs` read it.
+    print("run folder:", client.write_run("runs/custom_pipeline", overwrite=True))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,10 @@ class RayActuator:
         if isinstance(decision, dec.Grant):
             if record is not None:
                 record.granted(decision.cluster, decision.gpus)
+                requested = record.requested_at.pop(decision.cluster, None) if record.host is None else None
+                if requested is not None:  # an API pipeline's wait, as a program's host records its own
+                    orch.recorder.add_wait(decision.pipeline_id, decision.cluster, requested[0], requested[1],
+                                           orch.now())
             orch.loop.applied(decision.decision_id)
             return
         if record is None or record.handler is None:

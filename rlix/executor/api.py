@@ -9,6 +9,7 @@
     client.release_and_request(pid, "actor_train", "actor_infer", 6, estimate=64)
     ranks = client.active_ranks(pid)                # handler-less pipelines poll their ranks
     client.progress(pid, 12) ; client.train_step_finished(pid, 1) ; client.remove_pipeline(pid)
+    client.write_run("runs/mine")                   # the run folder, as `rlix-exec run` writes it
 
 A handler is an actor with `async expand(dp_rank, gpus)`, `async shrink(dp_rank, gpus,
 reason)` and `async revoke(cluster, dp_rank, gpus)` (`RankHandler` is a base class to start
@@ -24,6 +25,8 @@ connected to the same Ray cluster reaches it with `rlix.init(address=...)`.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -120,6 +123,25 @@ class Client:
 
     def snapshot(self) -> dict[str, Any]:
         return dict(self._call("snapshot"))
+
+    def write_run(self, out: str | os.PathLike[str], *, overwrite: bool = False, plots: bool = True) -> Path:
+        """End the run's record and write its run folder, the one `rlix-exec run` writes
+        (events, tables, summary, plots), which `rlix-sim check`, `replay` and `jobs` read.
+        Call it once, when done driving: holdings still open are closed at this moment, and
+        the record ends here. Returns the folder."""
+        from rlix.runs.folder import write_run
+
+        pipelines = self.snapshot()["pipelines"]
+        api = set(self._call("api_pipeline_ids"))
+        recorder = self._call("finish_run")
+        running = sorted(pid for pid, state in pipelines.items() if state["status"] == "running")
+        state: dict[str, Any] = {"finished": not running}
+        if running:
+            state["stop_reason"] = f"written with {', '.join(running)} still running"
+        # The steps of API pipelines consumed trajectories rlix never saw: summary.json names
+        # those pipelines, and `rlix-sim check` asks for none of theirs.
+        return write_run(recorder, out, scenario_yaml="", overwrite=overwrite, plots=plots, run_state=state,
+                         extra_summary={"api_pipelines": sorted(api)})
 
 
 def init(num_gpus: int | None = None, address: str | None = None, topology: Topology | None = None,

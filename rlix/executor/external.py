@@ -23,8 +23,9 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from rlix.policy import events as ev
-from rlix.policy.specs import ROLLOUT_CLUSTER, PipelineSpec, Priority
+from rlix.policy.specs import BASE_ADAPTER, ROLLOUT_CLUSTER, PipelineSpec, Priority
 from rlix.runs.codec import spec_from_dict
+from rlix.runs.host import STAGE_COLUMNS
 
 if TYPE_CHECKING:
     from rlix.executor.records import PipelineRecord
@@ -71,6 +72,7 @@ class ExternalApi:
         record = self._api_record(pipeline_id)
         self.loop.send(ev.PipelineAdmitted(self.now(), pipeline_id))
         record.admitted = True
+        record.admitted_s = self.now()
 
     async def request(self, pipeline_id: str, cluster: str, priority: int,
                       estimate: float | None = None) -> tuple[int, ...] | None:
@@ -78,6 +80,7 @@ class ExternalApi:
         Rollout returns () at once: its ranks are expanded on the handler."""
         record = self._api_record(pipeline_id)
         future = self._grant_future(record, cluster, priority)
+        record.requested_at[cluster] = (priority, self.now())
         self._send_request(record, cluster, ev.ClusterRequested(self.now(), pipeline_id, cluster, priority, estimate))
         return await self._await_grant(record, cluster, future)
 
@@ -86,6 +89,7 @@ class ExternalApi:
         """Release one cluster and request another as one atomic step."""
         record = self._api_record(pipeline_id)
         future = self._grant_future(record, cluster, priority)
+        record.requested_at[cluster] = (priority, self.now())
         self._send_request(record, cluster, ev.ClusterReleasedAndRequested(self.now(), pipeline_id, released, cluster, priority, estimate))
         return await self._await_grant(record, cluster, future)
 
@@ -98,6 +102,7 @@ class ExternalApi:
         `request` call returns None."""
         record = self._api_record(pipeline_id)
         future = record.grant_waiters.pop(cluster, None)
+        record.requested_at.pop(cluster, None)
         if future is None and cluster != ROLLOUT_CLUSTER:
             raise ValueError(f"pipeline {pipeline_id!r} has no pending request for {cluster!r} "
                              "(a granted cluster is released, not withdrawn)")
@@ -113,8 +118,17 @@ class ExternalApi:
             self.loop.send(ev.RolloutProgressed(self.now(), pipeline_id, float(value), adapter))
 
     def train_step_finished(self, pipeline_id: str, version: int, adapter: str | None = None) -> None:
-        self._api_record(pipeline_id)
-        self.loop.send(ev.TrainStepFinished(self.now(), pipeline_id, version, adapter))
+        """A train step ended: weights `version` (the step's number + 1) are out. Its row in
+        the steps table runs from the end of the adapter's step before (or the admission) to
+        now; how it spent that time is the pipeline's own, so its stage columns are 0."""
+        record = self._api_record(pipeline_id)
+        now = self.now()
+        name = adapter or BASE_ADAPTER
+        self.loop.recorder.add_step({"pipeline_id": pipeline_id, "adapter": name, "step": version - 1,
+                                     "t_start": record.step_ends.get(name, record.admitted_s), "t_end": now,
+                                     **dict.fromkeys(STAGE_COLUMNS, 0.0)})
+        record.step_ends[name] = now
+        self.loop.send(ev.TrainStepFinished(now, pipeline_id, version, adapter))
 
     def active_ranks(self, pipeline_id: str) -> dict[int, tuple[int, ...]]:
         """The ranks of a handler-less API pipeline that are active now."""

@@ -297,6 +297,11 @@ class Orchestrator(ExternalApi):
             "decision_failures": list(self.actuator.failures),
         }
 
+    def api_pipeline_ids(self) -> list[str]:
+        """The pipelines driven through the API (no rlix program: their trajectories are their
+        own, and rlix records none)."""
+        return [pid for pid, record in self.pipelines.items() if record.host is None]
+
     def num_events(self) -> int:
         """How many events the record holds (a checkpoint's record position)."""
         return int(self.loop.num_events)

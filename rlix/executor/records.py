@@ -45,6 +45,12 @@ class PipelineRecord:
     waits: set[asyncio.Future[Any]] = field(default_factory=set)
     grant_waiters: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
     ranks: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    #: An API pipeline's clock of steps: when it was admitted, and when each adapter's last
+    #: step ended (the start of its next step's row).
+    admitted_s: float = 0.0
+    step_ends: dict[str, float] = field(default_factory=dict)
+    #: An API pipeline's requests not granted yet: cluster -> (priority, when), for its waits.
+    requested_at: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     @property
     def alive(self) -> bool:

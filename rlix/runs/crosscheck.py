@@ -118,13 +118,15 @@ def steps_agree(frame: pd.DataFrame, tally: EventTally) -> None:
 def rollouts_agree(consumed: set[StepKey], tally: EventTally) -> None:
     """`consumed`: the (pipeline, adapter, step_consumed) of the table's completed attempts.
     Each step trained has some; of a pipeline that crashed, was killed or was cut, whose last
-    trajectories a live run may have lost (`EventTally.trained_whole`), each adapter trained."""
-    missing = sorted(tally.trained_whole - consumed)
+    trajectories a live run may have lost (`EventTally.trained_whole`), each adapter trained.
+    Pipelines driven through the executor's API (`EventTally.untracked`) are asked for none."""
+    untracked = tally.untracked
+    missing = sorted(key for key in tally.trained_whole - consumed if key[0] not in untracked)
     if missing:
         raise TableMismatch("rollouts", f"no completed trajectory consumed by {len(missing)} step(s) the log "
                             f"trained: {_steps(missing)}")
     fed = {(pid, adapter) for pid, adapter, _step in consumed}
-    unfed = sorted({(pid, adapter) for pid, adapter, _step in tally.trained} - fed)
+    unfed = sorted({(pid, adapter) for pid, adapter, _step in tally.trained if pid not in untracked} - fed)
     if unfed:
         shown = _some([f"{pid}/{adapter}" for pid, adapter in unfed])
         raise TableMismatch("rollouts", f"no completed trajectory of {shown}, whose train steps the log finished")
@@ -141,7 +143,7 @@ def activity_agrees(frame: pd.DataFrame, tally: EventTally) -> None:
     unheld = sorted(key for key in keys if tally.possible[key] <= 0)
     if unheld:
         raise TableMismatch("activity", f"work on GPUs the log never shows held: {_some([_hold(k) for k in unheld])}")
-    trained = {pid for pid, _adapter, _step in tally.trained}
+    trained = {pid for pid, _adapter, _step in tally.trained} - tally.untracked
     idle = sorted(trained - {str(pid) for pid in frame["pipeline_id"].dropna().unique()})
     if idle:
         raise TableMismatch("activity", f"no work of {', '.join(idle)}, whose train steps the log finished")

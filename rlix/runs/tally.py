@@ -86,6 +86,10 @@ class EventTally:
     #: Shrink decisions per (pipeline, reason).
     shrinks: Counter[tuple[str, str]] = field(default_factory=Counter)
     last_now: float | None = None
+    #: Pipelines driven through the executor's API (summary.json `api_pipelines`, set by the
+    #: caller): their rollouts and their work run on their own engines, which rlix does not
+    #: record, so no trajectory or work of theirs is asked for.
+    untracked: frozenset[str] = frozenset()
     _in_flight: dict[int, _InFlight] = field(default_factory=dict)
     #: Pipelines registered again and not yet admitted: the steps of theirs held back.
     _starting: dict[str, set[tuple[str, int]]] = field(default_factory=dict)

@@ -146,6 +146,8 @@ def check(run_dir: str | Path) -> tuple[int | None, int | None]:
     slice of rows and one trajectory's attempts are Python objects at once."""
     run = load(run_dir)
     tally = tally_file(run.path / EVENTS_FILE)
+    api = run.summary.get("api_pipelines")
+    tally.untracked = frozenset(map(str, api)) if isinstance(api, list) else frozenset()
     num_allocations = num_rollouts = None
     if _has_table(run, "allocations"):
         allocations = _rows(run.allocations)
