@@ -8,7 +8,8 @@ static-backfill for reference. Every variant runs the same scenario and seed; ea
 slowdown is its JCT over its time alone on its home (computed once, shared by the variants).
 Prints one table (mean and p95 JCT, p95 slowdown, p95 queueing, idle share over the run and
 while some job waits to start, steps/h) and, with `--plot PATH` (checked before the runs), draws
-mean JCT against p95 slowdown. Deterministic simulator figures; lab-day takes 3-5 min a variant.
+mean JCT against p95 slowdown. Deterministic simulator figures; lab-day takes under a minute a
+variant, 2.5-4 min in all on two workers.
 
     python bench/job_order.py                                  # lab-day, the table
     python bench/job_order.py --plot docs/job-order.png        # the table and the README's plot
