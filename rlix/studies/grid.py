@@ -220,7 +220,7 @@ def _set(node: Any, path: list[str], value: Any, key: str, schema: Any) -> None:
         return
     field = _field_type(schema, head) if isinstance(node, dict) else _NO_FIELD
     if not isinstance(node, dict) or head not in node and field is _NO_FIELD:
-        raise UsageError(f"--grid {key}: {head!r} names no field of the scenario")
+        raise UsageError(f"grid axis {key}: {head!r} names no field of the scenario")
     if not rest:
         node[head] = value
         return
@@ -258,5 +258,5 @@ def _field_type(schema: Any, key: str) -> Any:
 
 def _index(text: str, node: list[Any], key: str) -> int:
     if not text.isdigit() or int(text) >= len(node):
-        raise UsageError(f"--grid {key}: {text!r} is not an index of a list of {len(node)}")
+        raise UsageError(f"grid axis {key}: {text!r} is not an index of a list of {len(node)}")
     return int(text)

@@ -133,3 +133,12 @@ def test_a_grid_sets_a_field_the_scenario_leaves_unset() -> None:
                         ("topology.gpus=1", "'gpus' names no field"), ("seed.x=1", "'x' names no field")):
         with pytest.raises(UsageError, match=words):
             parse_grid([item]).points(base)
+
+
+def test_a_bad_axis_of_a_sweep_file_is_not_blamed_on_the_grid_option() -> None:
+    """The axis may come from a sweep file's grid: (no --grid given at all): the message names
+    the axis, not the option."""
+    from rlix.scenarios import load_scenario
+
+    with pytest.raises(UsageError, match=r"^grid axis topology\.gpus: 'gpus' names no field"):
+        parse_grid([], {"topology.gpus": [1]}).points(load_scenario("tiny"))
