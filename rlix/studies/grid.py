@@ -19,6 +19,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import yaml
@@ -184,6 +185,11 @@ def _distinct(values: list[Any], where: str) -> list[Any]:
     seen: set[str] = set()
     for value in values:
         text = json.dumps(value, sort_keys=True, default=str)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:  # 1 and 1.0 set a field alike: one point twice, under two labels
+                text = f"number {Fraction(value)}"
+            except (ValueError, OverflowError):  # nan, inf: their JSON text is theirs alone
+                pass
         if text in seen:
             raise UsageError(f"{where}: the value {value_text(value)!r} is given twice")
         seen.add(text)

@@ -39,6 +39,13 @@ def test_a_sweep_file_axis_with_a_value_twice_is_refused() -> None:
         parse_grid([], {"seed": [1, 2, 1]})
 
 
+def test_one_number_written_two_ways_is_given_twice() -> None:
+    """1 and 1.0 set a field alike: the same point would run twice under two labels."""
+    with pytest.raises(UsageError, match=r"the value '1.0' is given twice"):
+        parse_grid(["costs.load_s=1,1.0"])
+    assert len(parse_grid(["costs.load_s=1,1.5,true,.nan,.inf"]).axes["costs.load_s"]) == 5
+
+
 def test_an_axis_given_twice_is_refused_not_replaced() -> None:
     """A second --grid of the same key replaced the first, and its values never ran."""
     with pytest.raises(UsageError, match=r"--grid seed=2,3: the axis seed is given already \(in an earlier --grid\)"):
