@@ -56,14 +56,15 @@ def plot_sweep(rows: pd.DataFrame, axes: list[str], folder: Path) -> list[Path]:
                 # one x position a value, in order, shared by every line: matplotlib places text
                 # in the order first seen, so a value one policy lacks (a failed point) would
                 # land after the others and bend that line back
-                order = sorted(ok[axis].dropna().unique())
+                # null (a field left unset) is a value too: last, where groupby would drop it
+                order = sorted(ok[axis].dropna().unique()) + ([None] if ok[axis].isna().any() else [])
                 position = {value: i for i, value in enumerate(order)}
                 for name, group in ok.groupby(by) if by else [("all", ok)]:
-                    stats = group.groupby(axis)[metric].agg(["mean", "min", "max"]).sort_index()
-                    x = [position[v] for v in stats.index]
+                    stats = group.groupby(axis, dropna=False)[metric].agg(["mean", "min", "max"]).sort_index()
+                    x = [position[None if pd.isna(v) else v] for v in stats.index]
                     ax.plot(x, stats["mean"], marker="o", label=str(name))
                     ax.fill_between(x, stats["min"], stats["max"], alpha=0.15)
-                ax.set_xticks(range(len(order)), [str(v) for v in order])
+                ax.set_xticks(range(len(order)), ["null" if v is None else str(v) for v in order])
                 ax.legend(title=by or "", fontsize=8)
             ax.set_xlabel(axis)
             ax.set_ylabel(label)

@@ -37,9 +37,8 @@ def test_a_sweep_of_policies_alone_gets_bars(tmp_path: Path) -> None:
     assert all(p.stat().st_size > 0 for p in written)
 
 
-def test_every_line_reads_one_ordered_x_axis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A value one policy lacks (its point failed) was placed after the values seen first, so
-    the other policy's line went 2, 10, then back to 1."""
+def _drawn_lines(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[float, str]]]:
+    """Each plotted line's (x position, x label) points, kept instead of the file."""
     from matplotlib.figure import Figure
 
     drawn: dict[str, list[tuple[float, str]]] = {}
@@ -52,6 +51,13 @@ def test_every_line_reads_one_ordered_x_axis(tmp_path: Path, monkeypatch: pytest
             drawn[str(line.get_label())] = [(p, labels.get(p, "?")) for p in positions]
 
     monkeypatch.setattr(Figure, "savefig", keep)
+    return drawn
+
+
+def test_every_line_reads_one_ordered_x_axis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value one policy lacks (its point failed) was placed after the values seen first, so
+    the other policy's line went 2, 10, then back to 1."""
+    drawn = _drawn_lines(monkeypatch)
     rows = pd.DataFrame({
         "point_id": list("abcdef"),
         "policy": ["rlix"] * 3 + ["static"] * 3,
@@ -63,3 +69,17 @@ def test_every_line_reads_one_ordered_x_axis(tmp_path: Path, monkeypatch: pytest
     for name, expected in (("static", ["1", "2", "10"]), ("rlix", ["2", "10"])):
         positions, labels = zip(*drawn[name], strict=True)
         assert list(labels) == expected and list(positions) == sorted(positions), name
+
+
+def test_a_null_value_is_plotted_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An axis value null (a field left unset, `--grid pipelines.*.runtime_estimate_s=null,100`)
+    was dropped from the plot."""
+    drawn = _drawn_lines(monkeypatch)
+    rows = pd.DataFrame({
+        "point_id": list("abc"),
+        "pipelines.*.runtime_estimate_s": [100.0, None, 50.0],
+        "status": ["ok"] * 3,
+        "overall.steps_per_hour": [1.0, 2.0, 3.0],
+    })
+    plot_sweep(rows, ["pipelines.*.runtime_estimate_s"], tmp_path)
+    assert [label for _, label in drawn["all"]] == ["50.0", "100.0", "null"]
