@@ -112,10 +112,12 @@ class RayActuator:
         loop.applied(decision.decision_id)
 
     def _failed(self, decision: dec.Expand | dec.Shrink, exc: BaseException) -> None:
+        # One line: a handler's error comes wrapped by Ray with its whole remote traceback.
+        reason = failure_reason(exc)
         log.warning("%s of %s rank %d failed: %s", type(decision).__name__, decision.pipeline_id,
-                    decision.dp_rank, exc)
-        self.failures.append(f"{type(decision).__name__} {decision.pipeline_id}/{decision.dp_rank}: {exc}")
-        self.orch.loop.failed(decision.decision_id, failure_reason(exc)[:200])
+                    decision.dp_rank, reason)
+        self.failures.append(f"{type(decision).__name__} {decision.pipeline_id}/{decision.dp_rank}: {reason}")
+        self.orch.loop.failed(decision.decision_id, reason[:200])
 
     async def _notify(self, handler: Any, decision: dec.Revoke) -> None:
         try:

@@ -30,16 +30,24 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import RayTaskError
 
 from rlix.executor import session
 from rlix.executor.orchestrator import ORCHESTRATOR_NAME, Orchestrator
 from rlix.executor.placement import control_options
 from rlix.executor.workload import PipelineSetup
 from rlix.policy.config import PolicyConfig
+from rlix.policy.errors import PolicyError
 from rlix.policy.specs import PipelineSpec, Topology
 from rlix.runs.codec import spec_to_dict
 
 RemoteOrchestrator = ray.remote(Orchestrator)
+
+#: What the orchestrator raises on a bad call (the core's EventError / SpecError, an unknown or
+#: ended pipeline, a taken id, a wait that timed out): the caller gets it as itself, one line it
+#: can catch by type, not inside Ray's wrapper with the actor's traceback (which is only news
+#: when the orchestrator itself is at fault, so other errors keep it).
+CALLER_ERRORS = (PolicyError, ValueError, KeyError, RuntimeError, TimeoutError, TypeError)
 
 
 def start_orchestrator(topology: Topology, policy: str = "rlix", config: PolicyConfig | None = None,
@@ -76,7 +84,12 @@ class Client:
         self.handle = handle
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return ray.get(getattr(self.handle, method).remote(*args, **kwargs))
+        try:
+            return ray.get(getattr(self.handle, method).remote(*args, **kwargs))
+        except RayTaskError as exc:
+            if isinstance(exc.cause, CALLER_ERRORS):
+                raise exc.cause from None
+            raise
 
     def allocate_pipeline_id(self, prefix: str = "pipeline") -> str:
         return str(self._call("allocate_pipeline_id", prefix))
@@ -125,15 +138,18 @@ class Client:
         return dict(self._call("snapshot"))
 
     def write_run(self, out: str | os.PathLike[str], *, overwrite: bool = False, plots: bool = True) -> Path:
-        """End the run's record and write its run folder, the one `rlix-exec run` writes
-        (events, tables, summary, plots), which `rlix-sim check`, `replay` and `jobs` read.
-        Call it once, when done driving: holdings still open are closed at this moment, and
-        the record ends here. Returns the folder."""
+        """Write the run's folder, the one `rlix-exec run` writes (events, tables, summary,
+        plots), which `rlix-sim check`, `replay` and `jobs` read. Call it when done driving:
+        the folder holds the record up to this moment, holdings still open end now in it. The
+        orchestrator's own record goes on (only the driver's copy is closed), so a later call
+        writes the longer run, with those holdings ending where they really did. Returns the
+        folder."""
         from rlix.runs.folder import write_run
 
         pipelines = self.snapshot()["pipelines"]
         api = set(self._call("api_pipeline_ids"))
-        recorder = self._call("finish_run")
+        recorder, now = self._call("record_so_far")
+        recorder.finish(now)
         running = sorted(pid for pid, state in pipelines.items() if state["status"] == "running")
         state: dict[str, Any] = {"finished": not running}
         if running:

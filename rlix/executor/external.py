@@ -124,15 +124,20 @@ class ExternalApi:
         record = self._api_record(pipeline_id)
         now = self.now()
         name = adapter or BASE_ADAPTER
+        # The core first: a step it rejects (version 0, going backwards, an unknown adapter)
+        # must leave no row, or the steps table disagrees with the log.
+        self.loop.send(ev.TrainStepFinished(now, pipeline_id, version, adapter))
         self.loop.recorder.add_step({"pipeline_id": pipeline_id, "adapter": name, "step": version - 1,
                                      "t_start": record.step_ends.get(name, record.admitted_s), "t_end": now,
                                      **dict.fromkeys(STAGE_COLUMNS, 0.0)})
         record.step_ends[name] = now
-        self.loop.send(ev.TrainStepFinished(now, pipeline_id, version, adapter))
 
     def active_ranks(self, pipeline_id: str) -> dict[int, tuple[int, ...]]:
         """The ranks of a handler-less API pipeline that are active now."""
-        return dict(self.pipelines[pipeline_id].ranks)
+        record = self.pipelines.get(pipeline_id)
+        if record is None:
+            raise KeyError(f"no pipeline {pipeline_id!r}")
+        return dict(record.ranks)
 
     def remove_pipeline(self, pipeline_id: str) -> None:
         """The pipeline is done and its processes stopped: its GPUs go back."""

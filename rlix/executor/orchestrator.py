@@ -218,7 +218,9 @@ class Orchestrator(ExternalApi):
 
     async def kill_pipeline(self, pipeline_id: str, reason: str = "killed on request") -> dict[str, Any]:
         """End a pipeline now: its actors are killed and confirmed dead, then its GPUs go back.
-        `reason` is its state_reason (`rlix-exec kill`'s default, or the scenario's fault)."""
+        An API pipeline's actor is its handler (with the actors it owns, its engines): killed
+        too, since its ranks' GPUs are handed out at once. `reason` is its state_reason
+        (`rlix-exec kill`'s default, or the scenario's fault)."""
         record = self.pipelines.get(pipeline_id)
         if record is None:
             launched = ", ".join(sorted(self.pipelines)) or "none launched yet"
@@ -237,7 +239,12 @@ class Orchestrator(ExternalApi):
             return
         record.removing = True
         log.warning("removing pipeline %s (%s): %s", record.pipeline_id, status, reason)
-        handles = [h for h in (record.actor, *record.adopted) if h is not None]
+        # A program's handler is its pipeline actor; an API pipeline's is the one thing of its
+        # the orchestrator can end, and its ranks' GPUs must not be handed out while it runs.
+        handler = record.handler if record.handler is not record.actor else None
+        if not isinstance(handler, ray.actor.ActorHandle):  # not an actor: nothing to kill
+            handler = None
+        handles = [h for h in (record.actor, handler, *record.adopted) if h is not None]
         left = await kill_and_confirm(handles)
         if left:
             reason += f"; {len(left)} actor(s) not confirmed dead"
@@ -365,6 +372,12 @@ class Orchestrator(ExternalApi):
         """Close the record (what is still held ends now) and hand it to the caller."""
         self.recorder.finish(self.now())
         return self.recorder
+
+    def record_so_far(self) -> tuple[Recorder, float]:
+        """The record as it stands, not closed, and the time now. A caller in another process
+        gets Ray's copy and closes that (`Recorder.finish(now)`), so the run's own record goes
+        on: holdings still open are not cut here, and the run can be written again later."""
+        return self.recorder, self.now()
 
     async def shutdown(self) -> None:
         for task in self._background:

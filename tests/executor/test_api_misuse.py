@@ -1,0 +1,208 @@
+"""The Python API used wrongly, as a researcher writing their own pipeline might: every bad call
+raises the orchestrator's own error in one line (a type to catch, not Ray's traceback), leaves
+the other pipelines going, and the run folder written at the end still holds under
+`rlix-sim check` and replays identically."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import ray
+
+from rlix.executor.api import Client, RankHandler, start_orchestrator
+from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
+from rlix.policy.errors import EventError, SpecError
+from rlix.runs.verify import check, replay
+
+
+@ray.remote(num_cpus=0)
+class Handler(RankHandler):
+    """Starts and stops nothing."""
+
+
+@ray.remote(num_cpus=0)
+class FailingHandler(RankHandler):
+    """Cannot load a rank: every expansion raises."""
+
+    async def on_expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
+        raise RuntimeError(f"cannot load rank {dp_rank}")
+
+
+@ray.remote(num_cpus=0)
+class HangingHandler(RankHandler):
+    """Its expansions never return (an engine that hangs loading)."""
+
+    async def on_expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
+        await asyncio.sleep(3600)
+
+
+@pytest.fixture()
+def client(ray_session: object) -> Iterator[Client]:
+    handle = start_orchestrator(Topology(1, 4), tick_s=0.5)
+    yield Client(handle)
+    ray.get(handle.shutdown.remote())
+    ray.kill(handle)
+
+
+def _register(client: Client, prefix: str, infer: tuple[int, ...], train: tuple[int, ...],
+              handler: object = None, admit: bool = True) -> str:
+    pid = client.allocate_pipeline_id(prefix)
+    client.register_pipeline(PipelineSpec(pid, PipelineKind.FULL_FINETUNE, {
+        "actor_infer": ClusterSpec(1, infer), "actor_train": ClusterSpec(1, train)}), handler)
+    if admit:
+        client.admit_pipeline(pid)
+    return pid
+
+
+def _one_line(error: pytest.ExceptionInfo[Exception]) -> str:
+    assert not isinstance(error.value, ray.exceptions.RayError), type(error.value).__mro__
+    text = str(error.value)
+    assert "\n" not in text, text
+    return text
+
+
+def _wait_for(condition: object, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def _folder_holds(client: Client, out: Path) -> Path:
+    written = client.write_run(out, plots=False)
+    check(written)
+    assert replay(written).identical
+    return written
+
+
+def test_bad_calls_raise_the_orchestrators_error_in_one_line(client: Client, tmp_path: Path) -> None:
+    other = _register(client, "other", (0, 1), (0, 1))
+    pid = _register(client, "bad", (0, 1, 2, 3), (2, 3), admit=False)
+
+    with pytest.raises(EventError) as error:
+        client.request(pid, "actor_train", 1)
+    assert "before the pipeline was admitted" in _one_line(error)
+    client.admit_pipeline(pid)
+    calls: list[tuple[Callable[[], object], str]] = [
+        (lambda: client.admit_pipeline(pid), "already admitted"),
+        (lambda: client.release(pid, "actor_train"), "does not hold it"),
+        (lambda: client.release_and_request(pid, "actor_train", "actor_infer", 6), "does not hold it"),
+        (lambda: client.progress(pid, 3.0), "while not rolling out"),
+        (lambda: client.request(pid, "critic", 1), "no such cluster"),
+        (lambda: client.request(pid, "actor_train", 7), "priority 0..6"),
+        (lambda: client.train_step_finished(pid, 0), "above 0"),
+    ]
+    for call, wanted in calls:
+        with pytest.raises(EventError) as error:
+            call()
+        assert wanted in _one_line(error)
+    assert client.request(pid, "actor_train", 1) == (2, 3)
+    client.release_and_request(pid, "actor_train", "actor_infer", 6, estimate=4.0)
+    for remaining in (float("nan"), -1.0, 1e300):
+        with pytest.raises(EventError) as error:
+            client.progress(pid, remaining)
+        assert "must be a finite number" in _one_line(error)
+
+    with pytest.raises(ValueError) as taken:
+        client.register_pipeline(PipelineSpec(pid, PipelineKind.FULL_FINETUNE, {
+            "actor_infer": ClusterSpec(1, (0,)), "actor_train": ClusterSpec(1, (0,))}))
+    assert "is taken" in _one_line(taken)
+    with pytest.raises(SpecError) as outside:
+        _register(client, "outside", (0, 9), (9,))
+    assert "outside the cluster" in _one_line(outside)
+    with pytest.raises(KeyError) as unknown:
+        client.active_ranks("nobody")
+    assert "no pipeline 'nobody'" in _one_line(unknown)
+
+    client.progress(pid, 0.0)
+    client.release(pid, "actor_infer")
+    client.train_step_finished(pid, 1)
+    client.remove_pipeline(pid)
+    with pytest.raises(RuntimeError) as ended:
+        client.request(pid, "actor_train", 1)
+    assert "is finished" in _one_line(ended)
+
+    # The other pipeline goes on as if nothing happened.
+    assert client.request(other, "actor_train", 1) == (0, 1)
+    client.release(other, "actor_train")
+    client.train_step_finished(other, 1)
+    client.remove_pipeline(other)
+    _folder_holds(client, tmp_path / "run")
+
+
+def test_a_train_step_the_core_rejects_leaves_no_row(client: Client, tmp_path: Path) -> None:
+    pid = _register(client, "steps", (0, 1), (0, 1))
+    client.request(pid, "actor_train", 1)
+    client.release(pid, "actor_train")
+    client.train_step_finished(pid, 1)
+    for version, adapter in [(0, None), (1, None), (-3, None), (2, "no-such-lora")]:
+        with pytest.raises(EventError):
+            client.train_step_finished(pid, version, adapter)
+    client.train_step_finished(pid, 2)
+    client.remove_pipeline(pid)
+
+    out = _folder_holds(client, tmp_path / "run")
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert list(steps["step"]) == [0, 1]
+
+
+def test_a_run_written_twice_keeps_the_holdings_open_at_the_first(client: Client, tmp_path: Path) -> None:
+    pid = _register(client, "twice", (0, 1), (0, 1), Handler.remote())  # type: ignore[attr-defined]
+    client.request(pid, "actor_train", 1)
+    client.release_and_request(pid, "actor_train", "actor_infer", 6, estimate=4.0)
+    _wait_for(lambda: len(client.snapshot()["holders"]) == 2)
+    first = _folder_holds(client, tmp_path / "first")
+    written_at = float(pd.read_parquet(first / "allocations.parquet")["t_end"].max())
+    time.sleep(0.3)
+    client.progress(pid, 0.0)
+    client.release(pid, "actor_infer")
+    client.train_step_finished(pid, 1)
+    client.remove_pipeline(pid)
+
+    second = _folder_holds(client, tmp_path / "second")
+    allocations = pd.read_parquet(second / "allocations.parquet")
+    rollout = allocations[allocations["cluster"] == "actor_infer"]
+    assert len(rollout) == 2  # one holding per rank, not cut in two by the first write
+    assert (rollout["t_end"] > written_at + 0.2).all()  # they end at the release, not the write
+
+
+def test_a_handler_that_raises_is_reported_in_one_line(client: Client, tmp_path: Path) -> None:
+    other = _register(client, "other", (0, 1), (0, 1))
+    pid = _register(client, "failing", (2, 3), (2, 3), FailingHandler.remote())  # type: ignore[attr-defined]
+    client.request(pid, "actor_train", 1)
+    client.release_and_request(pid, "actor_train", "actor_infer", 6, estimate=4.0)
+    _wait_for(lambda: client.snapshot()["decision_failures"])
+    failures = client.snapshot()["decision_failures"]
+    assert all("\n" not in line and line.endswith(("cannot load rank 0", "cannot load rank 1")) for line in failures), failures
+
+    assert client.request(other, "actor_train", 1) == (0, 1)
+    client.release(other, "actor_train")
+    client.withdraw(pid, "actor_infer")
+    for done in (pid, other):
+        client.remove_pipeline(done)
+    _folder_holds(client, tmp_path / "run")
+
+
+def test_killing_an_api_pipeline_kills_its_handler_before_its_gpus_go(client: Client, tmp_path: Path) -> None:
+    handler = HangingHandler.remote()  # type: ignore[attr-defined]
+    stuck = _register(client, "stuck", (2, 3), (2, 3), handler)
+    client.request(stuck, "actor_train", 1)
+    client.release_and_request(stuck, "actor_train", "actor_infer", 6, estimate=4.0)
+    _wait_for(lambda: len(client.snapshot()["holders"]) == 2)
+    waiting = _register(client, "waiting", (2, 3), (2, 3))
+    pending = client.handle.request.remote(waiting, "actor_train", 1)
+    ready, _ = ray.wait([pending], timeout=2.0)
+    assert not ready  # the GPUs are being loaded by a handler that never returns
+
+    assert client.kill_pipeline(stuck)["status"] == "killed"
+    with pytest.raises(ray.exceptions.RayActorError):  # its engines cannot still be on the GPUs
+        ray.get(handler.active_ranks.remote(), timeout=30)
+    assert ray.get(pending, timeout=30) == (2, 3)
+    client.release(waiting, "actor_train")
+    client.remove_pipeline(waiting)
+    _folder_holds(client, tmp_path / "run")
