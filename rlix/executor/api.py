@@ -94,8 +94,10 @@ class Client:
     def allocate_pipeline_id(self, prefix: str = "pipeline") -> str:
         return str(self._call("allocate_pipeline_id", prefix))
 
-    def register_pipeline(self, spec: PipelineSpec, handler: Any = None) -> str:
-        return str(self._call("register_pipeline", spec_to_dict(spec), handler))
+    def register_pipeline(self, spec: PipelineSpec | dict[str, Any], handler: Any = None) -> str:
+        """`spec`: a PipelineSpec, or its dict form (`rlix.runs.codec.spec_to_dict`, as a
+        scenario file writes it), which the orchestrator reads and checks."""
+        return str(self._call("register_pipeline", spec if isinstance(spec, dict) else spec_to_dict(spec), handler))
 
     def admit_pipeline(self, pipeline_id: str) -> None:
         self._call("admit_pipeline", pipeline_id)

@@ -17,6 +17,7 @@ import ray
 from rlix.executor.api import Client, RankHandler, start_orchestrator
 from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
 from rlix.policy.errors import EventError, SpecError
+from rlix.runs.codec import spec_to_dict
 from rlix.runs.verify import check, replay
 
 
@@ -115,6 +116,10 @@ def test_bad_calls_raise_the_orchestrators_error_in_one_line(client: Client, tmp
     with pytest.raises(SpecError) as outside:
         _register(client, "outside", (0, 9), (9,))
     assert "outside the cluster" in _one_line(outside)
+    as_dict = spec_to_dict(PipelineSpec("as-dict", PipelineKind.FULL_FINETUNE, {
+        "actor_infer": ClusterSpec(1, (0,)), "actor_train": ClusterSpec(1, (0,))}))
+    assert client.register_pipeline(as_dict) == "as-dict"  # the form the orchestrator reads
+    client.remove_pipeline("as-dict")
     with pytest.raises(KeyError) as unknown:
         client.active_ranks("nobody")
     assert "no pipeline 'nobody'" in _one_line(unknown)
