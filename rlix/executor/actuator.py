@@ -47,7 +47,7 @@ class RayActuator:
         if isinstance(decision, dec.Grant):
             if record is not None:
                 record.granted(decision.cluster, decision.gpus)
-                requested = record.requested_at.pop(decision.cluster, None) if record.host is None else None
+                requested = record.requested_at.pop(decision.cluster, None)
                 if requested is not None:  # an API pipeline's wait, as a program's host records its own
                     orch.recorder.add_wait(decision.pipeline_id, decision.cluster, requested[0], requested[1],
                                            orch.now())

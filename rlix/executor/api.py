@@ -148,17 +148,14 @@ class Client:
         folder."""
         from rlix.runs.folder import write_run
 
-        pipelines = self.snapshot()["pipelines"]
-        api = set(self._call("api_pipeline_ids"))
-        recorder, now = self._call("record_so_far")
+        recorder, now, api, running = self._call("record_so_far")
         recorder.finish(now)
-        running = sorted(pid for pid, state in pipelines.items() if state["status"] == "running")
         state: dict[str, Any] = {"finished": not running}
         if running:
-            state["stop_reason"] = f"written with {', '.join(running)} still running"
+            state["stop_reason"] = f"written with {', '.join(sorted(running))} still running"
         # The steps of API pipelines consumed trajectories rlix never saw: summary.json names
         # those pipelines, and `rlix-sim check` asks for none of theirs.
-        return write_run(recorder, out, scenario_yaml="", overwrite=overwrite, plots=plots, run_state=state,
+        return write_run(recorder, Path(out), scenario_yaml="", overwrite=overwrite, plots=plots, run_state=state,
                          extra_summary={"api_pipelines": sorted(api)})
 
 

@@ -80,7 +80,6 @@ class ExternalApi:
         Rollout returns () at once: its ranks are expanded on the handler."""
         record = self._api_record(pipeline_id)
         future = self._grant_future(record, cluster, priority)
-        record.requested_at[cluster] = (priority, self.now())
         self._send_request(record, cluster, ev.ClusterRequested(self.now(), pipeline_id, cluster, priority, estimate))
         return await self._await_grant(record, cluster, future)
 
@@ -89,7 +88,6 @@ class ExternalApi:
         """Release one cluster and request another as one atomic step."""
         record = self._api_record(pipeline_id)
         future = self._grant_future(record, cluster, priority)
-        record.requested_at[cluster] = (priority, self.now())
         self._send_request(record, cluster, ev.ClusterReleasedAndRequested(self.now(), pipeline_id, released, cluster, priority, estimate))
         return await self._await_grant(record, cluster, future)
 
@@ -157,11 +155,15 @@ class ExternalApi:
         future = record.grant_waiters[cluster] = asyncio.get_running_loop().create_future()
         return future
 
-    def _send_request(self, record: PipelineRecord, cluster: str, event: ev.Event) -> None:
+    def _send_request(self, record: PipelineRecord, cluster: str,
+                      event: ev.ClusterRequested | ev.ClusterReleasedAndRequested) -> None:
+        # When it was asked for, for its row in the waits table once granted (the actuator).
+        record.requested_at[cluster] = (event.priority, event.now)
         try:
             self.loop.send(event)
         except Exception:
             record.grant_waiters.pop(cluster, None)
+            record.requested_at.pop(cluster, None)
             raise
 
     async def _await_grant(self, record: PipelineRecord, cluster: str,

@@ -304,11 +304,6 @@ class Orchestrator(ExternalApi):
             "decision_failures": list(self.actuator.failures),
         }
 
-    def api_pipeline_ids(self) -> list[str]:
-        """The pipelines driven through the API (no rlix program: their trajectories are their
-        own, and rlix records none)."""
-        return [pid for pid, record in self.pipelines.items() if record.host is None]
-
     def num_events(self) -> int:
         """How many events the record holds (a checkpoint's record position)."""
         return int(self.loop.num_events)
@@ -373,11 +368,15 @@ class Orchestrator(ExternalApi):
         self.recorder.finish(self.now())
         return self.recorder
 
-    def record_so_far(self) -> tuple[Recorder, float]:
-        """The record as it stands, not closed, and the time now. A caller in another process
-        gets Ray's copy and closes that (`Recorder.finish(now)`), so the run's own record goes
-        on: holdings still open are not cut here, and the run can be written again later."""
-        return self.recorder, self.now()
+    def record_so_far(self) -> tuple[Recorder, float, list[str], list[str]]:
+        """The record as it stands, not closed, the time now, the pipelines driven through the
+        API (no rlix program: their trajectories are their own, and rlix records none) and
+        those still running, all of one moment. A caller in another process gets Ray's copy
+        and closes that (`Recorder.finish(now)`), so the run's own record goes on: holdings
+        still open are not cut here, and the run can be written again later."""
+        api = [pid for pid, record in self.pipelines.items() if record.host is None]
+        running = [pid for pid, record in self.pipelines.items() if record.status == "running"]
+        return self.recorder, self.now(), api, running
 
     async def shutdown(self) -> None:
         for task in self._background:

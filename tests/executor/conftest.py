@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,3 +32,16 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from rlix.executor.ml.tiny_model import prepare_model
 
     return prepare_model("tiny", tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture()
+def client(ray_session: object) -> Iterator[Any]:
+    """A client of an orchestrator of the test's own (1 node of 4 GPUs): a test that writes or
+    kills its run leaves nothing to the next. test_orchestrator.py shares one per module."""
+    from rlix.executor.api import Client, start_orchestrator
+    from rlix.policy import Topology
+
+    handle = start_orchestrator(Topology(1, 4), tick_s=0.5)
+    yield Client(handle)
+    ray.get(handle.shutdown.remote())
+    ray.kill(handle)

@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import ray
 
-from rlix.executor.api import Client, RankHandler, start_orchestrator
-from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
+from rlix.executor.api import Client, RankHandler
+from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec
 from rlix.policy.errors import EventError, SpecError
 from rlix.runs.codec import spec_to_dict
 from rlix.runs.verify import check, replay
-
-
-@ray.remote(num_cpus=0)
-class Handler(RankHandler):
-    """Starts and stops nothing."""
+from tests.executor.api_support import Handler, register
 
 
 @ray.remote(num_cpus=0)
@@ -40,24 +36,6 @@ class HangingHandler(RankHandler):
 
     async def on_expand(self, dp_rank: int, gpus: tuple[int, ...]) -> None:
         await asyncio.sleep(3600)
-
-
-@pytest.fixture()
-def client(ray_session: object) -> Iterator[Client]:
-    handle = start_orchestrator(Topology(1, 4), tick_s=0.5)
-    yield Client(handle)
-    ray.get(handle.shutdown.remote())
-    ray.kill(handle)
-
-
-def _register(client: Client, prefix: str, infer: tuple[int, ...], train: tuple[int, ...],
-              handler: object = None, admit: bool = True) -> str:
-    pid = client.allocate_pipeline_id(prefix)
-    client.register_pipeline(PipelineSpec(pid, PipelineKind.FULL_FINETUNE, {
-        "actor_infer": ClusterSpec(1, infer), "actor_train": ClusterSpec(1, train)}), handler)
-    if admit:
-        client.admit_pipeline(pid)
-    return pid
 
 
 def _one_line(error: pytest.ExceptionInfo[Exception]) -> str:
@@ -82,8 +60,8 @@ def _folder_holds(client: Client, out: Path) -> Path:
 
 
 def test_bad_calls_raise_the_orchestrators_error_in_one_line(client: Client, tmp_path: Path) -> None:
-    other = _register(client, "other", (0, 1), (0, 1))
-    pid = _register(client, "bad", (0, 1, 2, 3), (2, 3), admit=False)
+    other = register(client, "other", (0, 1), (0, 1))
+    pid = register(client, "bad", (0, 1, 2, 3), (2, 3), admit=False)
 
     with pytest.raises(EventError) as error:
         client.request(pid, "actor_train", 1)
@@ -114,7 +92,7 @@ def test_bad_calls_raise_the_orchestrators_error_in_one_line(client: Client, tmp
             "actor_infer": ClusterSpec(1, (0,)), "actor_train": ClusterSpec(1, (0,))}))
     assert "is taken" in _one_line(taken)
     with pytest.raises(SpecError) as outside:
-        _register(client, "outside", (0, 9), (9,))
+        register(client, "outside", (0, 9), (9,))
     assert "outside the cluster" in _one_line(outside)
     as_dict = spec_to_dict(PipelineSpec("as-dict", PipelineKind.FULL_FINETUNE, {
         "actor_infer": ClusterSpec(1, (0,)), "actor_train": ClusterSpec(1, (0,))}))
@@ -141,7 +119,7 @@ def test_bad_calls_raise_the_orchestrators_error_in_one_line(client: Client, tmp
 
 
 def test_a_train_step_the_core_rejects_leaves_no_row(client: Client, tmp_path: Path) -> None:
-    pid = _register(client, "steps", (0, 1), (0, 1))
+    pid = register(client, "steps", (0, 1), (0, 1))
     client.request(pid, "actor_train", 1)
     client.release(pid, "actor_train")
     client.train_step_finished(pid, 1)
@@ -157,7 +135,7 @@ def test_a_train_step_the_core_rejects_leaves_no_row(client: Client, tmp_path: P
 
 
 def test_a_run_written_twice_keeps_the_holdings_open_at_the_first(client: Client, tmp_path: Path) -> None:
-    pid = _register(client, "twice", (0, 1), (0, 1), Handler.remote())  # type: ignore[attr-defined]
+    pid = register(client, "twice", (0, 1), (0, 1), Handler.remote())  # type: ignore[attr-defined]
     client.request(pid, "actor_train", 1)
     client.release_and_request(pid, "actor_train", "actor_infer", 6, estimate=4.0)
     _wait_for(lambda: len(client.snapshot()["holders"]) == 2)
@@ -177,8 +155,8 @@ def test_a_run_written_twice_keeps_the_holdings_open_at_the_first(client: Client
 
 
 def test_a_handler_that_raises_is_reported_in_one_line(client: Client, tmp_path: Path) -> None:
-    other = _register(client, "other", (0, 1), (0, 1))
-    pid = _register(client, "failing", (2, 3), (2, 3), FailingHandler.remote())  # type: ignore[attr-defined]
+    other = register(client, "other", (0, 1), (0, 1))
+    pid = register(client, "failing", (2, 3), (2, 3), FailingHandler.remote())  # type: ignore[attr-defined]
     client.request(pid, "actor_train", 1)
     client.release_and_request(pid, "actor_train", "actor_infer", 6, estimate=4.0)
     _wait_for(lambda: client.snapshot()["decision_failures"])
@@ -195,11 +173,11 @@ def test_a_handler_that_raises_is_reported_in_one_line(client: Client, tmp_path:
 
 def test_killing_an_api_pipeline_kills_its_handler_before_its_gpus_go(client: Client, tmp_path: Path) -> None:
     handler = HangingHandler.remote()  # type: ignore[attr-defined]
-    stuck = _register(client, "stuck", (2, 3), (2, 3), handler)
+    stuck = register(client, "stuck", (2, 3), (2, 3), handler)
     client.request(stuck, "actor_train", 1)
     client.release_and_request(stuck, "actor_train", "actor_infer", 6, estimate=4.0)
     _wait_for(lambda: len(client.snapshot()["holders"]) == 2)
-    waiting = _register(client, "waiting", (2, 3), (2, 3))
+    waiting = register(client, "waiting", (2, 3), (2, 3))
     pending = client.handle.request.remote(waiting, "actor_train", 1)
     ready, _ = ray.wait([pending], timeout=2.0)
     assert not ready  # the GPUs are being loaded by a handler that never returns

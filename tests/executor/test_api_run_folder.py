@@ -7,39 +7,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import ray
 
-from rlix.executor.api import Client, RankHandler, start_orchestrator
-from rlix.policy import ClusterSpec, PipelineKind, PipelineSpec, Topology
+from rlix.executor.api import Client
 from rlix.runs.verify import check, replay
+from tests.executor.api_support import Handler, register
 from tests.executor.test_orchestrator import synthetic
-
-
-@ray.remote(num_cpus=0)
-class Handler(RankHandler):
-    """Starts and stops nothing: the orchestrator's calls are what is tested."""
-
-
-@pytest.fixture()
-def client(ray_session: object) -> Iterator[Client]:
-    handle = start_orchestrator(Topology(1, 4), tick_s=0.5)
-    yield Client(handle)
-    ray.get(handle.shutdown.remote())
-    ray.kill(handle)
-
-
-def _api_pipeline(client: Client, train: tuple[int, ...], handler: object) -> str:
-    pid = client.allocate_pipeline_id("api")
-    spec = PipelineSpec(pid, PipelineKind.FULL_FINETUNE,
-                        {"actor_infer": ClusterSpec(1, (0, 1, 2, 3)), "actor_train": ClusterSpec(1, train)})
-    client.register_pipeline(spec, handler)
-    client.admit_pipeline(pid)
-    return pid
 
 
 def _steps(client: Client, pid: str, num_steps: int) -> None:
@@ -56,8 +32,8 @@ def _steps(client: Client, pid: str, num_steps: int) -> None:
 
 def test_an_api_run_keeps_a_folder_that_checks_and_replays(client: Client, tmp_path: Path) -> None:
     client.launch(synthetic("prog", train=(3,), steps=2))
-    with_handler = _api_pipeline(client, (0, 1), Handler.remote())  # type: ignore[attr-defined]
-    without = _api_pipeline(client, (2,), None)
+    with_handler = register(client, "api", (0, 1, 2, 3), (0, 1), Handler.remote())  # type: ignore[attr-defined]
+    without = register(client, "api", (0, 1, 2, 3), (2,))
     _steps(client, with_handler, 2)
     _steps(client, without, 1)
     client.remove_pipeline(with_handler)
