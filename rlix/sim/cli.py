@@ -133,10 +133,27 @@ def run_command(args: argparse.Namespace) -> int:
             raise
         _print_error(f"out of memory, the input asks for too much ({str(error) or 'no detail'})")
     except Exception as error:
+        interrupt = _interrupt_behind(error)
+        if interrupt is not None:  # a Ctrl-C or SIGTERM that a library wrapped in its own error
+            raise interrupt from None
         if _wants_traceback(args) or not isinstance(error, user_errors()):
             raise
         _print_error(str(error))
     return BAD_INPUT_STATUS
+
+
+def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM (`Terminated`) that `error` was raised from, if any: a signal's
+    exception raised inside a library's callback (pydantic's serializers) comes out wrapped in
+    that library's error, and the run must still stop as after the signal."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _wants_traceback(args: argparse.Namespace) -> bool:
