@@ -146,6 +146,23 @@ def _check_request(
         raise EventError("cluster", cluster, f"pipeline {pid} already holds it (release it first)")
     if cluster == ROLLOUT_CLUSTER and pipeline.rolling and releasing != ROLLOUT_CLUSTER:
         raise EventError("cluster", cluster, f"pipeline {pid} is already rolling out")
+    if priority != Priority.ROLLOUT:
+        _check_not_waiting_on_itself(pipeline, cluster, releasing)
+
+
+def _check_not_waiting_on_itself(pipeline: PipelineState, cluster: str, releasing: str | None) -> None:
+    # A gang is granted whole, and only the holder frees its own cluster: a request for GPUs
+    # the pipeline itself holds in another cluster could only be granted after a release
+    # that, waiting for the grant, it never sends.
+    wanted = set(pipeline.spec.clusters[cluster].mapping)
+    for held_cluster, hold in pipeline.holdings.items():
+        shared = sorted(wanted.intersection(hold.gpus))
+        if held_cluster != releasing and shared:
+            raise EventError(
+                "cluster", cluster,
+                f"pipeline {pipeline.pipeline_id} holds GPUs {shared} of it in {held_cluster}: it would "
+                f"wait for itself (release {held_cluster} first, or release and request in one event)",
+            )
 
 
 def _apply_request(

@@ -81,6 +81,9 @@ def test_bad_calls_raise_the_orchestrators_error_in_one_line(client: Client, tmp
             call()
         assert wanted in _one_line(error)
     assert client.request(pid, "actor_train", 1) == (2, 3)
+    with pytest.raises(EventError) as error:  # would block this call for good
+        client.request(pid, "actor_infer", 0)
+    assert "holds GPUs [2, 3] of it in actor_train: it would wait for itself" in _one_line(error)
     client.release_and_request(pid, "actor_train", "actor_infer", 6, estimate=4.0)
     for remaining in (float("nan"), -1.0, 1e300):
         with pytest.raises(EventError) as error:

@@ -384,3 +384,23 @@ def test_a_grant_failed_and_granted_again_in_one_round_is_no_violation() -> None
     lines = [describe(x) for x in d.sched.handle(DecisionFailed(0, shrink.decision_id))]
     assert d.sched.pipelines["B"].holdings["actor_train"] is not old
     assert lines == ["shrink A0 preempt", "grant B/actor_train [0]"]
+
+
+# --- 11. a gang over the requester's own holding -------------------------------------------------
+
+
+def test_a_gang_over_its_own_holding_is_refused() -> None:
+    """Holding actor_train on GPUs 0-1 and asking for a critic on GPUs 1-2 could only be granted
+    after a release that the pipeline, waiting for the grant, never sends: the request is
+    refused and nothing changes. Released in the same event, the handoff is fine."""
+    d = Driver(Topology(1, 4))
+    d.add(full_finetune("A", (0, 1, 2, 3), (0, 1), critic=ClusterSpec(1, (1, 2))))
+    d.send(ClusterRequested(0, "A", "actor_train", 1))
+    d.apply_all()
+    with pytest.raises(EventError, match=r"holds GPUs \[1\] of it in actor_train: it would wait for itself"):
+        d.sched.handle(ClusterRequested(1, "A", "critic", 2))
+    assert not d.sched.pipelines["A"].pending and not d.sched.queue
+    with pytest.raises(EventError, match="wait for itself"):  # the rollout cluster as a gang too
+        d.sched.handle(ClusterRequested(1, "A", "actor_infer", 0))
+    decisions = d.sched.handle(ClusterReleasedAndRequested(2, "A", "actor_train", "critic", 2))
+    assert [describe(x) for x in decisions] == ["grant A/critic [1, 2]"]

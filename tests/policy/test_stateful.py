@@ -48,7 +48,7 @@ from rlix.policy import (
     Topology,
     TrainStepFinished,
 )
-from rlix.policy.state import HoldStatus
+from rlix.policy.state import HoldStatus, PipelineState
 from tests.policy.builders import pipeline_specs, topologies
 from tests.policy.digest import digest
 from tests.policy.replay_model import DecisionReplay
@@ -163,10 +163,18 @@ class SchedulerMachine(RuleBasedStateMachine):
             if name == ROLLOUT_CLUSTER:
                 if not pipeline.rolling:
                     options.append((name, 6))
-                    options.append((name, 0))
-            else:
+                    if not self._waits_on_itself(pipeline, name):
+                        options.append((name, 0))
+            elif not self._waits_on_itself(pipeline, name):
                 options.extend((name, priority) for priority in (0, 1, 2, 3, 4, 5))
         return options
+
+    @staticmethod
+    def _waits_on_itself(pipeline: PipelineState, cluster: str) -> bool:
+        """A gang over GPUs the pipeline holds in another cluster: the core refuses it
+        (test_a_gang_over_its_own_holding_is_refused)."""
+        wanted = set(pipeline.spec.clusters[cluster].mapping)
+        return any(wanted & set(hold.gpus) for hold in pipeline.holdings.values())
 
     @precondition(lambda self: self.pipelines(admitted=True))
     @rule(data=st.data(), estimate=st.one_of(st.none(), st.integers(0, 500)))
