@@ -58,7 +58,7 @@ class RayActuator:
                 record.track_rank(decision)
             orch.loop.applied(decision.decision_id)
             return
-        self._start(self._call(record.handler, decision))
+        self._start(self._call(record.handler, decision, record.handler_timeout_s))
 
     def wake_at(self, at_s: float) -> None:
         # The orchestrator ticks every second anyway; this makes a reclaim punctual.
@@ -87,16 +87,25 @@ class RayActuator:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _call(self, handler: Any, decision: dec.Expand | dec.Shrink) -> None:
+    async def _call(self, handler: Any, decision: dec.Expand | dec.Shrink, timeout_s: float | None) -> None:
         loop, clock = self.orch.loop, self.orch.now
         t0 = clock()
         try:
             if isinstance(decision, dec.Expand):
-                await handler.expand.remote(decision.dp_rank, decision.gpus)
+                call = handler.expand.remote(decision.dp_rank, decision.gpus)
             else:
                 # A drain is passed only when there is one: handlers written before it still work.
                 extra = (decision.drain_s,) if decision.drain_s > 0 else ()
-                await handler.shrink.remote(decision.dp_rank, decision.gpus, decision.reason, *extra)
+                call = handler.shrink.remote(decision.dp_rank, decision.gpus, decision.reason, *extra)
+                timeout_s = None if timeout_s is None else timeout_s + decision.drain_s
+            await asyncio.wait_for(call, timeout_s)
+        except TimeoutError:
+            # Reporting it failed would hand its GPUs on while the handler may still be loading
+            # them; only its removal (which kills the handler first) frees them safely.
+            kind = type(decision).__name__.lower()
+            await self.orch.pipeline_gone(decision.pipeline_id, f"its handler's {kind} of rank {decision.dp_rank} "
+                                          f"took longer than {timeout_s:g} s (handler_timeout_s)")
+            return
         except ACTOR_GONE as exc:
             if isinstance(exc, RayTaskError):  # raised inside the handler (e.g. by a worker of its)
                 self._failed(decision, exc)

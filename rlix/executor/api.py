@@ -13,7 +13,9 @@
 
 A handler is an actor with `async expand(dp_rank, gpus)`, `async shrink(dp_rank, gpus,
 reason)` and `async revoke(cluster, dp_rank, gpus)` (`RankHandler` is a base class to start
-from); the orchestrator calls it to carry out the core's rollout decisions. A pipeline that
+from); the orchestrator calls it to carry out the core's rollout decisions. An expand or
+shrink that takes longer than `register_pipeline(..., handler_timeout_s=900)` kills the
+pipeline and its handler, so a hung engine cannot keep its GPUs from the others. A pipeline that
 follows the built-in step sequence instead supplies a workload class and is launched with
 `client.launch(PipelineSetup(...))`: it then runs the shared program in its own actor, with
 its own tasks and rewards from the `rlix.executor.ml.registry` decorators (see
@@ -33,6 +35,7 @@ import ray
 from ray.exceptions import RayTaskError
 
 from rlix.executor import session
+from rlix.executor.external import DEFAULT_HANDLER_TIMEOUT_S
 from rlix.executor.orchestrator import ORCHESTRATOR_NAME, Orchestrator
 from rlix.executor.placement import control_options
 from rlix.executor.workload import PipelineSetup
@@ -94,10 +97,14 @@ class Client:
     def allocate_pipeline_id(self, prefix: str = "pipeline") -> str:
         return str(self._call("allocate_pipeline_id", prefix))
 
-    def register_pipeline(self, spec: PipelineSpec | dict[str, Any], handler: Any = None) -> str:
+    def register_pipeline(self, spec: PipelineSpec | dict[str, Any], handler: Any = None,
+                          handler_timeout_s: float | None = DEFAULT_HANDLER_TIMEOUT_S) -> str:
         """`spec`: a PipelineSpec, or its dict form (`rlix.runs.codec.spec_to_dict`, as a
-        scenario file writes it), which the orchestrator reads and checks."""
-        return str(self._call("register_pipeline", spec if isinstance(spec, dict) else spec_to_dict(spec), handler))
+        scenario file writes it), which the orchestrator reads and checks. `handler_timeout_s`:
+        a handler's expand or shrink that takes longer has the pipeline killed, handler and
+        all (None: wait for ever)."""
+        as_dict = spec if isinstance(spec, dict) else spec_to_dict(spec)
+        return str(self._call("register_pipeline", as_dict, handler, handler_timeout_s))
 
     def admit_pipeline(self, pipeline_id: str) -> None:
         self._call("admit_pipeline", pipeline_id)

@@ -11,7 +11,9 @@ A pipeline that does not run an rlix program drives the core itself:
 
 Rollout (`actor_infer` at priority 6) is elastic: `request` returns at once and ranks come and
 go by the handler's `expand(dp_rank, gpus)` / `shrink(dp_rank, gpus, reason)` (an exception
-there reports the decision failed); without a handler, expansions and shrinks are applied at
+there reports the decision failed; one that takes longer than `handler_timeout_s`, 900 s by
+default, has its pipeline killed, handler included, since its GPUs cannot be handed on while
+it may still be loading them); without a handler, expansions and shrinks are applied at
 once and `active_ranks` tells which ranks the pipeline may use. `withdraw` takes back a
 request not granted yet (`RequestWithdrawn`): a pending gang request leaves the queue, rollout
 demand ends.
@@ -20,6 +22,7 @@ demand ends.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import TYPE_CHECKING, Any
 
 from rlix.policy import events as ev
@@ -30,6 +33,11 @@ from rlix.runs.host import STAGE_COLUMNS
 if TYPE_CHECKING:
     from rlix.executor.records import PipelineRecord
     from rlix.runs.loop import Loop
+
+#: How long a handler's expand or shrink may take by default before its pipeline is taken for
+#: hung and killed: a rank that never comes up (or never goes) would otherwise keep its GPUs
+#: from every other pipeline. Generous, as an engine loading a large model takes minutes.
+DEFAULT_HANDLER_TIMEOUT_S = 900.0
 
 
 class ExternalApi:
@@ -57,15 +65,21 @@ class ExternalApi:
                 return candidate
         raise RuntimeError("no free pipeline id")
 
-    def register_pipeline(self, spec: PipelineSpec | dict[str, Any], handler: Any = None) -> str:
+    def register_pipeline(self, spec: PipelineSpec | dict[str, Any], handler: Any = None,
+                          handler_timeout_s: float | None = DEFAULT_HANDLER_TIMEOUT_S) -> str:
         from rlix.executor.records import PipelineRecord
 
+        if handler_timeout_s is not None and not (isinstance(handler_timeout_s, int | float)
+                                                  and 0 < handler_timeout_s < math.inf):
+            raise ValueError(f"handler_timeout_s={handler_timeout_s!r}: give a number of seconds above 0, "
+                             "or None to wait for a handler forever")
         if isinstance(spec, dict):
             spec = spec_from_dict(spec)
         if spec.pipeline_id in self.pipelines:
             raise ValueError(f"pipeline id {spec.pipeline_id!r} is taken")
         self.loop.send(ev.PipelineRegistered(self.now(), spec))  # validates the spec
-        self.pipelines[spec.pipeline_id] = PipelineRecord(spec.pipeline_id, spec, handler=handler)
+        self.pipelines[spec.pipeline_id] = PipelineRecord(spec.pipeline_id, spec, handler=handler,
+                                                          handler_timeout_s=handler_timeout_s)
         return spec.pipeline_id
 
     def admit_pipeline(self, pipeline_id: str) -> None:

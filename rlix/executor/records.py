@@ -34,6 +34,9 @@ class PipelineRecord:
     pipeline_id: str
     spec: PipelineSpec
     handler: Any = None
+    #: How long an API handler's expand or shrink may take before the pipeline is taken for
+    #: hung and killed (None: forever). A program's actor is rlix's own and has none.
+    handler_timeout_s: float | None = None
     actor: Any = None
     host: Host[asyncio.Future[Any]] | None = None
     adopted: list[Any] = field(default_factory=list)

@@ -4,6 +4,8 @@ admitted in one call."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import ray
 
 from rlix.executor.api import Client, RankHandler
@@ -16,11 +18,12 @@ class Handler(RankHandler):
 
 
 def register(client: Client, prefix: str, infer: tuple[int, ...], train: tuple[int, ...],
-             handler: object = None, admit: bool = True) -> str:
-    """A full-finetune pipeline of `infer` and `train` GPUs, registered (and admitted)."""
+             handler: object = None, admit: bool = True, **options: Any) -> str:
+    """A full-finetune pipeline of `infer` and `train` GPUs, registered (and admitted);
+    `options` go to `register_pipeline`."""
     pid = client.allocate_pipeline_id(prefix)
     client.register_pipeline(PipelineSpec(pid, PipelineKind.FULL_FINETUNE, {
-        "actor_infer": ClusterSpec(1, infer), "actor_train": ClusterSpec(1, train)}), handler)
+        "actor_infer": ClusterSpec(1, infer), "actor_train": ClusterSpec(1, train)}), handler, **options)
     if admit:
         client.admit_pipeline(pid)
     return pid

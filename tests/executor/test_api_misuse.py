@@ -192,3 +192,26 @@ def test_killing_an_api_pipeline_kills_its_handler_before_its_gpus_go(client: Cl
     client.release(waiting, "actor_train")
     client.remove_pipeline(waiting)
     _folder_holds(client, tmp_path / "run")
+
+
+def test_a_handler_that_hangs_past_its_timeout_has_its_pipeline_killed(client: Client, tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as bad:
+        register(client, "bad-timeout", (2, 3), (2, 3), handler_timeout_s=0)
+    assert "handler_timeout_s=0" in _one_line(bad)
+    handler = HangingHandler.remote()  # type: ignore[attr-defined]
+    stuck = register(client, "stuck", (2, 3), (2, 3), handler, handler_timeout_s=2.0)
+    client.request(stuck, "actor_train", 1)
+    client.release_and_request(stuck, "actor_train", "actor_infer", 6, estimate=4.0)
+    waiting = register(client, "waiting", (2, 3), (2, 3))
+    pending = client.handle.request.remote(waiting, "actor_train", 1)
+
+    # No kill_pipeline: the watchdog ends the hung expansion, the handler with it.
+    assert ray.get(pending, timeout=60) == (2, 3)
+    state = client.snapshot()["pipelines"][stuck]
+    assert state["status"] == "failed"
+    assert "expand of rank 0 took longer than 2 s (handler_timeout_s)" in state["error"]
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(handler.active_ranks.remote(), timeout=30)
+    client.release(waiting, "actor_train")
+    client.remove_pipeline(waiting)
+    _folder_holds(client, tmp_path / "run")
