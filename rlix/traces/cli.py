@@ -18,7 +18,7 @@ from rlix.traces.errors import TraceError
 from rlix.traces.fit import FitWarning, fit_trace
 from rlix.traces.generate import KINDS, generate
 from rlix.traces.io import FORMATS, read_trace, write_trace
-from rlix.traces.options import UsageError, non_negative_int, positive_int
+from rlix.traces.options import UsageError, non_negative_int, path_text, positive_int
 from rlix.traces.stats import LengthStats, TraceStats, trace_stats
 
 _RAW = argparse.RawDescriptionHelpFormatter
@@ -85,7 +85,7 @@ def _add_inspect(actions: argparse._SubParsersAction) -> None:  # type: ignore[t
         "  rlix-sim trace inspect azure_conv_2023.csv --column response_tokens=num_decode_tokens",
     )
     parser.add_argument(
-        "file", metavar="FILE",
+        "file", metavar="FILE", type=path_text,
         help="trace file (.csv, .jsonl, .json, .parquet) or a bundled trace's name "
         f"({', '.join(bundled_names())})",
     )
@@ -131,7 +131,7 @@ def _add_fit(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--out fitted.parquet\n  rlix-sim trace fit log.jsonl --column mean=len_mean "
         "--out fitted.csv",
     )
-    parser.add_argument("summary", metavar="SUMMARY", help="summary log: .csv, .jsonl, .parquet")
+    parser.add_argument("summary", metavar="SUMMARY", type=path_text, help="summary log: .csv, .jsonl, .parquet")
     parser.add_argument(
         "--samples-per-step",
         type=positive_int,
@@ -148,7 +148,7 @@ def _add_fit(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, metavar="FILE", help="where to write the trace")
+    parser.add_argument("--out", required=True, metavar="FILE", type=path_text, help="where to write the trace")
     parser.add_argument("--format", choices=FORMATS, help="write this format, not by suffix")
 
 

@@ -215,3 +215,22 @@ def test_bad_option_is_one_line_at_parsing(
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith(f"rlix-sim trace {args[0]}: error: ") and fragment in err
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["inspect", ""], "argument FILE"),
+        (["fit", " ", "--out", "o.csv"], "argument SUMMARY"),
+        (["generate", "math", "--out", ""], "argument --out"),
+    ],
+)
+def test_an_empty_path_is_named_as_such(
+    args: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty path is not the current folder: it was said to be '.: is a directory'."""
+    with pytest.raises(SystemExit) as done:
+        main(["trace", *args])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{named}: an empty path" in err
