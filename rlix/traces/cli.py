@@ -17,7 +17,7 @@ from rlix.traces.bundled import BUNDLED, bundled_names, load_bundled
 from rlix.traces.errors import TraceError
 from rlix.traces.fit import FitWarning, fit_trace
 from rlix.traces.generate import KINDS, generate
-from rlix.traces.io import FORMATS, read_trace, write_trace
+from rlix.traces.io import FORMATS, format_of, read_trace, write_trace
 from rlix.traces.options import UsageError, non_negative_int, path_text, positive_int
 from rlix.traces.stats import LengthStats, TraceStats, trace_stats
 
@@ -174,16 +174,18 @@ def _run_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_out(file: str) -> None:
-    """The output file, checked before any work: a bad path is one line, nothing written."""
+def _check_out(file: str, fmt: str | None) -> None:
+    """The output file, checked before any work: a bad path or a suffix of no format is one
+    line, nothing written."""
     # The CLI's layer may look up; the rlix.traces library itself stays below rlix.runs.
     from rlix.runs.paths import check_out_file
 
     check_out_file(file)
+    format_of(file, fmt)
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    _check_out(args.out)
+    _check_out(args.out, args.format)
     trace = generate(
         args.kind, args.rows, args.seed, pipeline=args.pipeline, max_tokens=args.max_tokens
     )
@@ -193,7 +195,7 @@ def _run_generate(args: argparse.Namespace) -> int:
 
 
 def _run_fit(args: argparse.Namespace) -> int:
-    _check_out(args.out)
+    _check_out(args.out, args.format)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FitWarning)
         trace = fit_trace(

@@ -234,3 +234,27 @@ def test_an_empty_path_is_named_as_such(
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{named}: an empty path" in err
+
+
+@pytest.mark.parametrize(
+    ("action", "work"),
+    [(["generate", "math", "--rows", "10"], "generate"), (["fit", "s.csv"], "fit_trace")],
+)
+def test_an_output_suffix_of_no_format_is_refused_before_any_work(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    run_cli: Callable[..., tuple[int, str, str]],
+    action: list[str],
+    work: str,
+) -> None:
+    """A long generate or fit must not run to its end only to learn that `.txt` is no format."""
+    import rlix.traces.cli as trace_cli
+
+    def must_not_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{work} ran before the output was checked")
+
+    monkeypatch.setattr(trace_cli, work, must_not_run)
+    code, out, err = run_cli("trace", *action, "--out", tmp_path / "t.txt")
+    assert code == 2 and out == ""
+    assert "t.txt: cannot tell the format from the suffix '.txt'" in err
+    assert list(tmp_path.iterdir()) == []
