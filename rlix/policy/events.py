@@ -45,7 +45,9 @@ class ClusterRequested(Event):
     `actor_infer` at Priority.ROLLOUT starts rollout demand, with `estimate` units of rollout
     work (e.g. trajectories or tokens; a finite number in [0, MAX_WORK], 1 when omitted);
     rollout ranks then expand and shrink elastically.
-    Any cluster at priorities 0-5 is granted its whole device mapping at once (gang).
+    Any cluster at priorities 0-5 is granted its whole device mapping at once (gang). A gang
+    over GPUs the pipeline holds in another cluster is refused (EventError): it would wait for
+    a release its own wait holds back; ClusterReleasedAndRequested hands over instead.
     """
 
     pipeline_id: str
