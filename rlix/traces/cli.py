@@ -11,13 +11,15 @@ import argparse
 import json
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rlix.traces.bundled import BUNDLED, bundled_names, load_bundled
 from rlix.traces.errors import TraceError
 from rlix.traces.fit import FitWarning, fit_trace
 from rlix.traces.generate import KINDS, generate
-from rlix.traces.io import FORMATS, format_of, read_trace, write_trace
+from rlix.traces.io import FORMATS, UnknownSuffix, format_of, read_trace, write_trace
 from rlix.traces.options import UsageError, non_negative_int, path_text, positive_int
 from rlix.traces.stats import LengthStats, TraceStats, trace_stats
 
@@ -165,7 +167,8 @@ def _run_inspect(args: argparse.Namespace) -> int:
                              f"{args.file} is a bundled trace, already in rlix's columns")
         table = load_bundled(args.file)
     else:
-        table = read_trace(args.file, args.column, args.format)
+        with _format_option_named():
+            table = read_trace(args.file, args.column, args.format)
     stats = trace_stats(table)
     if args.json:
         print(json.dumps(stats.as_dict()))
@@ -181,7 +184,17 @@ def _check_out(file: str, fmt: str | None) -> None:
     from rlix.runs.paths import check_out_file
 
     check_out_file(file)
-    format_of(file, fmt)
+    with _format_option_named():
+        format_of(file, fmt)
+
+
+@contextmanager
+def _format_option_named() -> Iterator[None]:
+    """Where --format names the file's format, an unknown suffix's error says so."""
+    try:
+        yield
+    except UnknownSuffix as error:
+        raise UnknownSuffix(f"{error.message} or name the format (--format)", file=error.file) from None
 
 
 def _run_generate(args: argparse.Namespace) -> int:

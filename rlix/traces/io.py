@@ -41,6 +41,15 @@ _SUFFIXES: dict[str, Format] = {
 _SNIFF_BYTES = 64 * 1024
 
 
+class UnknownSuffix(TraceError):
+    """No format named and none told by the file's suffix.
+
+    The message names no option: most commands that read or write a table (``run --trace``,
+    ``trace fit``'s summary) have none that names its format, and ``run --format`` is another
+    thing. A command that has one adds it (`rlix.traces.cli`).
+    """
+
+
 def format_of(path: str | Path, fmt: str | None = None) -> Format:
     """The format named by `fmt`, or else by the file's suffix; TraceError if neither does."""
     if fmt is not None:
@@ -49,9 +58,9 @@ def format_of(path: str | Path, fmt: str | None = None) -> Format:
         return fmt
     suffix = Path(path).suffix.lower()
     if suffix not in _SUFFIXES:
-        raise TraceError(
+        raise UnknownSuffix(
             f"cannot tell the format from the suffix {suffix or '(none)'!r}; "
-            f"use one of {', '.join(_SUFFIXES)} or name the format (--format)",
+            f"use one of {', '.join(_SUFFIXES)}",
             file=path,
         )
     return _SUFFIXES[suffix]

@@ -258,3 +258,21 @@ def test_an_output_suffix_of_no_format_is_refused_before_any_work(
     assert code == 2 and out == ""
     assert "t.txt: cannot tell the format from the suffix '.txt'" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_suffix_points_at_format_only_where_it_names_the_file_s_format(
+    tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    """fit's --format is its output's: for its summary, and for `run --trace`, whose --format is
+    the run tables', the hint sent the user to an option that does not read the file."""
+    from rlix.traces import TraceError
+
+    (tmp_path / "s.txt").write_text("mean,max,clip_ratio\n1000,4096,0.01\n")
+    code, _, err = run_cli("trace", "fit", tmp_path / "s.txt", "--out", tmp_path / "o.csv")
+    assert code == 2 and "s.txt: cannot tell the format from the suffix '.txt'" in err
+    assert "--format" not in err
+    with pytest.raises(TraceError) as raised:
+        read_trace(tmp_path / "s.txt")
+    assert "--format" not in str(raised.value)
+    code, _, err = run_cli("trace", "inspect", tmp_path / "s.txt")
+    assert code == 2 and err.rstrip().endswith("or name the format (--format)")
