@@ -64,9 +64,10 @@ def check_out_dir(folder: str | Path, overwrite: bool = False) -> Path:
     if folder.is_dir() and any(folder.iterdir()):
         if not is_run_folder(folder):
             raise RunError("exists, is not empty and is not an rlix run folder; choose another path "
-                           "(--overwrite replaces only folders rlix wrote)", file=folder)
+                           "(--overwrite, overwrite=True in Python, replaces only folders rlix wrote)", file=folder)
         if not overwrite:
-            raise RunError("run folder exists and is not empty; choose another or --overwrite it",
+            raise RunError("run folder exists and is not empty; choose another or overwrite it "
+                           "(--overwrite, overwrite=True in Python)",
                            file=folder)
     return folder
 

@@ -43,11 +43,11 @@ def test_run_refuses_a_non_empty_out_folder_before_simulating(
     for overwrite in ([], ["--overwrite"]):  # not a run folder: never replaced
         assert main(["run", "tiny", "--quiet", "--out", str(tmp_path), *overwrite]) == 2
         err = capsys.readouterr().err
-        assert "is not an rlix run folder" in err and "--overwrite replaces only folders rlix wrote" in err
+        assert "is not an rlix run folder" in err and "(--overwrite, overwrite=True in Python, replaces only folders rlix wrote)" in err
         assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
     (tmp_path / "summary.json").write_text("{}")  # now it looks like a run: --overwrite is named
     assert main(["run", "tiny", "--quiet", "--out", str(tmp_path)]) == 2
-    assert "run folder exists and is not empty; choose another or --overwrite it" in capsys.readouterr().err
+    assert "run folder exists and is not empty; choose another or overwrite it (--overwrite" in capsys.readouterr().err
 
 
 def test_the_help_says_what_tiny_is() -> None:
