@@ -216,6 +216,14 @@ def _read_head(path: Path) -> bytes:
         raise TraceError("no such file", file=path)
     if path.is_dir():
         raise TraceError("is a directory, not a table file", file=path)
+    if not path.is_file():
+        # A pipe would be drained by the sniff below (and by the CSV line count), so the table
+        # would then be read as empty; a FIFO without a writer would block for ever.
+        raise TraceError(
+            "not a regular file (a pipe or a device): it is read more than once; "
+            "save it to a file first",
+            file=path,
+        )
     try:
         with path.open("rb") as handle:
             return handle.read(_SNIFF_BYTES)

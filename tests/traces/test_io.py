@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -156,3 +159,21 @@ def test_rewrite_keeps_permissions_and_symlinks(tmp_path: Path) -> None:
     assert len(read_trace(target)) == 80
     assert target.stat().st_mode & 0o777 == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "real.csv"]
+
+
+def test_a_pipe_or_device_is_refused_not_read_as_empty(tmp_path: Path) -> None:
+    """A pipe was drained by the format sniff and then read as an empty table; a FIFO with no
+    writer hung. A subprocess, so that the hang fails the test instead of stopping it."""
+    fifo = tmp_path / "trace.csv"
+    os.mkfifo(fifo)
+    done = subprocess.run(
+        [sys.executable, "-m", "rlix.sim.cli", "trace", "inspect", str(fifo)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith(
+        "trace.csv: not a regular file (a pipe or a device): it is read more than once; "
+        "save it to a file first"
+    )
+    with pytest.raises(TraceError, match="/dev/null: not a regular file"):
+        read_trace("/dev/null", format="csv")
