@@ -19,7 +19,7 @@ L is the largest `max` of any step with clip > 0 (at the cap, max = L), else the
 Samples use stratified uniforms (one per 1/n slice of (0, 1), shuffled) pushed through the
 inverse CDF, so each step's sampled clip ratio and mean match the fit up to rounding.
 
-A logged mean the model cannot have at all (outside [L·clip, L], or other than L at clip = 1:
+A logged mean the model cannot have at all (outside (L·clip, L), or other than L at clip = 1:
 a cap too low or too high for the log) is a TraceError. A mean inside those bounds may still be
 out of the model's reach: with clip = 0, a max far above the mean (no lognormal of n samples
 has both), or a clip ratio whose sigma would pass 10. Such a step is fitted as near as the model
@@ -180,6 +180,7 @@ def fit_summary(
                 float(record.clip_ratio),
                 cap,
                 samples_per_step,
+                cap_from_log=max_tokens is None,
             )
         except TraceError as error:
             where = locate(summary.index, position)
@@ -227,7 +228,9 @@ def _misses_message(
     return text if file is None else f"{file}: {text}"
 
 
-def _fit_step(mean: float, top: float, clip: float, cap: int, n: int) -> tuple[float, float]:
+def _fit_step(
+    mean: float, top: float, clip: float, cap: int, n: int, cap_from_log: bool = False
+) -> tuple[float, float]:
     if clip == 1:
         # Every sample is at the cap, so the mean is the cap: another mean means the cap is
         # not this step's (too low or too high for the log).
@@ -240,9 +243,17 @@ def _fit_step(mean: float, top: float, clip: float, cap: int, n: int) -> tuple[f
     if mean > top:
         raise TraceError(f"mean {mean:g} is above the step's max {top:g}")
     if not clip * cap < mean < cap:
+        if clip == 0 and mean == top and cap_from_log:
+            # All samples of the step have one length, and no step clipped, so the guessed cap
+            # is that length: the log does not show the run's cap, and only the user knows it.
+            raise TraceError(
+                f"mean {mean:g} is the step's max and its clip ratio 0: every sample has that "
+                f"length, which is also the cap taken from the log (its largest max), so every "
+                f"sample would be at the cap; give the run's cap with --max-tokens"
+            )
         raise TraceError(
             f"mean {mean:g} cannot come from a cap of {cap} with clip ratio {clip:g} "
-            f"(it must lie between {clip * cap:g} and {cap})"
+            f"(it must be above {clip * cap:g} and below {cap})"
         )
     if clip > 0:
         z = _NORMAL.inv_cdf(1 - clip)

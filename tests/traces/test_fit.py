@@ -201,3 +201,22 @@ def test_clip_ratio_one_at_the_cap_fits() -> None:
         fit = fit_summary(summary)
     assert fit.loc[0, "sigma"] == 0.0
     assert fit.loc[0, "fitted_mean"] == pytest.approx(4096)
+
+
+def test_a_step_of_one_length_under_a_cap_taken_from_the_log_asks_for_the_cap(tmp_path: Path) -> None:
+    """Every sample of the one step 1000 tokens, none clipped: the cap guessed from the log is
+    1000 too, and the error said '1000 ... must lie between 0 and 1000'. Given the run's cap, the
+    step is fitted as what it is, a point at 1000."""
+    path = tmp_path / "summary.csv"
+    path.write_text("mean,max,clip_ratio\n1000,1000,0\n")
+    with pytest.raises(TraceError) as caught:
+        fit_trace(path)
+    assert str(caught.value) == (
+        f"{path}, line 2: mean 1000 is the step's max and its clip ratio 0: every sample has that "
+        "length, which is also the cap taken from the log (its largest max), so every sample "
+        "would be at the cap; give the run's cap with --max-tokens"
+    )
+    with pytest.raises(TraceError, match=r"\(it must be above 0 and below 1000\)"):
+        fit_trace(path, max_tokens=1000)
+    trace = fit_trace(path, max_tokens=4096, samples_per_step=64)
+    assert set(trace["response_tokens"]) == {1000} and not trace["capped"].any()
