@@ -108,7 +108,11 @@ def read_frame(path: str | Path, format: str | None = None) -> pd.DataFrame:
         if fmt == "csv":
             return read_csv_text(path)
         if fmt == "parquet":
-            return pd.read_parquet(path, engine="pyarrow")
+            frame = pd.read_parquet(path, engine="pyarrow")
+            # Errors name Parquet rows by position; pandas restores the index a DataFrame was
+            # written with (a filtered frame's labels 10, 20, ...), which would name other rows.
+            frame.index = pd.RangeIndex(len(frame))
+            return frame
         return read_json_text(path, lines=fmt == "jsonl")
     except TraceError:
         raise

@@ -177,3 +177,15 @@ def test_a_pipe_or_device_is_refused_not_read_as_empty(tmp_path: Path) -> None:
     )
     with pytest.raises(TraceError, match="/dev/null: not a regular file"):
         read_trace("/dev/null", format="csv")
+
+
+def test_a_parquet_row_is_named_by_its_place_whatever_index_it_was_written_with(
+    tmp_path: Path,
+) -> None:
+    """pandas stores a frame's index in Parquet and restores it: a filtered frame written as it
+    is had its second row named 'row 21' (label 20, plus one) in a file of three rows."""
+    path = tmp_path / "t.parquet"
+    pd.DataFrame({"response_tokens": [1, -2, 3]}, index=[10, 20, 30]).to_parquet(path)
+    with pytest.raises(TraceError) as raised:
+        read_trace(path)
+    assert str(raised.value).startswith(f"{path}, row 2 (1-based), column 'response_tokens': -2 ")
