@@ -209,6 +209,10 @@ def _run_generate(args: argparse.Namespace) -> int:
 
 def _run_fit(args: argparse.Namespace) -> int:
     _check_out(args.out, args.format)
+    summary, out = Path(args.summary), Path(args.out)
+    # The log is the user's only copy of the run's figures; the trace would replace it.
+    if summary.is_file() and out.exists() and summary.samefile(out):
+        raise UsageError(f"--out {args.out} is the summary log itself; the trace would replace it")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FitWarning)
         trace = fit_trace(

@@ -276,3 +276,16 @@ def test_an_unknown_suffix_points_at_format_only_where_it_names_the_file_s_forma
     assert "--format" not in str(raised.value)
     code, _, err = run_cli("trace", "inspect", tmp_path / "s.txt")
     assert code == 2 and err.rstrip().endswith("or name the format (--format)")
+
+
+def test_fit_will_not_write_its_trace_over_the_summary_it_reads(
+    tmp_path: Path, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    """`fit log.csv --out log.csv` replaced the user's log, the run's only figures, by the trace."""
+    summary = tmp_path / "log.csv"
+    summary.write_text("mean,max,clip_ratio\n1000,4096,0.01\n")
+    before = summary.read_bytes()
+    code, out, err = run_cli("trace", "fit", summary, "--out", tmp_path / "." / "log.csv")
+    assert code == 2 and out == ""
+    assert err.strip().endswith("is the summary log itself; the trace would replace it")
+    assert summary.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["log.csv"]
