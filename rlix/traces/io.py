@@ -152,13 +152,16 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
 
     The rename (os.replace) is atomic within a folder, so `path` is at every moment either the
     old file or the new one complete. On any failure, an interrupt too, the hidden file is
-    removed and the error goes on; an OSError becomes a TraceError naming `path`. A symlink at
-    `path` stays a link: the file it points to is the one replaced. The new file keeps the old
-    one's permission bits (a new one gets the usual 0o666 less the umask).
+    removed, so are the folders made for it, and the error goes on; an OSError becomes a
+    TraceError naming `path`. A symlink at `path` stays a link: the file it points to is the one
+    replaced. The new file keeps the old one's permission bits (a new one gets the usual 0o666
+    less the umask).
     """
     # Replacing a symlink itself would cut the link; the user meant the file it points to.
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     part: Path | None = None
+    made = [folder for folder in [target.parent, *target.parent.parents] if not folder.exists()]
+    written = False
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         part = _new_file_beside(target)
@@ -166,7 +169,7 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
             os.chmod(part, stat.S_IMODE(target.stat().st_mode))
         write(part)
         os.replace(part, target)
-        part = None
+        part, written = None, True
     except OSError as error:
         # The hidden file's name means nothing to the user: name the file they asked for.
         text = error.strerror or _first_line(error)
@@ -178,6 +181,11 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
             # Cleaning up must not hide why the write failed.
             with contextlib.suppress(OSError):
                 part.unlink(missing_ok=True)
+        if not written:
+            # Deepest first; a folder that another writer has meanwhile filled stays.
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
 
 
 def _new_file_beside(path: Path) -> Path:

@@ -289,3 +289,19 @@ def test_fit_will_not_write_its_trace_over_the_summary_it_reads(
     assert code == 2 and out == ""
     assert err.strip().endswith("is the summary log itself; the trace would replace it")
     assert summary.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["log.csv"]
+
+
+def test_an_interrupted_generate_leaves_no_folder_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    """--out in folders that do not exist yet: they are made for the write, and went on
+    existing, empty, after a Ctrl-C or a failed write."""
+
+    def to_csv(self: pd.DataFrame, file: Path, *args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", to_csv)
+    (tmp_path / "runs").mkdir()
+    code, _, _ = run_cli("trace", "generate", "math", "--rows", 8, "--out", tmp_path / "runs/new/sub/t.csv")
+    assert code == 130
+    assert [p.name for p in tmp_path.rglob("*")] == ["runs"]
