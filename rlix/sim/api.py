@@ -49,9 +49,10 @@ def resolve_scenario(
     overrides = (policy, trace, seed, jobs, max_time_s, costs)
     base_dir: Path | None = None
     if isinstance(scenario, Scenario):
-        if all(value is None for value in overrides):
-            return scenario
-        data: Any = scenario.model_dump(mode="json", exclude_none=True)
+        # Validated again even without overrides: a Scenario changed in memory (model_copy,
+        # attribute assignment) skips pydantic's checks, and its bad values would surface deep
+        # in the run (numpy's seeding, SimPy's clock) or not at all (duplicate pipeline ids).
+        data: Any = scenario.model_dump(mode="json", exclude_none=True, warnings=False)
         source = scenario.source
     else:  # the file's data as written: --jobs may give all its pipelines
         data, source, base_dir = read_scenario(scenario)

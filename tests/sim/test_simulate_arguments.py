@@ -1,0 +1,52 @@
+"""`rlix.sim.simulate` given bad arguments, as a notebook passes them: one error naming the
+argument or field and what is wrong, raised before the run, and nothing left in `out`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlix.scenarios import load_scenario
+from rlix.scenarios.errors import ScenarioError
+from rlix.sim import simulate
+
+
+def _changed(**update: Any) -> Any:
+    return load_scenario("tiny").model_copy(update=update)
+
+
+def _pipelines_changed(**update: Any) -> Any:
+    scenario = load_scenario("tiny")
+    first, *rest = scenario.pipelines
+    return scenario.model_copy(update={"pipelines": [first.model_copy(update=update), *rest]})
+
+
+@pytest.mark.parametrize(("scenario", "message"), [
+    # numpy's "expected non-negative integer" from its seeding
+    (lambda: _changed(seed=-1), "seed=-1: input should be greater than or equal to 0"),
+    # a KeyError from the policy table
+    (lambda: _changed(policy=load_scenario("tiny").policy.model_copy(update={"name": "rlx"})),
+     "policy.name='rlx': unknown policy"),
+    # ran to the end, the limit ignored
+    (lambda: _changed(max_time_s=float("nan")), "max_time_s=nan: input should be a finite number"),
+    # SimPy's "Negative delay -1.0"
+    (lambda: _pipelines_changed(arrival_s=-1.0), "pipelines[0].arrival_s=-1.0: input should be greater"),
+    # ran, with one pipeline's record over the other's
+    (lambda: load_scenario("tiny").model_copy(update={"pipelines": [load_scenario("tiny").pipelines[0]] * 2}),
+     "pipelines[1].id='ft': duplicate pipeline id"),
+], ids=["seed", "policy", "max_time_s", "arrival_s", "duplicate-id"])
+def test_a_scenario_changed_in_memory_is_checked_as_a_loaded_one(
+        scenario: Any, message: str, tmp_path: Path) -> None:
+    """model_copy(update=...) skips pydantic's validation: the run must not take the values
+    on trust."""
+    with pytest.raises(ScenarioError) as caught:
+        simulate(scenario(), out=tmp_path / "run")
+    assert message in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_scenario_object_unchanged_runs_as_its_name_does() -> None:
+    by_object = simulate(load_scenario("tiny"), plots=False).summary
+    assert by_object == simulate("tiny", plots=False).summary
