@@ -107,6 +107,8 @@ def simulate(
         if out is None:
             raise RunError("tables= chooses what the run folder gets: give out= too")
         sink = open_sink(out, tables, table_format, overwrite)  # type: ignore[arg-type]
+    elif out is not None:
+        _check_out(out, overwrite, table_format, plots)
     try:
         sim = new_simulation(
             scenario, policy, trace=trace, columns=columns, seed=seed,
@@ -120,6 +122,22 @@ def simulate(
             sink.discard()
         raise
     return collect(sim, out=out, overwrite=overwrite, table_format=table_format, plots=plots, alone=alone)
+
+
+def _check_out(out: str | os.PathLike[str], overwrite: bool, table_format: str, plots: bool) -> None:
+    """RunError for what `write_run` would refuse at the end: before the run, which can take
+    hours, as `open_sink` checks a streamed run's folder (write_run checks again, as the
+    folder may change meanwhile)."""
+    import importlib.util
+
+    from rlix.runs.folder import FORMATS
+    from rlix.runs.paths import check_out_dir
+
+    check_out_dir(out, overwrite)
+    if table_format not in FORMATS:
+        raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {table_format!r}")
+    if plots and importlib.util.find_spec("matplotlib") is None:
+        raise RunError("plots need matplotlib (pip install 'rlix[sim]'); or write the run without plots")
 
 
 def new_simulation(

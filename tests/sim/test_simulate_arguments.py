@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from rlix.runs.errors import RunError
 from rlix.scenarios import load_scenario
 from rlix.scenarios.errors import ScenarioError
 from rlix.sim import simulate
@@ -50,3 +51,27 @@ def test_a_scenario_changed_in_memory_is_checked_as_a_loaded_one(
 def test_a_scenario_object_unchanged_runs_as_its_name_does() -> None:
     by_object = simulate(load_scenario("tiny"), plots=False).summary
     assert by_object == simulate("tiny", plots=False).summary
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("exists", "run folder exists and is not empty"),
+    ("file", "exists and is not a folder"),
+    ("format", "tables are written as parquet or csv, not 'xlsx'"),
+])
+def test_an_out_the_run_folder_cannot_be_written_to_is_refused_before_the_run(
+        case: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not after a run that may take hours, whose record is then lost."""
+    import rlix.sim.api
+
+    out = tmp_path / "run"
+    if case == "exists":
+        simulate("tiny", out=out, plots=False)
+    elif case == "file":
+        out.write_text("notes")
+
+    def no_run(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(rlix.sim.api, "new_simulation", no_run)
+    with pytest.raises(RunError, match=message):
+        simulate("tiny", out=out, plots=False, table_format="xlsx" if case == "format" else "parquet")
