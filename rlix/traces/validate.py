@@ -110,6 +110,13 @@ def check_column(raw: pd.Series, name: str, kind: ColumnKind) -> tuple[pd.Series
 
 
 def _check_number(raw: pd.Series, name: str, kind: ColumnKind) -> tuple[pd.Series, Problem | None]:
+    if pd.api.types.is_datetime64_any_dtype(raw) or pd.api.types.is_timedelta64_dtype(raw):
+        # pd.to_numeric gives nanoseconds: a Parquet duration of 1.5 s became 1.5e9 seconds.
+        every_row = pd.Series(True, index=raw.index)
+        problem = _first_problem(
+            raw, name, [(every_row, lambda v: f"{v} is a date or a duration, not a number")]
+        )
+        return raw, problem
     missing = raw.isna()
     values = pd.to_numeric(raw, errors="coerce").astype("float64")
     # JSON true/false would otherwise pass as 1/0; flag them as not numbers.

@@ -252,3 +252,16 @@ def test_validate_leaves_input_untouched() -> None:
     trace = validate_trace(raw)
     assert trace["response_tokens"].tolist() == [5, 6]
     assert raw["response_tokens"].tolist() == ["5", "6"]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [pd.to_timedelta([1.5, 2.0], unit="s"), pd.to_datetime(["2024-01-01", "2024-01-02"])],
+)
+def test_a_date_or_duration_column_is_not_read_as_nanoseconds(values: pd.Index) -> None:
+    """A Parquet duration of 1.5 s was read as 1.5e9 seconds of tool time, silently."""
+    frame = pd.DataFrame({"response_tokens": [10, 20], "tool_time_s": values})
+    with pytest.raises(TraceError) as raised:
+        validate_trace(frame, file="t.parquet")
+    assert str(raised.value).startswith("t.parquet, row 1 (1-based), column 'tool_time_s': ")
+    assert str(raised.value).endswith(" is a date or a duration, not a number")
