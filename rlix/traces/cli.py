@@ -20,7 +20,7 @@ from rlix.traces.errors import TraceError
 from rlix.traces.fit import FitWarning, fit_trace
 from rlix.traces.generate import KINDS, generate
 from rlix.traces.io import FORMATS, UnknownSuffix, format_of, read_trace, write_trace
-from rlix.traces.options import UsageError, non_negative_int, path_text, positive_int
+from rlix.traces.options import UsageError, non_negative_int, path_text, positive_int, row_count
 from rlix.traces.stats import LengthStats, TraceStats, trace_stats
 
 _RAW = argparse.RawDescriptionHelpFormatter
@@ -110,7 +110,7 @@ def _add_generate(actions: argparse._SubParsersAction) -> None:  # type: ignore[
         "--pipeline agent-a --out agentic.parquet",
     )
     parser.add_argument("kind", choices=KINDS, help="trace shape")
-    parser.add_argument("--rows", type=positive_int, default=4096, help="samples (default 4096)")
+    parser.add_argument("--rows", type=row_count, default=4096, help="samples (default 4096, at most 10^8)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
     parser.add_argument("--pipeline", help="add a pipeline column with this name")
     parser.add_argument("--max-tokens", type=positive_int, help="length cap (default: the shape's)")
@@ -246,7 +246,7 @@ def format_stats(name: str, stats: TraceStats) -> str:
         stats.cap_source, f"samples at the max length {stats.max:,}; the trace has no capped column"
     )
     lines = [
-        f"{name}: {stats.rows:,} rows",
+        f"{name}: {_num_rows(stats.rows)}",
         f"  response_tokens  mean {stats.mean:,.1f}  p50 {stats.p50:,.0f}  "
         f"p90 {stats.p90:,.0f}  p99 {stats.p99:,.0f}  max {stats.max:,}",
         f"  longest 10% of samples carry {stats.top10_token_share:.1%} of tokens",
@@ -261,6 +261,10 @@ def format_stats(name: str, stats: TraceStats) -> str:
     return "\n".join(lines)
 
 
+def _num_rows(count: int) -> str:
+    return "1 row" if count == 1 else f"{count:,} rows"
+
+
 def _row(s: LengthStats) -> str:
     return (
         f"{s.rows:>8,}{s.mean:>10,.1f}{s.p50:>8,.0f}{s.p90:>8,.0f}{s.p99:>8,.0f}"
@@ -270,7 +274,7 @@ def _row(s: LengthStats) -> str:
 
 def _brief(stats: TraceStats) -> str:
     return (
-        f"{stats.rows:,} rows, mean {stats.mean:,.0f}, max {stats.max:,}, "
+        f"{_num_rows(stats.rows)}, mean {stats.mean:,.0f}, max {stats.max:,}, "
         f"top-10% token share {stats.top10_token_share:.1%}, "
         f"cap hits {stats.cap_hit_share:.2%}"
     )

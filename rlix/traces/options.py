@@ -36,6 +36,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: The most rows `trace generate` makes: about 4 GB of columns, minutes to write. Far more
+#: than any study samples, and below where the process would be killed for memory unannounced.
+MAX_GENERATED_ROWS = 10**8
+
+
+def row_count(text: str) -> int:
+    """A number of rows to generate: at least 1, at most MAX_GENERATED_ROWS."""
+    value = positive_int(text)
+    if value > MAX_GENERATED_ROWS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_GENERATED_ROWS:,} rows, not {text!r}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """An integer of at least 0 (a seed, a number of lines to show)."""
     value = _integer(text)

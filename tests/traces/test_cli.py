@@ -36,6 +36,8 @@ def test_inspect_text_with_pipelines(tmp_path: Path, run_cli) -> None:  # type: 
     assert code == 0
     assert "3 rows" in out and "longest 10% of samples carry" in out
     assert "\n  a " in out and "\n  b " in out
+    path.write_text("response_tokens\n42\n")
+    assert run_cli("trace", "inspect", path)[1].startswith(f"{path}: 1 row\n")
 
 
 def test_inspect_takes_a_bundled_traces_name(run_cli) -> None:  # type: ignore[no-untyped-def]
@@ -200,6 +202,7 @@ def test_help_shows_percent_signs_once(
     [
         (["generate", "math", "--seed", "-1"], "argument --seed: must be 0 or more, not '-1'"),
         (["generate", "math", "--rows", "0"], "argument --rows: must be a positive integer"),
+        (["generate", "math", "--rows", "1000000000"], "argument --rows: at most 100,000,000 rows, not '1000000000'"),
         (["generate", "math", "--max-tokens", "0"], "argument --max-tokens: must be a positive"),
         (["fit", "s.csv", "--seed", "-1"], "argument --seed: must be 0 or more, not '-1'"),
         (["fit", "s.csv", "--max-tokens", "0"], "argument --max-tokens: must be a positive"),
