@@ -231,6 +231,12 @@ def _misses_message(
 def _fit_step(
     mean: float, top: float, clip: float, cap: int, n: int, cap_from_log: bool = False
 ) -> tuple[float, float]:
+    if top > cap:
+        # No sample of a run with this cap is longer than it: the cap is not the run's.
+        source = ("the cap taken from the log (the largest max of a step that clipped)" if cap_from_log
+                  else "the cap given (--max-tokens)")
+        raise TraceError(f"the step's max {top:g} is above {source}, {cap}; give the run's cap with "
+                         f"--max-tokens, at least {top:g}")
     if clip == 1:
         # Every sample is at the cap, so the mean is the cap: another mean means the cap is
         # not this step's (too low or too high for the log).

@@ -180,10 +180,28 @@ def test_far_tail_of_the_fit_is_not_lost_to_rounding() -> None:
     assert capped_mean(mu, sigma, cap) > cap / 2 + 150
 
 
-@pytest.mark.parametrize("max_tokens", [2000, 8000])
+def test_a_cap_below_a_logged_max_is_an_error(tmp_path: Path) -> None:
+    """No sample of a run is longer than its cap: a --max-tokens below a step's logged max (or a
+    cap taken from the steps that clipped, below another step's max) was fitted silently."""
+    path = tmp_path / "summary.csv"
+    path.write_text("mean,max,clip_ratio\n900,4096,0.01\n4096,4096,1\n")
+    with pytest.raises(TraceError) as caught:
+        fit_trace(path, max_tokens=2000)
+    assert str(caught.value) == (
+        f"{path}, line 2: the step's max 4096 is above the cap given (--max-tokens), 2000; give the "
+        "run's cap with --max-tokens, at least 4096"
+    )
+    path.write_text("mean,max,clip_ratio\n900,5000,0\n1000,4096,0.5\n")
+    with pytest.raises(TraceError, match=r"line 2: the step's max 5000 is above the cap taken from the log "
+                       r"\(the largest max of a step that clipped\), 4096"):
+        fit_trace(path)
+
+
+@pytest.mark.parametrize("max_tokens", [8000])
 def test_clip_ratio_one_with_a_mean_off_the_cap_is_an_error(tmp_path: Path, max_tokens: int) -> None:
-    """At clip ratio 1 every sample is at the cap, so the mean is the cap: a --max-tokens too low
-    (or too high) for the log was fitted silently at the cap, far from the logged mean."""
+    """At clip ratio 1 every sample is at the cap, so the mean is the cap: a --max-tokens too high
+    for the log was fitted silently at the cap, far from the logged mean (one too low is below
+    the step's max: test_a_cap_below_a_logged_max_is_an_error)."""
     path = tmp_path / "summary.csv"
     path.write_text("mean,max,clip_ratio\n900,4096,0.01\n4096,4096,1\n")
     with pytest.raises(TraceError) as caught:
