@@ -14,13 +14,14 @@ tables not named are never kept: a long run's memory stays bounded.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 from rlix.policy import POLICIES
 from rlix.runs.errors import RunError
 from rlix.runs.stream import RunSink, open_sink
+from rlix.runs.tablechoice import TABLE_CHOICES, check_tables
 from rlix.scenarios import Scenario
 from rlix.scenarios.load import read_scenario, validate_scenario
 from rlix.scenarios.streams import expanded, replace_traces
@@ -106,7 +107,7 @@ def simulate(
     if tables is not None:
         if out is None:
             raise RunError("tables= chooses what the run folder gets: give out= too")
-        sink = open_sink(out, tables, table_format, overwrite)  # type: ignore[arg-type]
+        sink = open_sink(out, _checked_tables(tables), table_format, overwrite)  # type: ignore[arg-type]
     elif out is not None:
         _check_out(out, overwrite, table_format, plots)
     try:
@@ -122,6 +123,20 @@ def simulate(
             sink.discard()
         raise
     return collect(sim, out=out, overwrite=overwrite, table_format=table_format, plots=plots, alone=alone)
+
+
+def _checked_tables(tables: Any) -> frozenset[str]:
+    """`tables=` checked here, not by `open_sink`: it checks them after making the hidden
+    folder beside `out`, which a bad name then left behind; and its error names --tables."""
+    if isinstance(tables, str) or not isinstance(tables, Iterable):
+        raise RunError(f"tables= is a list of table names (tables=['steps', 'jobs']), not {tables!r}")
+    names = list(tables)
+    if not all(isinstance(name, str) for name in names):
+        raise RunError(f"tables={names!r}: table names are strings (known: {', '.join(TABLE_CHOICES)})")
+    try:
+        return check_tables(names)
+    except RunError as error:
+        raise RunError(f"tables={names!r}: {error.message.removeprefix('--tables: ')}") from None
 
 
 def _check_out(out: str | os.PathLike[str], overwrite: bool, table_format: str, plots: bool) -> None:

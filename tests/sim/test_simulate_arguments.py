@@ -75,3 +75,19 @@ def test_an_out_the_run_folder_cannot_be_written_to_is_refused_before_the_run(
     monkeypatch.setattr(rlix.sim.api, "new_simulation", no_run)
     with pytest.raises(RunError, match=message):
         simulate("tiny", out=out, plots=False, table_format="xlsx" if case == "format" else "parquet")
+
+
+@pytest.mark.parametrize(("tables", "message"), [
+    (["stepz"], "tables=['stepz']: unknown table(s) stepz (known: allocations, steps,"),
+    ([], "tables=[]: no table named (known: allocations, steps,"),
+    ("steps", "tables= is a list of table names (tables=['steps', 'jobs']), not 'steps'"),
+    ([3], "tables=[3]: table names are strings (known: allocations, steps,"),
+], ids=["unknown", "empty", "string", "not-a-name"])
+def test_bad_tables_are_one_error_naming_tables_and_leave_nothing_beside_out(
+        tables: Any, message: str, tmp_path: Path) -> None:
+    """They were checked after the hidden folder the run streams into was made beside `out`,
+    and that folder stayed; a string was taken letter by letter."""
+    with pytest.raises(RunError) as caught:
+        simulate("tiny", out=tmp_path / "run", tables=tables)
+    assert str(caught.value).startswith(message)
+    assert list(tmp_path.iterdir()) == []
