@@ -47,6 +47,12 @@ def resolve_scenario(
     replaces every trace: the scenario's, its pipelines', adapters' and templates', and so
     those of the jobs of its stream and job logs; `max_time_s` sets how long the run lasts at
     most (traces are sampled per step, so a run may outlast its trace's rows)."""
+    # As --column without --trace is refused: silently running with the scenario's own trace
+    # would look like the mapping applied.
+    if columns and trace is None:
+        raise ValueError("columns= maps the columns of the trace= file: give trace= too")
+    if jobs_columns and jobs is None:
+        raise ValueError("jobs_columns= maps the columns of the jobs= file: give jobs= too")
     overrides = (policy, trace, seed, jobs, max_time_s, costs)
     base_dir: Path | None = None
     if isinstance(scenario, Scenario):

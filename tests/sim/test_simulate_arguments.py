@@ -91,3 +91,14 @@ def test_bad_tables_are_one_error_naming_tables_and_leave_nothing_beside_out(
         simulate("tiny", out=tmp_path / "run", tables=tables)
     assert str(caught.value).startswith(message)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_columns_without_a_trace_are_refused() -> None:
+    """They map the columns of the trace= file; without one they were ignored, and the run
+    used the scenario's own trace as if the mapping had been applied."""
+    from rlix.sim.api import resolve_scenario
+
+    with pytest.raises(ValueError, match="columns= maps the columns of the trace= file: give trace= too"):
+        simulate("tiny", columns={"prompt_len": "input_tokens"})
+    with pytest.raises(ValueError, match="jobs_columns= maps the columns of the jobs= file: give jobs= too"):
+        resolve_scenario("tiny", jobs_columns={"arrival_s": "submit"})
