@@ -212,6 +212,7 @@ def collect(
 ) -> SimResult:
     """The summary and tables of a simulation that has run; with `out`, its run folder; with
     `alone`, each pipeline's time alone on its home in the job figures."""
+    from rlix.runs.folder import _add_run_state
     from rlix.runs.frames import tables_from_recorder
     from rlix.runs.metrics import summary as summarize
 
@@ -230,6 +231,7 @@ def collect(
     # The tables do not hold the prefetches: from the recorder, as the run folder's summary has them.
     summary = summarize(run_tables, alone_s=alone_s, prefetch_s=sim.recorder.prefetch_s)
     summary.update(run_status(sim))
+    _add_run_state(summary, {})  # the keys summary.json has, and a streamed run's summary too
     run_dir = None
     if out is not None:
         from rlix.runs.folder import write_run

@@ -102,3 +102,14 @@ def test_columns_without_a_trace_are_refused() -> None:
         simulate("tiny", columns={"prompt_len": "input_tokens"})
     with pytest.raises(ValueError, match="jobs_columns= maps the columns of the jobs= file: give jobs= too"):
         resolve_scenario("tiny", jobs_columns={"arrival_s": "submit"})
+
+
+@pytest.mark.parametrize("tables", [None, ["steps"]], ids=["kept", "streamed"])
+def test_the_summary_returned_has_the_keys_of_the_summary_written(tables: Any, tmp_path: Path) -> None:
+    """A run kept in memory returned no stop_reason or faults, which its summary.json and a
+    streamed run's returned summary have."""
+    import json
+
+    result = simulate("tiny", out=tmp_path / "run", plots=False, tables=tables)
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert json.loads(json.dumps(result.summary)) == written
