@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -135,8 +136,41 @@ def load(run_dir: str | Path) -> Run:
     """Open the run folder `run_dir`. RunError (one line) if it is not a readable run folder."""
     events = events_path(run_dir)
     header, _core = read_core(events)
+    _check_last_line(events)
     path = events.parent
     return Run(path, read_summary(path / SUMMARY_FILE), _read_text(path / SCENARIO_FILE), header)
+
+
+def _check_last_line(events: Path) -> None:
+    """RunError unless the last line of `events` is whole JSON. A run folder is moved into
+    place once written, so a line cut short is a copy or a disk that failed; the log is read
+    lazily, so `events()` would meet it only at its end, and `facts` (which parses only a few
+    lines) never: the specs and removals of part of the run, without a word. Read from the
+    end: a log may be gigabytes."""
+    try:
+        with events.open("rb") as handle:
+            start = handle.seek(0, os.SEEK_END)
+            chunks: list[bytes] = []
+            seen_text = False  # the blank lines at the end are not the last line
+            while start > 0:
+                step = min(start, 1 << 16)
+                start -= step
+                handle.seek(start)
+                chunk = handle.read(step)
+                chunks.append(chunk)
+                text = chunk if seen_text else chunk.rstrip()
+                seen_text = seen_text or bool(text)
+                if b"\n" in text:
+                    break
+    except OSError as error:
+        raise RunError(f"cannot read: {error.strerror or error}", file=events) from error
+    last = b"".join(reversed(chunks)).rstrip().rsplit(b"\n", 1)[-1]
+    try:
+        json.loads(last)
+    except ValueError as error:  # not JSON, or not UTF-8
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+        raise RunError(f"the last line is not JSON ({reason}): the file was cut short, not written or copied whole",
+                       file=events) from error
 
 
 def read_core(events: Path) -> tuple[dict[str, Any], tuple[Topology, str, PolicyConfig]]:

@@ -1,11 +1,13 @@
 """Reading run folders back: a folder that kept only some tables (`--tables`) reads what it
 has and says, in one line, what it does not have; a summary whose figures are not what readers
-compute with is one line naming the file and the key."""
+compute with is one line naming the file and the key, as is an event log whose last line was
+cut short."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,27 @@ def test_a_summary_with_an_integer_makespan_reads(tmp_path: Path) -> None:
     summary_file.write_text(json.dumps({**summary, "makespan_s": round(summary["makespan_s"]) + 1}))
     assert main(["jobs", str(folder), "--json"]) == 0
     assert load(folder).tables().makespan_s == round(summary["makespan_s"]) + 1
+
+
+@pytest.mark.parametrize("kept", [0.5, 0.999], ids=["half", "last-line"])
+def test_an_event_log_cut_short_mid_line_is_one_error_naming_it(run_dir: Path, tmp_path: Path, kept: float) -> None:
+    """The log is read lazily: a load that did not look at its end returned a Run whose specs
+    and removals came from part of the run without a word."""
+    folder = tmp_path / "run"
+    shutil.copytree(run_dir, folder)
+    events = folder / "events.jsonl"
+    text = events.read_bytes()
+    events.write_bytes(text[: int(len(text) * kept)])
+    assert not events.read_bytes().rstrip().endswith(b"}")
+    with pytest.raises(RunError, match=re.escape(f"{events}: the last line is not JSON (")):
+        load(folder)
+
+
+def test_a_one_line_log_and_one_without_a_final_newline_read(run_dir: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    shutil.copytree(run_dir, folder)
+    events = folder / "events.jsonl"
+    events.write_bytes(events.read_bytes().rstrip(b"\n"))
+    assert len(list(load(folder).events())) > 0
+    events.write_bytes(events.read_bytes().split(b"\n")[0])
+    assert list(load(folder).events()) == []
