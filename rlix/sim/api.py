@@ -14,7 +14,7 @@ tables not named are never kept: a long run's memory stays bounded.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,13 @@ def resolve_scenario(
     replaces every trace: the scenario's, its pipelines', adapters' and templates', and so
     those of the jobs of its stream and job logs; `max_time_s` sets how long the run lasts at
     most (traces are sampled per step, so a run may outlast its trace's rows)."""
+    if not isinstance(scenario, Scenario | str | os.PathLike):  # os.fspath's TypeError names no argument
+        raise TypeError(f"scenario= is a bundled scenario's name, a YAML file's path or a Scenario, "
+                        f"not {type(scenario).__name__}")
+    for name, mapping in (("columns", columns), ("jobs_columns", jobs_columns)):
+        if mapping is not None and not isinstance(mapping, Mapping):
+            raise TypeError(f"{name}= is a dict of rlix's column names to the file's "
+                            f"({{'prompt_tokens': 'input_len'}}), not {mapping!r}")
     # As --column without --trace is refused: silently running with the scenario's own trace
     # would look like the mapping applied.
     if columns and trace is None:
@@ -109,6 +116,8 @@ def simulate(
     when the caller has them. With `tables` (and `out`, which it needs) the run streams its
     record into `out` and keeps only those tables (see the module docstring); the result's
     streamed or dropped tables are then empty."""
+    if progress is not None and not callable(progress):  # else a TypeError once the run is under way
+        raise TypeError(f"progress= is a function of the simulated seconds so far, not {progress!r}")
     sink = None
     if tables is not None:
         if out is None:

@@ -113,3 +113,19 @@ def test_the_summary_returned_has_the_keys_of_the_summary_written(tables: Any, t
     result = simulate("tiny", out=tmp_path / "run", plots=False, tables=tables)
     written = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert json.loads(json.dumps(result.summary)) == written
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"scenario": 3}, "scenario= is a bundled scenario's name, a YAML file's path or a Scenario, not int"),
+    ({"scenario": None}, "scenario= is a bundled scenario's name, a YAML file's path or a Scenario, not NoneType"),
+    ({"trace": "t.csv", "columns": ["prompt_tokens=input_len"]},
+     "columns= is a dict of rlix's column names to the file's ({'prompt_tokens': 'input_len'}), not ['prompt"),
+    ({"progress": 3}, "progress= is a function of the simulated seconds so far, not 3"),
+], ids=["scenario-int", "scenario-none", "columns-list", "progress"])
+def test_an_argument_of_the_wrong_type_is_named(arguments: dict[str, Any], message: str) -> None:
+    """os.fspath's 'expected str, bytes or os.PathLike object', dict()'s 'dictionary update
+    sequence element #0' and 'int object is not callable' from inside the run named none."""
+    arguments = {"scenario": "tiny", **arguments}
+    with pytest.raises(TypeError) as caught:
+        simulate(arguments.pop("scenario"), **arguments)
+    assert str(caught.value).startswith(message)
