@@ -13,6 +13,8 @@ tables not named are never kept: a long run's memory stays bounded.
 
 from __future__ import annotations
 
+import numbers
+import operator
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
@@ -84,7 +86,9 @@ def resolve_scenario(
         given = data.get("policy")
         data["policy"] = {**(given if isinstance(given, dict) else {}), "name": policy}
     if seed is not None:
-        data["seed"] = seed
+        # A notebook's integers are often numpy's (np.arange), which the scenario's strict int refuses.
+        is_integer = isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
+        data["seed"] = operator.index(seed) if is_integer else seed
     if trace is not None:
         ref = {"path": str(Path(trace).resolve()), "columns": dict(columns or {})}
         # before the expansion, so the jobs are checked with it, and after, for a job log's

@@ -129,3 +129,12 @@ def test_an_argument_of_the_wrong_type_is_named(arguments: dict[str, Any], messa
     with pytest.raises(TypeError) as caught:
         simulate(arguments.pop("scenario"), **arguments)
     assert str(caught.value).startswith(message)
+
+
+def test_a_numpy_integer_seed_is_a_seed() -> None:
+    """`for seed in np.arange(3)` gave 'seed=np.int64(1): input should be a valid integer'."""
+    import numpy as np
+
+    assert simulate("tiny", seed=np.int64(1)).summary == simulate("tiny", seed=1).summary
+    with pytest.raises(ScenarioError, match="seed=True: input should be a valid integer"):
+        simulate("tiny", seed=True)
