@@ -116,9 +116,10 @@ def open_sink(out_dir: str | Path, tables: Collection[str] = ALL_TABLES,
     out = check_out_dir(out_dir, overwrite)
     if format not in FORMATS:
         raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
+    chosen = check_tables(tables)  # before the staging folder, which a refusal would leave behind
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = new_folder(out.parent, f".{out.name}.")
-    return RunSink(out, staging, check_tables(tables), format)
+    return RunSink(out, staging, chosen, format)
 
 
 def finish_streamed(

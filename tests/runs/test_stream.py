@@ -102,3 +102,11 @@ def test_a_streamed_run_folder_honours_the_umask(tmp_path: Path) -> None:
     finally:
         sink.discard()
     assert not list(tmp_path.iterdir())
+
+
+def test_unknown_tables_leave_no_staging_folder(tmp_path: Path) -> None:
+    """A sink refused for its table names is refused before its hidden folder is made, which
+    nobody would have removed."""
+    with pytest.raises(RunError, match="unknown table"):
+        open_sink(tmp_path / "run", tables=["steps", "stepz"])
+    assert not list(tmp_path.iterdir())
