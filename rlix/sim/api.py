@@ -90,11 +90,23 @@ def resolve_scenario(
         is_integer = isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
         data["seed"] = operator.index(seed) if is_integer else seed
     if trace is not None:
-        ref = {"path": str(Path(trace).resolve()), "columns": dict(columns or {})}
+        ref = _trace_ref(trace, columns)
         # before the expansion, so the jobs are checked with it, and after, for a job log's
         # own trace column
         data = replace_traces(expanded(replace_traces(data, ref), source, base_dir), ref)
     return validate_scenario(data, source, base_dir)
+
+
+def _trace_ref(trace: str | os.PathLike[str], columns: dict[str, str] | None) -> dict[str, Any]:
+    """A trace= override as the scenario's `trace:` says it: a file, or a bundled trace's name
+    (as `rlix-sim trace inspect` takes one) when no file of that name is here."""
+    from rlix.traces.bundled import bundled_names
+
+    if isinstance(trace, str) and trace in bundled_names() and not Path(trace).exists():
+        if columns:
+            raise ValueError(f"columns= maps a trace file's columns; the bundled trace {trace!r} has rlix's own")
+        return {"bundled": trace}
+    return {"path": str(Path(trace).resolve()), "columns": dict(columns or {})}
 
 
 def simulate(

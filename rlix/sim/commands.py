@@ -15,6 +15,7 @@ from rlix.policy import POLICIES
 from rlix.runs.progress import sim_progress
 from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
 from rlix.sim.choices import policy_names
+from rlix.traces.bundled import bundled_names
 from rlix.traces.options import UsageError, non_negative_int, path_text, positive_number
 
 RUN_HELP = """\
@@ -88,7 +89,8 @@ def _add_common(parser: argparse.ArgumentParser, default_scenario: str | None = 
     parser.add_argument(
         "--trace",
         metavar="FILE",
-        help="replay this trace (CSV, JSONL or Parquet) for every pipeline",
+        help="replay this trace for every pipeline: a file (CSV, JSONL or Parquet) or a bundled "
+        f"trace's name ({', '.join(bundled_names())})",
     )
     parser.add_argument(
         "--column",
@@ -131,8 +133,14 @@ def _scenario(args: argparse.Namespace) -> Any:
         raise UsageError("--jobs-column needs --jobs")
     # Checked here so the error names the option, not the scenario line it overrides.
     for option, path in (("--trace", args.trace), ("--jobs", args.jobs), ("--costs", getattr(args, "costs", None))):
+        if option == "--trace" and path in bundled_names() and not Path(path).exists():
+            if args.column:
+                raise UsageError(f"--column maps a trace file's columns; the bundled trace {path} has rlix's own")
+            continue
         if path is not None and not Path(path).is_file():
-            raise UsageError(f"{option}: {'not a file' if Path(path).exists() else 'no such file'}: {path}")
+            nor = f" (nor a bundled trace: {', '.join(bundled_names())})" if option == "--trace" else ""
+            what = "not a file" if Path(path).exists() else "no such file"
+            raise UsageError(f"{option}: {what}: {path}{nor if what == 'no such file' else ''}")
     try:
         scenario = resolve_scenario(
             args.scenario,

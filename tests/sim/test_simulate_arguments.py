@@ -138,3 +138,18 @@ def test_a_numpy_integer_seed_is_a_seed() -> None:
     assert simulate("tiny", seed=np.int64(1)).summary == simulate("tiny", seed=1).summary
     with pytest.raises(ScenarioError, match="seed=True: input should be a valid integer"):
         simulate("tiny", seed=True)
+
+
+def test_a_bundled_traces_name_is_a_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """trace= takes a bundled trace's name, as `rlix-sim trace inspect` does (it was 'no such
+    trace file'); a file of that name in the working folder is still the file."""
+    from rlix.sim.api import resolve_scenario
+
+    scenario = resolve_scenario("agentic-4x32", trace="math_16k")
+    assert {p.trace.bundled for p in scenario.pipelines} == {"math_16k"}
+    assert scenario.trace is not None and scenario.trace.bundled == "math_16k"
+    with pytest.raises(ValueError, match="the bundled trace 'math_16k' has rlix's own"):
+        resolve_scenario("tiny", trace="math_16k", columns={"response_tokens": "x"})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "math_16k").write_text("response_tokens\n7\n")
+    assert resolve_scenario("tiny", trace="math_16k").trace.path == str(tmp_path / "math_16k")

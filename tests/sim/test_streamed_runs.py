@@ -90,6 +90,7 @@ def test_unknown_tables_are_refused_in_one_line(tmp_path: Path, capsys: pytest.C
 @pytest.mark.parametrize("option, value, words", [
     ("--seed", "-1", "argument --seed: must be 0 or more"),
     ("--trace", "gone.csv", "--trace: no such file: "),
+    ("--trace", "math_61k", "--trace: no such file: math_61k (nor a bundled trace: agentic_small, math_16k, math_small)"),
     ("--jobs", "gone.csv", "--jobs: no such file: "),
     ("--costs", "gone.json", "--costs: no such file: "),
 ])
@@ -233,3 +234,14 @@ def test_a_run_cut_before_its_pipelines_end_is_not_finished(tmp_path: Path, tabl
     assert main(["run", "tiny", "--duration-s", "5", "--no-alone", "--quiet", "--out", str(out), *tables]) == 0
     summary = _summary(out)
     assert summary["finished"] is False and summary["unfinished"] == ["ft", "lora"]
+
+
+def test_trace_takes_a_bundled_traces_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["run", "tiny", "--trace", "math_16k", "--quiet", "--no-alone", "--out", str(out)]) == 0
+    assert "bundled: math_16k" in (out / "scenario.yaml").read_text()
+    capsys.readouterr()
+    argv = ["run", "tiny", "--trace", "math_16k", "--column", "response_tokens=x", "--out", str(tmp_path / "other")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--column maps a trace file's columns; the bundled trace math_16k" in err
