@@ -25,6 +25,7 @@ from rlix.runs.errors import RunError
 from rlix.runs.stream import RunSink, open_sink
 from rlix.runs.tablechoice import TABLE_CHOICES, check_tables
 from rlix.scenarios import Scenario
+from rlix.scenarios.errors import NO_VALUE, ScenarioError
 from rlix.scenarios.load import read_scenario, validate_scenario
 from rlix.scenarios.streams import expanded, replace_traces
 from rlix.sim.alone import alone_jct_s
@@ -94,7 +95,16 @@ def resolve_scenario(
         # before the expansion, so the jobs are checked with it, and after, for a job log's
         # own trace column
         data = replace_traces(expanded(replace_traces(data, ref), source, base_dir), ref)
-    return validate_scenario(data, source, base_dir)
+    try:
+        return validate_scenario(data, source, base_dir)
+    except ScenarioError as error:
+        # The file's line for a value the file does not hold would send the user to the wrong place.
+        given = {"seed": seed, "policy.name": policy, "max_time_s": max_time_s}
+        if given.get(error.path) is None:
+            raise
+        argument = error.path.split(".")[0]
+        raise ScenarioError(error.problem, f"the {argument}= argument", None, error.path,
+                            error.value if error.has_value else NO_VALUE) from None
 
 
 def _trace_ref(trace: str | os.PathLike[str], columns: dict[str, str] | None) -> dict[str, Any]:

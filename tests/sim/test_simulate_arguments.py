@@ -153,3 +153,18 @@ def test_a_bundled_traces_name_is_a_trace(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.chdir(tmp_path)
     (tmp_path / "math_16k").write_text("response_tokens\n7\n")
     assert resolve_scenario("tiny", trace="math_16k").trace.path == str(tmp_path / "math_16k")
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"seed": -1}, "the seed= argument: seed=-1: input should be greater than or equal to 0"),
+    ({"policy": "rlx"}, "the policy= argument: policy.name='rlx': unknown policy"),
+    ({"max_time_s": -5}, "the max_time_s= argument: max_time_s=-5: input should be greater than 0"),
+])
+def test_a_bad_override_is_named_as_the_argument(arguments: dict[str, Any], message: str) -> None:
+    """Not at the scenario file's line of the field it overrides (tiny.yaml:8: seed=-1), which
+    holds another value."""
+    from rlix.sim.api import resolve_scenario
+
+    with pytest.raises(ScenarioError) as caught:
+        resolve_scenario("tiny", **arguments)
+    assert str(caught.value).startswith(message) and "tiny.yaml" not in str(caught.value)
