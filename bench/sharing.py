@@ -28,7 +28,9 @@ from tqdm import tqdm
 from rlix.policy import POLICIES
 from rlix.runs.text import format_table
 from rlix.scenarios import bundled_scenarios, load_scenario
+from rlix.sim.choices import bundled_scenario_names, policy_names
 from rlix.sim.compare import OVERALL_COLUMNS, compare, overall_figure
+from rlix.traces.options import positive_int
 
 SKIPPED = ("cluster-1024", "cpu-demo", "lab-day-256", "lab-day-1024")
 #: The figures of compare's table that this bench reports (same labels and formats).
@@ -91,21 +93,17 @@ def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     default = [n for n in bundled_scenarios() if n not in SKIPPED]
-    parser.add_argument("--scenarios", default=",".join(default), help=f"default: {','.join(default)}")
-    parser.add_argument("--policies", default=",".join(sorted(POLICIES)), help="default: every policy")
+    parser.add_argument("--scenarios", type=bundled_scenario_names, default=",".join(default),
+                        help=f"bundled scenarios, separated by commas (default: {','.join(default)})")
+    parser.add_argument("--policies", type=policy_names, default=",".join(sorted(POLICIES)),
+                        help="policies, separated by commas (default: every policy)")
     parser.add_argument("--json", action="store_true", help="one JSON line")
-    parser.add_argument("--seeds", type=int, default=None, metavar="N",
+    parser.add_argument("--seeds", type=positive_int, default=None, metavar="N",
                         help="run seeds 0..N-1 and report each figure's mean (steps/h also min and max); "
                              "default: each scenario's own seed")
     args = parser.parse_args()
-    scenarios = [s for s in args.scenarios.split(",") if s]
-    policies = [p for p in args.policies.split(",") if p]
-    unknown = [p for p in policies if p not in POLICIES] + [s for s in scenarios if s not in bundled_scenarios()]
-    if unknown:
-        parser.error(f"unknown scenario or policy: {', '.join(unknown)}")
+    scenarios, policies = args.scenarios, args.policies
     started = time.monotonic()
-    if args.seeds is not None and args.seeds < 1:
-        parser.error(f"--seeds must be at least 1, not {args.seeds}")
     seeds: list[int | None] = [None] if args.seeds is None else list(range(args.seeds))
     rows = bench(scenarios, policies, quiet=args.json, seeds=seeds)
     wall_s = time.monotonic() - started

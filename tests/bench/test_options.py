@@ -165,3 +165,17 @@ def test_rlix_differential_refuses_no_situations(monkeypatch: pytest.MonkeyPatch
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(load("rlix_differential"), "compare", no_runs)
     assert "--situations" in refused(capsys, "rlix_differential", ["--situations", "0", "--rlix", "."])
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--scenarios", "nosuch"], "argument --scenarios: unknown nosuch"),
+    (["--policies", "nosuch"], "argument --policies: unknown nosuch"),
+    (["--scenarios", ""], "argument --scenarios: give at least one"),  # it ran nothing and said so with status 0
+    (["--policies", ","], "argument --policies: give at least one"),
+    (["--seeds", "0"], "argument --seeds"),
+    (["--seeds", "1.5"], "argument --seeds"),
+])
+def test_sharing_names_the_bad_option(argv: list[str], said: str, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(load("sharing"), "bench", no_runs)
+    assert said in refused(capsys, "sharing", argv)

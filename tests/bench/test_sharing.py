@@ -39,4 +39,4 @@ def test_the_table_names_its_columns_and_bad_names_are_refused() -> None:
     assert "JCT floor s" in done.stdout and "JCT / floor" in done.stdout and "of ceiling" in done.stdout
     bad = subprocess.run([sys.executable, str(BENCH / "sharing.py"), "--scenarios", "nosuch"],
                          capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "unknown scenario or policy: nosuch" in bad.stderr
+    assert bad.returncode == 2 and "argument --scenarios: unknown nosuch" in bad.stderr
