@@ -24,6 +24,7 @@ from typing import Any
 
 from rlix.runs.breakdown_plot import plot_path_arg
 from rlix.scenarios import load_scenario
+from rlix.scenarios.errors import ScenarioError, format_value
 from rlix.sim.choices import bundled_scenario_names
 from rlix.sim.parallel import run_all
 from rlix.sim.report import format_table
@@ -128,10 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     names = args.scenarios
     overrides = dict(args.set)
+    if "finish_together" in overrides:
+        parser.error("argument --set: finish_together is what --gammas sets, one run per gamma")
     try:
         load_scenario(names[0]).with_policy("rlix", overrides)
-    except ValueError as exc:
-        parser.error(str(exc))
+    except ScenarioError as exc:
+        # its file:line is the scenario's policy, which --set overrides: the fault is --set's
+        field = exc.path.removeprefix("policy.config.")
+        shown = f"{field}={format_value(exc.value)}: " if exc.has_value else f"{field}: " if field else ""
+        parser.error(f"argument --set: {shown}{exc.problem}")
     rows = bench(names, args.gammas, args.seeds, args.workers, quiet=args.json, overrides=overrides)
     if args.plot:
         plot(rows, args.plot)

@@ -179,3 +179,17 @@ def test_sharing_names_the_bad_option(argv: list[str], said: str, monkeypatch: p
                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(load("sharing"), "bench", no_runs)
     assert said in refused(capsys, "sharing", argv)
+
+
+@pytest.mark.parametrize(("setting", "said"), [
+    # the scenario file's line of its policy was given as the place of the fault
+    ("nosuch=1", "argument --set: nosuch=1: unknown field"),
+    ("keep_busy_tail=maybe", "argument --set: keep_busy_tail='maybe': input should be a valid boolean"),
+    # each run's gamma replaced it without a word
+    ("finish_together=3", "argument --set: finish_together is what --gammas sets"),
+])
+def test_finish_together_names_a_bad_setting_as_set(setting: str, said: str, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(load("finish_together"), "bench", no_runs)
+    line = refused(capsys, "finish_together", ["--scenarios", "tiny", "--set", setting])
+    assert said in line and ".yaml" not in line
