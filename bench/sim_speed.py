@@ -41,6 +41,9 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from rlix.policy import POLICIES
+from rlix.runs.errors import RunError
+from rlix.runs.paths import check_out_dir, check_out_file
 from rlix.runs.tablechoice import tables_option
 from rlix.scenarios import load_scenario
 from rlix.scenarios.errors import ScenarioError
@@ -192,6 +195,22 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.out is not None and args.tables is None:
         parser.error("--out keeps the run folder of --tables: give --tables")
+    if args.policy is not None and args.policy not in POLICIES:
+        # else the scenario's file and line of its own policy would be named as the fault
+        parser.error(f"argument --policy: unknown {args.policy!r} (known: {', '.join(sorted(POLICIES))})")
+    if args.profile_out is not None and not args.profile:
+        parser.error("--profile-out writes the profile of --profile: give --profile")
+    # checked before the run, which can take an hour: a bad path was a traceback at its start or end
+    try:
+        if args.out is not None:
+            check_out_dir(args.out, overwrite=True)  # as the run writes it
+    except RunError as error:
+        parser.error(f"argument --out: {error}")
+    try:
+        if args.profile_out is not None:
+            check_out_file(args.profile_out)
+    except RunError as error:
+        parser.error(f"argument --profile-out: {error}")
     if not 0 < args.fraction <= 1:
         parser.error(f"--fraction must be in (0, 1], got {args.fraction}")
     try:

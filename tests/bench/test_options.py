@@ -193,3 +193,23 @@ def test_finish_together_names_a_bad_setting_as_set(setting: str, said: str, mon
     monkeypatch.setattr(load("finish_together"), "bench", no_runs)
     line = refused(capsys, "finish_together", ["--scenarios", "tiny", "--set", setting])
     assert said in line and ".yaml" not in line
+
+
+def test_sim_speed_checks_policy_and_paths_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(load("sim_speed"), "run", no_runs)
+    line = refused(capsys, "sim_speed", ["--scenario", "tiny", "--policy", "nosuch"])
+    assert "argument --policy: unknown 'nosuch'" in line and ".yaml" not in line
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("")
+    # each was a traceback, from open_sink at the run's start or from the profile's dump at its end
+    for argv, said in [
+        (["--tables", "steps", "--out", str(tmp_path / "a-file")], "argument --out"),
+        (["--tables", "steps", "--out", str(tmp_path / "theirs")], "argument --out"),
+        (["--profile", "--profile-out", str(tmp_path)], "argument --profile-out"),
+        (["--profile", "--profile-out", str(tmp_path / "a-file" / "x.prof")], "argument --profile-out"),
+        (["--profile-out", str(tmp_path / "x.prof")], "give --profile"),
+    ]:
+        assert said in refused(capsys, "sim_speed", ["--scenario", "tiny", *argv])
+    assert (tmp_path / "theirs" / "notes.txt").exists()
