@@ -153,6 +153,11 @@ def main() -> int:
     unknown = [name for name in names if name not in known and not Path(name).is_file()]
     if unknown or not names:
         parser.error(f"--scenarios: unknown {', '.join(unknown) or '(none given)'} (bundled: {', '.join(sorted(known))})")
+    for name in names:
+        try:
+            load_scenario(name)  # a file given that is no scenario was a traceback in the runs
+        except ValueError as error:
+            parser.error(f"--scenarios: {error}")
     rows = bench(names, args.seeds, args.workers, quiet=args.json)
     if args.json:
         print(json.dumps({"rows": rows}))

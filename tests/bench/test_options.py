@@ -213,3 +213,13 @@ def test_sim_speed_checks_policy_and_paths_before_the_run(tmp_path: Path, monkey
     ]:
         assert said in refused(capsys, "sim_speed", ["--scenario", "tiny", *argv])
     assert (tmp_path / "theirs" / "notes.txt").exists()
+
+
+def test_policy_ablation_refuses_a_file_that_is_no_scenario_before_the_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(load("policy_ablation"), "bench", no_runs)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\n")  # was a traceback from the first run
+    line = refused(capsys, "policy_ablation", ["--scenarios", str(bad)])
+    assert "--scenarios" in line and "bad.yaml:1: topology: required field missing" in line
