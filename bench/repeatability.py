@@ -61,6 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     names = chosen_configs(parser, args.configs, CONFIGS)
     if args.repeats < 2:
         parser.error("--repeats: at least 2 runs are needed to compare")
+    from rlix.runs.errors import RunError
+    from rlix.runs.paths import check_writable
+
+    try:
+        check_writable(args.out)  # a file there was a traceback from the first run's mkdir
+    except RunError as exc:
+        parser.error(f"--out: {exc}")
     stdout = json_line_stdout(args.json)
     t0, reports = time.monotonic(), []
     for name in names:

@@ -223,3 +223,15 @@ def test_policy_ablation_refuses_a_file_that_is_no_scenario_before_the_runs(
     bad.write_text("name: x\n")  # was a traceback from the first run
     line = refused(capsys, "policy_ablation", ["--scenarios", str(bad)])
     assert "--scenarios" in line and "bad.yaml:1: topology: required field missing" in line
+
+
+@pytest.mark.parametrize(("name", "work"), [("fidelity", "calibrate"), ("repeatability", "run_repeats")])
+def test_live_benches_refuse_an_out_they_cannot_make_before_any_run(
+    name: str, work: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(load(name), work, no_runs)
+    (tmp_path / "a-file").write_text("")
+    # each was a traceback from mkdir
+    for out in (tmp_path / "a-file", tmp_path / "a-file" / "under"):
+        line = refused(capsys, name, ["--out", str(out)])
+        assert "--out" in line and "a-file" in line
