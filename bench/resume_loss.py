@@ -92,6 +92,13 @@ def measure(every: int, kill_at: int) -> dict[str, Any]:
             "cut_wall_s": round(cut_wall_s, 1), "resume_wall_s": round(resume_wall_s, 1)}
 
 
+def total_steps() -> int:
+    """cpu-demo's adapter steps in all (a pipeline without adapters counts as one)."""
+    from rlix.scenarios import load_scenario
+
+    return sum(sum(a.steps for a in p.adapters) if p.adapters else p.steps for p in load_scenario("cpu-demo").pipelines)
+
+
 def every_values(text: str) -> list[int]:
     """`--every`: checkpoint_every values (0: no checkpoints) separated by commas."""
     return separated_by_commas(text, non_negative_int, "integers >= 0", "0,2,4")
@@ -105,6 +112,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="adapter steps done when the driver is killed (default 15)")
     parser.add_argument("--json", action="store_true", help="print one JSON line on stdout (the runs' lines on stderr)")
     args = parser.parse_args(argv)
+    if args.kill_at >= (total := total_steps()):
+        # else the run would end first, found only after a whole live run
+        parser.error(f"argument --kill-at: cpu-demo has {total} adapter steps in all; kill before the last, "
+                     f"not at {args.kill_at}")
     runs = []
     for every in args.every:
         run = measure(every, args.kill_at)

@@ -152,6 +152,7 @@ def test_sim_speed_json_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(("name", "work", "argv", "said"), [
     ("resume_loss", "measure", ["--every", "2,x"], "--every"),
     ("resume_loss", "measure", ["--kill-at", "0"], "--kill-at"),
+    ("resume_loss", "measure", ["--kill-at", "36"], "36 adapter steps in all"),  # the run ended first, after a minute
     ("mutation_check", "make_copy", ["--timeout", "0"], "--timeout"),
     ("mutation_check", "make_copy", ["--examples", "0"], "--examples"),
 ])
