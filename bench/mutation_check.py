@@ -229,13 +229,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     args = parser.parse_args(argv)
     mutants = [m for m in MUTANTS if args.only in m.name]
-    if args.list or not mutants:
+    if not mutants:
+        parser.error(f"argument --only: no mutant's name contains {args.only!r} (--list names them all)")
+    if args.list:
         for m in mutants:
             print(f"{m.path}: {m.name}")
-        sys.exit(0 if mutants else 2)
+        sys.exit(0)
     tests = tuple(t for t in args.tests.split(",") if t)
+    if not tests:
+        parser.error("argument --tests: give at least one test path")
+    if args.ref is not None and subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{args.ref}^{{commit}}"],
+            capture_output=True).returncode != 0:
+        parser.error(f"argument --ref: {args.ref!r} is no commit of {REPO}")
     tree = make_copy(args.ref)
     try:
+        missing = [t for t in tests if not (tree / t.split("::")[0]).exists()]
+        if missing:  # else the unmutated run fails and the bench stops with status 1
+            parser.error(f"argument --tests: no {', '.join(missing)} in the tree mutated")
         env = environment(tree, args.examples)
         check_imports_copy(tree, env)
         for m in mutants:  # every mutant's text must still be there before an hour is spent

@@ -236,3 +236,28 @@ def test_live_benches_refuse_an_out_they_cannot_make_before_any_run(
     for out in (tmp_path / "a-file", tmp_path / "a-file" / "under"):
         line = refused(capsys, name, ["--out", str(out)])
         assert "--out" in line and "a-file" in line
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--only", "nosuch"], "argument --only: no mutant's name contains 'nosuch'"),  # was exit 2 and no word
+    (["--only", "nosuch", "--list"], "argument --only"),
+    (["--ref", "nosuch-ref"], "argument --ref: 'nosuch-ref' is no commit"),  # was git's traceback
+    (["--tests", ","], "argument --tests"),
+])
+def test_mutation_check_says_what_is_wrong_before_copying(argv: list[str], said: str, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(load("mutation_check"), "make_copy", no_runs)
+    assert said in refused(capsys, "mutation_check", argv)
+
+
+def test_mutation_check_refuses_a_test_path_not_in_the_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    mutation_check = load("mutation_check")
+    tree = tmp_path / "repo"
+    (tree / "tests" / "policy").mkdir(parents=True)
+    monkeypatch.setattr(mutation_check, "make_copy", lambda _ref: tree)
+    monkeypatch.setattr(mutation_check, "environment", no_runs)
+    # the unmutated run failed on it and the bench stopped with status 1
+    line = refused(capsys, "mutation_check", ["--tests", "tests/policy,tests/nosuch"])
+    assert "argument --tests: no tests/nosuch" in line
+    assert not tmp_path.exists()  # the copy is removed
