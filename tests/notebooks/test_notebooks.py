@@ -29,6 +29,20 @@ def _run(name: str, tmp_path: Path, **parameters: object) -> list[dict[str, obje
     return [o for c in cells if c["cell_type"] == "code" for o in c["outputs"]]
 
 
+def _first_error(name: str, tmp_path: Path, **parameters: object) -> str:
+    """The notebook run with bad parameters: its first error, as `ename: evalue`."""
+    papermill = pytest.importorskip("papermill")
+    pytest.importorskip("ipykernel")
+    out = tmp_path / f"{name}.ipynb"
+    with pytest.raises(papermill.PapermillExecutionError):
+        papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), parameters=parameters,
+                                   progress_bar=False, kernel_name="python3", cwd=str(tmp_path),
+                                   execution_timeout=120)  # a parameter that hangs a cell fails the test
+    errors = [o for c in json.loads(out.read_text())["cells"] if c["cell_type"] == "code"
+              for o in c["outputs"] if o["output_type"] == "error"]
+    return f"{errors[0]['ename']}: {errors[0]['evalue']}"
+
+
 def _images(outputs: list[dict[str, object]]) -> int:
     return sum(1 for o in outputs if "image/png" in o.get("data", {}))  # type: ignore[operator]
 
@@ -57,6 +71,17 @@ def test_the_trace_explorer_reads_a_file_through_a_column_map(tmp_path: Path) ->
     text = "".join(str(o.get("text", "")) for o in outputs)
     lengths = pd.read_csv(tmp_path / "mine.csv")["resp_len"]
     assert f"{len(lengths)} samples, mean {lengths.mean():.0f} tokens" in text
+
+
+@pytest.mark.parametrize(("parameters", "expected"), [
+    ({"trace": "agentc_small"},
+     "TraceError: agentc_small: no such file, nor a bundled trace (agentic_small, math_16k, math_small)"),
+    ({"trace": "math_small", "column_map": {"response_tokens": "resp_len"}},
+     "TraceError: math_small: column_map is for a trace file; this is a bundled trace, already in rlix's columns"),
+])
+def test_the_trace_explorer_names_a_bad_trace_parameter(tmp_path: Path, parameters: dict[str, object],
+                                                        expected: str) -> None:
+    assert _first_error("trace_explorer", tmp_path, **parameters) == expected
 
 
 def test_sim_vs_exec_calibrates_on_a_short_live_run_and_predicts_an_unseen_one(tmp_path: Path) -> None:
