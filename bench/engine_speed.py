@@ -126,20 +126,25 @@ def run(args: argparse.Namespace) -> dict[str, float | int | str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="engine_speed.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--trajectories", type=positive_int, default=200_000)
-    parser.add_argument("--groups", type=positive_int, default=3)
-    parser.add_argument("--prompts", type=positive_int, default=512)
-    parser.add_argument("--samples", type=positive_int, default=16)
+    parser = argparse.ArgumentParser(prog="engine_speed.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trajectories", type=positive_int, default=200_000,
+                        help="rollouts to push through, at least (default 200000; about a second)")
+    parser.add_argument("--groups", type=positive_int, default=3, help="rollout groups (default 3)")
+    parser.add_argument("--prompts", type=positive_int, default=512, help="prompts per step (default 512)")
+    parser.add_argument("--samples", type=positive_int, default=16, help="samples per prompt (default 16)")
     parser.add_argument("--trace", default="agentic_small", help="a bundled trace (default agentic_small)")
-    parser.add_argument("--model", default="7b")
-    parser.add_argument("--tp", type=positive_int, default=1)
-    parser.add_argument("--max-batch", type=positive_int, default=256)
-    parser.add_argument("--slice-s", type=positive_number, default=5.0)
-    parser.add_argument("--churn-s", type=positive_number, default=60.0)
-    parser.add_argument("--seed", type=non_negative_int, default=0)
-    parser.add_argument("--min-engines", type=positive_int, default=8)
-    parser.add_argument("--max-engines", type=positive_int, default=16)
+    parser.add_argument("--model", default="7b", help="the cost model's model size (default 7b)")
+    parser.add_argument("--tp", type=positive_int, default=1, help="tensor parallel size of a rank (default 1)")
+    parser.add_argument("--max-batch", type=positive_int, default=256,
+                        help="sequences a rank decodes at once (default 256)")
+    parser.add_argument("--slice-s", type=positive_number, default=5.0,
+                        help="simulated seconds a group advances per call (default 5)")
+    parser.add_argument("--churn-s", type=positive_number, default=60.0,
+                        help="simulated seconds between a rank removed and one added (default 60)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
+    parser.add_argument("--min-engines", type=positive_int, default=8, help="fewest engines a group (default 8)")
+    parser.add_argument("--max-engines", type=positive_int, default=16, help="most engines a group (default 16)")
     parser.add_argument("--profile", action="store_true", help="cProfile the run (slower)")
     parser.add_argument("--json", action="store_true", help="one JSON line of the figures")
     args = parser.parse_args(argv)

@@ -16,6 +16,8 @@
 3. The cpu-demo scenario end to end (tiny Qwen2, hf backend): total wall time, and the share of
    it the declared GPUs were busy (a stage running or a rank generating) and held at all.
 
+About a minute in all on two cores, half of it the cpu-demo run (`--skip-demo` leaves it out).
+
     .venv/bin/python bench/exec_overhead.py [--json] [--skip-demo] [--grants N]
 """
 
@@ -183,8 +185,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--skip-demo", action="store_true", help="skip the cpu-demo run")
-    parser.add_argument("--grants", type=positive_int, default=300)
-    parser.add_argument("--weight-mb", type=positive_number, default=64.0)
+    parser.add_argument("--grants", type=positive_int, default=300, help="requests timed for the grant latency (default 300)")
+    parser.add_argument("--weight-mb", type=positive_number, default=64.0,
+                        help="MB of weights the synthetic pipeline moves (default 64)")
     args = parser.parse_args()
     session.start(num_gpus=4, num_cpus=2)
     handle = start_orchestrator(Topology(1, 4))

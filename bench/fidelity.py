@@ -71,7 +71,7 @@ __all__ = ["ENGINE", "VARIANTS", "Variant", "calibrate", "compare", "main", "plo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/fidelity", help="where run folders, costs and the plot go")
     parser.add_argument("--configs", default=",".join(VARIANTS), help=f"unseen configs, of {','.join(VARIANTS)}")
     parser.add_argument("--calibration-run", type=Path, help="calibrate on this live run folder instead of a new one")

@@ -12,7 +12,7 @@ published one from ../shared/WORKLOADS.md. Three kinds of rows:
   output lengths are not given; the model is BF16, so its weight reads are twice the FP8
   ones and it should come out lower, not equal. It is run for a few (prompt, output) shapes.
 
-    python bench/h100_costs.py            # the table
+    python bench/h100_costs.py            # the table (a few seconds)
     python bench/h100_costs.py --json     # one JSON line: {"rows": [...]}
 """
 
@@ -89,7 +89,7 @@ def throughput_rows() -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="one JSON line")
     args = parser.parse_args(argv)
     rows = linear_rows() + throughput_rows()

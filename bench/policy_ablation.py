@@ -138,7 +138,8 @@ def bench(names: list[str], seeds: int, workers: int, quiet: bool) -> list[dict[
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS))
+    parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
+                        help=f"bundled scenarios or scenario files, separated by commas (default: {','.join(DEFAULT_SCENARIOS)})")
     parser.add_argument("--json", action="store_true", help="one JSON line")
     parser.add_argument("--seeds", type=int, default=0, metavar="N",
                         help="mean of each figure over seeds 0..N-1 (default: each scenario's own seed)")

@@ -51,7 +51,7 @@ def print_report(reports: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", default="cpu-demo,static", help=f"of {','.join(CONFIGS)}")
     parser.add_argument("--repeats", type=int, default=4, help="live runs per config (at least 2)")
     parser.add_argument("--out", default="runs/repeatability", help="where the run folders go")

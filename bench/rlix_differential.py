@@ -284,8 +284,8 @@ def chosen_situations(args: argparse.Namespace, instants_s: list[float]) -> tupl
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="rlix_differential.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rlix", type=Path, help="a checkout of RLix (github.com/rlops/rlix)")
-    parser.add_argument("--situations", type=positive_int, default=2000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--situations", type=positive_int, default=2000, help="random situations drawn (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the situations, or of the --scenario run (default 0)")
     parser.add_argument("--json", action="store_true", help="one JSON line, with the first differences")
     parser.add_argument("--scenario", help="instead of random situations, the states of a simulated run of this "
                         "scenario under gap-ratio (seed --seed), at the instants of --at")

@@ -17,7 +17,7 @@ TP-2 rollout ranks are left for four jobs, each of which has a rollout open most
 rollout work and no rank, `rankless_in_gangs_s` those while a training gang held GPUs: how much
 of that wait the added ranks take away.
 
-    python bench/rollout_headroom.py                          # blog-4on12, rlix, +0..3 nodes, 8 seeds
+    python bench/rollout_headroom.py                          # blog-4on12, rlix, +0..3 nodes, 8 seeds (~20 s)
     python bench/rollout_headroom.py --policies rlix,gap-ratio --nodes 0,1,3 --seeds 2 --json
 
 Steps per hour and the share of the ceiling are for studies of jobs submitted together. On a

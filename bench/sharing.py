@@ -7,7 +7,7 @@ ceiling), and this prints one row per scenario and policy: steps/h, experiments/
 JCT, mean and p95 queueing, mean and p95 slowdown, idle share (over the run, and while some job
 waits to start), recomputed over generated tokens, the ceiling, and the JCT floor (the mean JCT
 no policy beats) with each mean JCT over it. Deterministic (the simulator's figures); the wall time is
-the machine's.
+the machine's: the default about 3.5 min on two cores, the last example below about 30 s.
 
     python bench/sharing.py                         # the table
     python bench/sharing.py --json                  # one JSON line: {"rows": [...], "wall_s": ...}

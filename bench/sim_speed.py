@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
-    parser.add_argument("--scenario", default="cluster-1024")
+    parser.add_argument("--scenario", default="cluster-1024", help="a bundled scenario or scenario file (default cluster-1024)")
     parser.add_argument("--policy", default=None, help="override the scenario's policy")
     parser.add_argument(
         "--progress-every", type=positive_number, default=None, help="override engine.progress_every"

@@ -4,6 +4,7 @@ asks, and --json is exactly one line on stdout."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.bench.bench_module import load
+from tests.bench.bench_module import BENCH, load
 
 
 def main(name: str, argv: list[str]) -> Any:
@@ -261,3 +262,26 @@ def test_mutation_check_refuses_a_test_path_not_in_the_copy(tmp_path: Path, monk
     line = refused(capsys, "mutation_check", ["--tests", "tests/policy,tests/nosuch"])
     assert "argument --tests: no tests/nosuch" in line
     assert not tmp_path.exists()  # the copy is removed
+
+
+HELPED = sorted(path.stem for path in BENCH.glob("*.py") if path.stem != "rlix_cycle_side")
+
+
+@pytest.mark.parametrize("name", HELPED)
+def test_the_help_explains_every_option_and_shows_a_command(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    parsers: list[argparse.ArgumentParser] = []
+    original = argparse.ArgumentParser.print_help
+
+    def keep(parser: argparse.ArgumentParser, file: Any = None) -> None:
+        parsers.append(parser)
+        original(parser, file)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(argparse.ArgumentParser, "print_help", keep)
+        with pytest.raises(SystemExit) as stop:
+            main(name, ["--help"])
+    assert stop.value.code == 0
+    # some showed only their docstring's first line, which hid the example and the options' meaning
+    assert f"bench/{name}.py" in capsys.readouterr().out
+    (parser,) = parsers
+    assert [action.dest for action in parser._actions if not action.help] == []
