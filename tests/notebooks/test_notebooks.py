@@ -71,6 +71,8 @@ def test_the_trace_explorer_reads_a_file_through_a_column_map(tmp_path: Path) ->
     text = "".join(str(o.get("text", "")) for o in outputs)
     lengths = pd.read_csv(tmp_path / "mine.csv")["resp_len"]
     assert f"{len(lengths)} samples, mean {lengths.mean():.0f} tokens" in text
+    longest = lengths.sort_values(ascending=False).head(-(-len(lengths) // 10))  # the longest 10%, rounded up
+    assert f"math: the longest 10% of samples hold {longest.sum() / lengths.sum():.1%} of the tokens" in text
 
 
 @pytest.mark.parametrize(("parameters", "expected"), [
@@ -78,6 +80,8 @@ def test_the_trace_explorer_reads_a_file_through_a_column_map(tmp_path: Path) ->
      "TraceError: agentc_small: no such file, nor a bundled trace (agentic_small, math_16k, math_small)"),
     ({"trace": "math_small", "column_map": {"response_tokens": "resp_len"}},
      "TraceError: math_small: column_map is for a trace file; this is a bundled trace, already in rlix's columns"),
+    ({"tail_fraction": 10},
+     "ValueError: tail_fraction=10: give the tail as a share of the samples, in (0, 1]"),
 ])
 def test_the_trace_explorer_names_a_bad_trace_parameter(tmp_path: Path, parameters: dict[str, object],
                                                         expected: str) -> None:
