@@ -65,7 +65,7 @@ from rlix.policy import (
 from rlix.policy.decisions import Expand, Grant
 from rlix.policy.gap_ratio import plan_gap_ratio
 from rlix.policy.policies import GapRatioPolicy
-from rlix.traces.options import positive_int
+from rlix.traces.options import non_negative_number, positive_int, separated_by_commas
 
 SCHEDULER = "rlix/scheduler/scheduler.py"
 STATES = ("pending", "pending", "reported", "reported", "reported", "reported", "silent", "idle", "releasing")
@@ -259,6 +259,15 @@ def run_states(scenario: str, seed: int, instants_s: list[float]) -> dict[float,
     return states
 
 
+#: --scenario's instants: every 15 minutes of its first three hours.
+DEFAULT_AT = [900.0 * i for i in range(1, 13)]
+
+
+def instants(text: str) -> list[float]:
+    """`--at`: simulated seconds (finite, at least 0) separated by commas."""
+    return separated_by_commas(text, non_negative_number, "simulated seconds >= 0", "900,1800")
+
+
 def fail(message: str) -> NoReturn:
     print(f"rlix_differential: {message}", file=sys.stderr)
     sys.exit(2)
@@ -289,13 +298,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON line, with the first differences")
     parser.add_argument("--scenario", help="instead of random situations, the states of a simulated run of this "
                         "scenario under gap-ratio (seed --seed), at the instants of --at")
-    parser.add_argument("--at", default=",".join(str(900 * i) for i in range(1, 13)),
-                        help="with --scenario: simulated seconds, comma-separated (default: %(default)s)")
+    parser.add_argument("--at", type=instants, default=None,
+                        help="with --scenario: simulated seconds, comma-separated (default: "
+                        f"{','.join(f'{t:g}' for t in DEFAULT_AT)})")
     args = parser.parse_args(argv)
-    try:
-        instants_s = [float(t) for t in args.at.split(",")]
-    except ValueError:
-        fail(f"--at takes simulated seconds, comma-separated, not {args.at!r}")
+    if args.at is not None and args.scenario is None:  # it was ignored
+        parser.error("--at chooses the instants of --scenario's run: give --scenario")
+    instants_s = DEFAULT_AT if args.at is None else args.at
     clone = "git clone https://github.com/rlops/rlix PATH makes one; see --help"
     if args.rlix is None:
         fail(f"needs an RLix checkout to compare with: --rlix PATH ({clone})")

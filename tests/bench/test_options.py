@@ -285,3 +285,16 @@ def test_the_help_explains_every_option_and_shows_a_command(name: str, capsys: p
     assert f"bench/{name}.py" in capsys.readouterr().out
     (parser,) = parsers
     assert [action.dest for action in parser._actions if not action.help] == []
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--scenario", "tiny", "--at", "nan"], "argument --at"),  # was 'the run of tiny ended before nan s'
+    (["--scenario", "tiny", "--at=10,-5"], "argument --at"),  # was a state at -5 s
+    (["--at", "10"], "give --scenario"),  # was ignored
+])
+def test_rlix_differential_checks_at(argv: list[str], said: str, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    rlix_differential = load("rlix_differential")
+    monkeypatch.setattr(rlix_differential, "compare", no_runs)
+    monkeypatch.setattr(rlix_differential, "run_states", no_runs)
+    assert said in refused(capsys, "rlix_differential", [*argv, "--rlix", "."])

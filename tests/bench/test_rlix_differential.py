@@ -52,7 +52,8 @@ def assert_staged_as_given(bench: Any, s: dict[str, Any]) -> None:
 def test_a_bad_instant_is_named_before_anything_runs() -> None:
     done = run("--scenario", "lab-day", "--at", "600,soon")
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == "rlix_differential: --at takes simulated seconds, comma-separated, not '600,soon'"
+    assert done.stderr.strip().splitlines()[-1] == (
+        "rlix_differential.py: error: argument --at: expected a number >= 0, got 'soon'")
 
 
 def test_the_model_is_given_exactly_the_situation() -> None:
