@@ -27,7 +27,8 @@ def chosen_configs(parser: argparse.ArgumentParser, text: str, known: Iterable[s
     names = [n for n in text.split(",") if n]
     unknown = [n for n in names if n not in known]
     if unknown or not names:
-        parser.error(f"--configs: unknown {unknown} (known: {', '.join(known)})")
+        what = f"unknown {', '.join(unknown)}" if unknown else "no configuration named"
+        parser.error(f"--configs: {what} (known: {', '.join(known)})")
     return names
 
 

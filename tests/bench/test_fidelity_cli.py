@@ -113,3 +113,17 @@ def test_the_backend_and_model_reach_the_calibration_and_every_prediction(monkey
     with pytest.raises(Stop):
         bench.main(["--configs", "static", "--out", str(tmp_path / "fid")])
     assert seen == [("calibrate", {"backend": "hf", "model": "tiny"}), ("static", {"backend": "hf", "model": "tiny"})]
+
+
+@pytest.mark.parametrize(("configs", "words"), [
+    ("", "--configs: no configuration named (known: "),
+    ("statik,static", "--configs: unknown statik (known: "),
+])
+def test_bad_configs_name_what_is_wrong(configs: str, words: str, capsys: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    """An empty list was 'unknown []', a misspelt name 'unknown ['statik']'."""
+    with pytest.raises(SystemExit) as caught:
+        load("fidelity").main(["--configs", configs, "--out", str(tmp_path / "fid")])
+    assert caught.value.code == 2
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "fid").exists()
