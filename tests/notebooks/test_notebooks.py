@@ -76,6 +76,23 @@ def test_the_trace_explorer_reads_a_file_through_a_column_map(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(("parameters", "expected"), [
+    ({"scenarios": []}, "ValueError: scenarios=[]: give a non-empty list (papermill: -y 'scenarios: [...]')"),
+    ({"seeds": []}, "ValueError: seeds=[]: give a non-empty list (papermill: -y 'seeds: [...]')"),
+    ({"policies": "rlix"}, "ValueError: policies='rlix': give a non-empty list (papermill: -y 'policies: [...]')"),
+    ({"seeds": [0, 0]}, "ValueError: seeds=[0, 0]: a value is given twice"),
+    ({"workers": 0}, "ValueError: workers=0: give the number of local Ray workers, 1 or more"),
+    ({"scenarios": ["tiny", "tinyy"]}, "ScenarioError: <scenario>: no bundled scenario 'tinyy'"),
+    ({"policies": ["rlix", "rlx"]}, "unknown policy (known: gap-ratio, rlix, sequential, static, static-backfill)"),
+])
+def test_the_utilization_study_names_a_bad_parameter_before_it_runs_anything(
+        tmp_path: Path, parameters: dict[str, object], expected: str) -> None:
+    out = tmp_path / "study"
+    settings = {"scenarios": ["tiny"], "policies": ["rlix"], "seeds": [0], "workers": 1, "out": str(out)}
+    assert expected in _first_error("utilization_study", tmp_path, **{**settings, **parameters})
+    assert not out.exists()  # not even the good scenario's sweep ran
+
+
+@pytest.mark.parametrize(("parameters", "expected"), [
     ({"trace": "agentc_small"},
      "TraceError: agentc_small: no such file, nor a bundled trace (agentic_small, math_16k, math_small)"),
     ({"trace": "math_small", "column_map": {"response_tokens": "resp_len"}},
