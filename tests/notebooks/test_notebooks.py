@@ -57,6 +57,23 @@ def test_the_utilization_study_runs_a_small_sweep(tmp_path: Path) -> None:
     assert len(points) == 2 and (tmp_path / "study" / "tiny" / "results.parquet").exists()
 
 
+def test_the_utilization_study_draws_its_figures_when_a_scenario_has_no_finished_run(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    from importlib import resources
+
+    import yaml
+
+    tiny = yaml.safe_load(resources.files("rlix.scenarios").joinpath("data", "tiny.yaml").read_text())
+    (tmp_path / "broken.yaml").write_text(yaml.safe_dump({**tiny, "trace": {"path": "bad.csv"}}))
+    (tmp_path / "bad.csv").write_text("response_tokens\nabc\n")  # read by the run, which fails
+    outputs = _run("utilization_study", tmp_path, scenarios=["tiny", "broken.yaml"], policies=["rlix"], seeds=[0],
+                   max_time_s=60, workers=1, out=str(tmp_path / "study"))
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert _images(outputs) == 4  # shares, steps per GPU-hour, JCT CDF, GPU use of tiny's one run
+    text = "".join("".join(o["text"]) for o in outputs if o.get("name") == "stdout")  # type: ignore[arg-type]
+    assert "1 point(s) failed:\n" in text and "'abc' is not a number" in text
+
+
 def test_the_trace_explorer_reads_a_file_through_a_column_map(tmp_path: Path) -> None:
     import pandas as pd
 
