@@ -74,6 +74,25 @@ def test_the_utilization_study_draws_its_figures_when_a_scenario_has_no_finished
     assert "1 point(s) failed:\n" in text and "'abc' is not a number" in text
 
 
+def test_the_utilization_study_jct_curves_count_unfinished_jobs_and_keep_a_colour_per_policy(tmp_path: Path) -> None:
+    """tiny cut at 100 s: under rlix one of its two jobs has finished (at 94 s), under static none."""
+    pytest.importorskip("ray")
+    import nbformat
+    import papermill
+
+    book = nbformat.read(NOTEBOOKS / "utilization_study.ipynb", as_version=4)
+    after = next(i for i, c in enumerate(book.cells) if "share of jobs finished" in c.source and c.cell_type == "code")
+    book.cells.insert(after + 1, nbformat.v4.new_code_cell(
+        "print('curves:', [(line.get_color(), float(line.get_ydata()[-1])) for line in axs[0][0].lines])"))
+    out = tmp_path / "probed.ipynb"
+    papermill.execute_notebook(book, str(out), parameters={
+        "scenarios": ["tiny"], "policies": ["static", "rlix"], "seeds": [0], "max_time_s": 100, "workers": 1,
+        "out": str(tmp_path / "study")}, progress_bar=False, kernel_name="python3", cwd=str(tmp_path))
+    text = "".join("".join(o.get("text", "")) for c in nbformat.read(out, as_version=4).cells
+                   if c.cell_type == "code" for o in c.outputs)
+    assert "curves: [('C1', 0.5)]" in text  # rlix's colour in the legend, half of its jobs
+
+
 def test_the_trace_explorer_reads_a_file_through_a_column_map(tmp_path: Path) -> None:
     import pandas as pd
 
