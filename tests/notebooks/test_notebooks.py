@@ -66,8 +66,10 @@ def test_the_utilization_study_draws_its_figures_when_a_scenario_has_no_finished
     tiny = yaml.safe_load(resources.files("rlix.scenarios").joinpath("data", "tiny.yaml").read_text())
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump({**tiny, "trace": {"path": "bad.csv"}}))
     (tmp_path / "bad.csv").write_text("response_tokens\nabc\n")  # read by the run, which fails
-    outputs = _run("utilization_study", tmp_path, scenarios=["tiny", "broken.yaml"], policies=["rlix"], seeds=[0],
-                   max_time_s=60, workers=1, out=str(tmp_path / "study"))
+    study = tmp_path / "study"
+    outputs = _run("utilization_study", tmp_path, scenarios=["tiny", str(tmp_path / "broken.yaml")], policies=["rlix"],
+                   seeds=[0], max_time_s=60, workers=1, out=str(study))
+    assert sorted(p.name for p in study.iterdir()) == ["broken", "tiny"]  # a file's sweep under its stem, in out
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert _images(outputs) == 4  # shares, steps per GPU-hour, JCT CDF, GPU use of tiny's one run
     text = "".join("".join(o["text"]) for o in outputs if o.get("name") == "stdout")  # type: ignore[arg-type]
@@ -117,6 +119,8 @@ def test_the_trace_explorer_reads_a_file_through_a_column_map(tmp_path: Path) ->
     ({"policies": "rlix"}, "ValueError: policies='rlix': give a non-empty list (papermill: -y 'policies: [...]')"),
     ({"seeds": [0, 0]}, "ValueError: seeds=[0, 0]: a value is given twice"),
     ({"workers": 0}, "ValueError: workers=0: give the number of local Ray workers, 1 or more"),
+    ({"scenarios": ["tiny", "mine/tiny.yaml"]},
+     "ValueError: scenarios=['tiny', 'mine/tiny.yaml']: 'tiny' and another would share the sweep folder "),
     ({"scenarios": ["tiny", "tinyy"]}, "ScenarioError: <scenario>: no bundled scenario 'tinyy'"),
     ({"policies": ["rlix", "rlx"]}, "unknown policy (known: gap-ratio, rlix, sequential, static, static-backfill)"),
 ])
