@@ -137,6 +137,9 @@ def test_the_utilization_study_names_a_bad_parameter_before_it_runs_anything(
      "TraceError: agentc_small: no such file, nor a bundled trace (agentic_small, math_16k, math_small)"),
     ({"trace": "math_small", "column_map": {"response_tokens": "resp_len"}},
      "TraceError: math_small: column_map is for a trace file; this is a bundled trace, already in rlix's columns"),
+    ({"trace": "mine.csv", "column_map": "response_tokens=resp_len"},
+     "ValueError: column_map='response_tokens=resp_len': give a mapping {rlix column: your column} "
+     "(papermill: -y 'column_map: {response_tokens: resp_len}')"),
     ({"tail_fraction": 10},
      "ValueError: tail_fraction=10: give the tail as a share of the samples, in (0, 1]"),
 ])
