@@ -123,10 +123,12 @@ def test_the_trace_explorer_reads_a_file_through_a_column_map(tmp_path: Path) ->
      "ValueError: scenarios=['tiny', 'mine/tiny.yaml']: 'tiny' and another would share the sweep folder "),
     ({"scenarios": ["tiny", "tinyy"]}, "ScenarioError: <scenario>: no bundled scenario 'tinyy'"),
     ({"policies": ["rlix", "rlx"]}, "unknown policy (known: gap-ratio, rlix, sequential, static, static-backfill)"),
+    ({"out": "taken"}, "RunError: taken/tiny: "),  # then "<tmp_path>/taken is a file, so nothing can be written under it"
 ])
 def test_the_utilization_study_names_a_bad_parameter_before_it_runs_anything(
         tmp_path: Path, parameters: dict[str, object], expected: str) -> None:
     out = tmp_path / "study"
+    (tmp_path / "taken").write_text("")
     settings = {"scenarios": ["tiny"], "policies": ["rlix"], "seeds": [0], "workers": 1, "out": str(out)}
     assert expected in _first_error("utilization_study", tmp_path, **{**settings, **parameters})
     assert not out.exists()  # not even the good scenario's sweep ran
