@@ -22,6 +22,7 @@ running counts (`add_rollout_counts`) for the summary.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,10 @@ class Recorder:
         self.rollouts: dict[str, list[Any]] = {name: [] for name in ROLLOUT_COLUMNS}
         #: Open holdings: (pipeline, cluster, dp_rank) -> (priority, gpus, t_start).
         self._open: dict[Key, tuple[int, tuple[int, ...], float]] = {}
+        #: Activity begun and not ended yet, by token (`open_activity`): a run cut while it
+        #: goes on still shows it, up to the cut.
+        self._open_activity: dict[int, tuple[Any, ...]] = {}
+        self._activity_tokens = itertools.count()
         self.end_s = 0.0
         self.finished = False
 
@@ -131,6 +136,19 @@ class Recorder:
         add = self.activity.append if self.sink is None else self.sink.activity
         for gpu in gpus:
             add((pipeline_id, cluster, dp_rank, gpu, kind, stage, t_start, t_end))
+
+    def open_activity(self, pipeline_id: str, cluster: str, dp_rank: int, gpus: Iterable[int],
+                      kind: str, stage: str, t_start: float) -> int:
+        """A span that has begun: its token ends it (`close_activity`), or `finish` at the cut."""
+        token = next(self._activity_tokens)
+        self._open_activity[token] = (pipeline_id, cluster, dp_rank, tuple(gpus), kind, stage, t_start)
+        return token
+
+    def close_activity(self, token: int, t_end: float | None) -> None:
+        """End the span `token` at `t_end` (None: it is dropped, as if it never began)."""
+        span = self._open_activity.pop(token, None)
+        if span is not None and t_end is not None:
+            self.add_activity(*span, t_end)
 
     def add_prefetch(self, pipeline_id: str, seconds: float) -> None:
         """A pipeline read weights into host memory for `seconds`, holding no GPU (summed per
@@ -206,7 +224,9 @@ class Recorder:
         self.finished = False
 
     def finish(self, now: float) -> None:
-        """Close whatever is still held at the end of the run."""
+        """Close whatever is still held, and whatever activity still goes on, at the end of the run."""
+        for token in list(self._open_activity):
+            self.close_activity(token, now)
         for key in list(self._open):
             self._close(key, now)
         self.end_s = now

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlix.policy import decisions as dec
+from rlix.policy.specs import ROLLOUT_CLUSTER
 
 if TYPE_CHECKING:
     from rlix.sim.simulation import Simulation
@@ -70,23 +71,20 @@ class SimActuator:
         if costs.expand_overhead_s:  # measured: the driver's calls before the rank loads
             yield sim.env.timeout(costs.expand_overhead_s)
             t0 = sim.env.now
+        # Opened, not added at the end: a run cut mid-load still shows the GPUs loading to the cut.
+        loading = sim.recorder.open_activity(
+            decision.pipeline_id, ROLLOUT_CLUSTER, decision.dp_rank, decision.gpus, "loading", "load", t0
+        )
         yield sim.env.timeout(costs.weight_load_seconds(len(decision.gpus)))
         if self._loading.get(key) != decision.decision_id:
+            sim.recorder.close_activity(loading, None)
             return  # revoked while loading (a GPU was lost): no engine, nothing to report
         del self._loading[key]
         rollout = sim.rollouts.get(decision.pipeline_id)
         if rollout is None or not rollout.alive:
+            sim.recorder.close_activity(loading, None)
             return  # the pipeline went away while loading; the core forgot the decision
-        sim.recorder.add_activity(
-            decision.pipeline_id,
-            "actor_infer",
-            decision.dp_rank,
-            decision.gpus,
-            "loading",
-            "load",
-            t0,
-            sim.env.now,
-        )
+        sim.recorder.close_activity(loading, sim.env.now)
         rollout.add_engine(decision.dp_rank)
         sim.loop.applied(decision.decision_id)
 
@@ -102,17 +100,10 @@ class SimActuator:
         costs = sim.costs[decision.pipeline_id]
         if costs.shrink_overhead_s:  # measured: the driver's calls before the rank offloads
             yield sim.env.timeout(costs.shrink_overhead_s)
-        t0 = sim.env.now
         keeps_weights = sim.pipelines[decision.pipeline_id].kind == "multi_lora"
-        yield sim.env.timeout(costs.offload_seconds(len(decision.gpus), keeps_weights))
-        sim.recorder.add_activity(
-            decision.pipeline_id,
-            "actor_infer",
-            decision.dp_rank,
-            decision.gpus,
-            "loading",
-            "offload",
-            t0,
-            sim.env.now,
+        offloading = sim.recorder.open_activity(
+            decision.pipeline_id, ROLLOUT_CLUSTER, decision.dp_rank, decision.gpus, "loading", "offload", sim.env.now
         )
+        yield sim.env.timeout(costs.offload_seconds(len(decision.gpus), keeps_weights))
+        sim.recorder.close_activity(offloading, sim.env.now)
         sim.loop.applied(decision.decision_id)

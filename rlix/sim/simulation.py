@@ -250,12 +250,12 @@ class Simulation:
         gpus = host.spec.clusters[op.cluster].mapping  # as placed, for a sized home
         tokens = self.batch_tokens.get((pid, op.adapter, op.step), 0)
         duration = stage_seconds(costs, op.stage, tokens, len(gpus), host.config.prefetch_weights)
-        t0 = float(self.env.now)
-        t_busy_end: float | None = None
+        # Opened, not added at the end: a run cut mid-stage still shows the GPUs busy to the cut.
+        busy = self.recorder.open_activity(pid, op.cluster, -1, gpus, "busy", op.stage, float(self.env.now))
         self.stages[(pid, op.cluster)] = self.env.active_process
         try:
             yield self.env.timeout(duration)
-            t_busy_end = float(self.env.now)
+            self.recorder.close_activity(busy, float(self.env.now))
             if op.stage == "init" and op.cluster == WEIGHTS_CLUSTER:
                 # As a live pipeline does: its init ends once every rollout rank's worker has
                 # started (after the trainer, one at a time), the GPUs held meanwhile.
@@ -265,13 +265,10 @@ class Simulation:
         except simpy.Interrupt as interrupt:
             if interrupt.cause != "revoke":
                 raise
-            self.recorder.add_activity(
-                pid, op.cluster, -1, gpus, "busy", op.stage, t0, float(self.env.now) if t_busy_end is None else t_busy_end
-            )
             return ABORTED
         finally:
+            self.recorder.close_activity(busy, float(self.env.now))  # revoked mid-stage (a no-op after)
             self.stages.pop((pid, op.cluster), None)
-        self.recorder.add_activity(pid, op.cluster, -1, gpus, "busy", op.stage, t0, t_busy_end)
         return None
 
     def abort_stage(self, pipeline_id: str, cluster: str) -> None:
