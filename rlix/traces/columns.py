@@ -53,6 +53,9 @@ def as_column_map(
         for target in column_map:
             _check_target(target, targets)
         return dict(column_map)
+    if isinstance(column_map, str):  # iterating it would read 'response_tokens=x' letter by letter
+        raise TraceError(f"a column map is a mapping or a list of TARGET=SOURCE strings, not the string "
+                         f"{column_map!r} (write [{column_map!r}])")
     return parse_column_map(column_map, targets)
 
 

@@ -79,7 +79,8 @@ def validate_trace(raw: pd.DataFrame, file: str | Path | None = None) -> pd.Data
         if name not in raw.columns:
             raise TraceError(
                 f"missing required column {name!r} (columns are: {column_listing(raw.columns)}); "
-                f"name the column that holds it with --column {name}=SOURCE",
+                f"name the column that holds it with --column {name}=SOURCE (columns={{{name!r}: SOURCE}} "
+                f"in Python)",
                 file=file,
             )
     converted: dict[str, pd.Series] = {}

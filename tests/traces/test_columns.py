@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from rlix.traces import TraceError, parse_column_map
-from rlix.traces.columns import apply_column_map
+from rlix.traces.columns import apply_column_map, as_column_map
 
 
 def test_parse_column_map() -> None:
@@ -42,3 +42,11 @@ def test_apply_column_map_missing_source_names_file_and_columns() -> None:
         apply_column_map(raw, {"response_tokens": "b"}, file="log.csv")
     assert str(caught.value).startswith("log.csv: column map response_tokens=b")
     assert "(columns are: a)" in str(caught.value)
+
+
+def test_a_column_map_given_as_one_string_is_refused() -> None:
+    """A string is an iterable of strings: it was parsed letter by letter ('column map entry
+    'r' is not TARGET=SOURCE'), which said nothing of the mistake."""
+    with pytest.raises(TraceError, match=r"not the string 'response_tokens=x' \(write \['response_tokens=x'\]\)"):
+        as_column_map("response_tokens=x")
+    assert as_column_map(["response_tokens=x"]) == {"response_tokens": "x"}
