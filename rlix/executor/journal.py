@@ -37,6 +37,8 @@ def _decode(piece: dict[str, Any]) -> dict[str, Any]:
     decoded["open"] = {tuple(key): (held[0], tuple(held[1]), held[2]) for key, held in piece["open"]}
     for name in ("allocations", "activity", "waits"):
         decoded[name] = [tuple(row) for row in piece[name]]
+    # (pipeline_id, cluster, dp_rank, gpus, kind, stage, t_start): JSON made the GPUs a list
+    decoded["open_activity"] = [(*span[:3], tuple(span[3]), *span[4:]) for span in piece.get("open_activity", [])]
     return decoded
 
 

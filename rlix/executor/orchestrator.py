@@ -37,6 +37,7 @@ from rlix.executor.external import ExternalApi
 from rlix.executor.pipeline import PipelineActor
 from rlix.executor.placement import GpuPool, control_options
 from rlix.executor.records import AsyncioFutures, PipelineRecord, RolloutBook
+from rlix.executor.spans import Span, SpanBook
 from rlix.executor.workload import PipelineSetup
 from rlix.pipelines import ops
 from rlix.policy import events as ev
@@ -64,6 +65,7 @@ class Orchestrator(ExternalApi):
         self.scheduler = Scheduler(topology, policy, config, check_invariants=check_invariants)
         self.recorder = record if record is not None else Recorder(topology, policy, config)
         self.rollouts = RolloutBook(self.recorder)
+        self.spans = SpanBook(self.recorder)
         self.actuator = RayActuator(self)
         self.loop = Loop(self.scheduler, self.recorder, self.actuator, self.now)
         self.pipelines: dict[str, PipelineRecord] = {}
@@ -200,11 +202,12 @@ class Orchestrator(ExternalApi):
     def batch_done(self, pipeline_id: str, adapter: str, step: int, result: Any) -> None:
         self._host(pipeline_id).batch_done(adapter, step, result)
 
-    def add_records(self, rollouts: dict[str, list[Any]] | None, activity: list[tuple[Any, ...]]) -> None:
+    def add_records(self, pipeline_id: str, rollouts: dict[str, list[Any]] | None, ended: list[Span],
+                    still_open: list[Span] | None) -> None:
+        """A pipeline actor's flush: attempts, and activity spans ended and still open (rlix.executor.spans)."""
         if rollouts:
             self.rollouts.add(rollouts)
-        for pid, cluster, dp_rank, gpus, kind, stage, t_start, t_end in activity:
-            self.recorder.add_activity(pid, cluster, dp_rank, gpus, kind, stage, t_start, t_end)
+        self.spans.add(pipeline_id, ended, still_open)
 
     def adopt(self, pipeline_id: str, handles: list[Any]) -> None:
         record = self.pipelines.get(pipeline_id)
@@ -252,6 +255,7 @@ class Orchestrator(ExternalApi):
         record.cancel_waits(status)
         now = self.now()
         self.rollouts.abort(record.pipeline_id, now)
+        self.spans.cut(record.pipeline_id, now)
         if record.host is not None:
             record.host.kill()
         elif record.admitted or record.pipeline_id in self.scheduler.pipelines:

@@ -32,6 +32,7 @@ from typing import Any
 from rlix.executor.actors import RemoteTrainerWorker, kill_and_confirm
 from rlix.executor.placement import GpuPool
 from rlix.executor.ranks import Ranks
+from rlix.executor.spans import ActorSpans
 from rlix.executor.trajectories import Attempt, RolloutQueue, attempt_columns
 from rlix.executor.workload import PipelineSetup
 from rlix.pipelines import ops, program_for
@@ -57,7 +58,7 @@ class PipelineActor:
         self._thread_seq = 0
         self._next_id: dict[str, int] = {}
         self._rows: list[Attempt] = []
-        self._activity: list[tuple[Any, ...]] = []
+        self.spans = ActorSpans(self.pipeline_id, self.now)
         self._sent_remaining: dict[str, int] = {}
         self._failure: asyncio.Future[None] | None = None
         self._done: asyncio.Future[None] | None = None
@@ -197,17 +198,16 @@ class PipelineActor:
         # From here: a cluster's first stage (its init) starts its trainer unless a Prefetch
         # did, which is the init's work (the model load), so its busy span covers it as the
         # simulator's init does; after a Prefetch the init moves the model onto the GPUs.
-        t0 = self.now()
-        if trainer is None:
-            trainer = await self._start_trainer(op.cluster, on_host=False)
-        batch = self.queue.batch(op.adapter, op.step) if op.step >= 0 else None
-        result = await self.workload.run_stage(op, self.trainers, batch)
-        if op.stage == "init" and op.cluster == self.workload.weights_cluster:
-            for name in self.workload.weight_names():  # a resumed adapter's weights are a later version
-                version = self.setup.program.first_step(name)
-                self._published[name] = version
-                self.ranks.published(name, version, await trainer.export.remote(name))
-        self.activity(op.cluster, -1, gpus, "busy", op.stage, t0)
+        with self.spans.span(op.cluster, -1, gpus, "busy", op.stage):
+            if trainer is None:
+                trainer = await self._start_trainer(op.cluster, on_host=False)
+            batch = self.queue.batch(op.adapter, op.step) if op.step >= 0 else None
+            result = await self.workload.run_stage(op, self.trainers, batch)
+            if op.stage == "init" and op.cluster == self.workload.weights_cluster:
+                for name in self.workload.weight_names():  # a resumed adapter's weights are a later version
+                    version = self.setup.program.first_step(name)
+                    self._published[name] = version
+                    self.ranks.published(name, version, await trainer.export.remote(name))
         if op.stage == "init" and op.cluster == self.workload.weights_cluster and self.setup.prestart_workers:
             # As RLix initializes: the pipeline's init ends with its rollout ranks' workers up
             # and asleep, so no expansion later waits for a worker process to start (seconds of
@@ -308,15 +308,12 @@ class PipelineActor:
     def record(self, attempts: list[Attempt]) -> None:
         self._rows.extend(attempts)
 
-    def activity(self, cluster: str, dp_rank: int, gpus: tuple[int, ...], kind: str, stage: str,
-                 t_start: float) -> None:
-        self._activity.append((self.pipeline_id, cluster, dp_rank, tuple(gpus), kind, stage, t_start, self.now()))
-
     async def flush(self) -> None:
         rows, self._rows = self._rows, []
-        activity, self._activity = self._activity, []
-        if rows or activity:
-            await self.orch.add_records.remote(attempt_columns(rows) if rows else None, activity)
+        ended, still_open = self.spans.take()
+        if rows or ended or still_open is not None:
+            await self.orch.add_records.remote(self.pipeline_id, attempt_columns(rows) if rows else None, ended,
+                                               still_open)
 
     async def _flush_loop(self) -> None:
         while True:

@@ -130,16 +130,15 @@ class Ranks:
         # Under the rank's lock: a publish's weight sync that reached the rank before the
         # shrink did ends first (it would otherwise update an engine that is asleep).
         async with rank.lock:
-            t0 = self.p.now()
-            try:
-                await rank.worker.sleep.remote()
-            except ACTOR_GONE:
-                # Dead since its last call (its loop was waiting for work, so nothing was
-                # lost); had the loop seen the death, it would have reported it and let go.
-                if self._let_go(dp_rank):
-                    self._worker_died(f"rank {dp_rank}: its worker was found dead when the rank was shrunk (it "
-                                      "held no trajectories); the rank's next expansion starts a new one")
-        self.p.activity(ROLLOUT_CLUSTER, dp_rank, rank.gpus, "loading", "offload", t0)
+            with self.p.spans.span(ROLLOUT_CLUSTER, dp_rank, rank.gpus, "loading", "offload"):
+                try:
+                    await rank.worker.sleep.remote()
+                except ACTOR_GONE:
+                    # Dead since its last call (its loop was waiting for work, so nothing was
+                    # lost); had the loop seen the death, it would have reported it and let go.
+                    if self._let_go(dp_rank):
+                        self._worker_died(f"rank {dp_rank}: its worker was found dead when the rank was shrunk "
+                                          "(it held no trajectories); the rank's next expansion starts a new one")
 
     async def revoke(self, dp_rank: int) -> None:
         """The rank's GPU was lost: re-queue what it held and end its worker."""
@@ -211,11 +210,10 @@ class Ranks:
         return worker
 
     async def _wake(self, rank: Rank) -> None:
-        t0 = self.p.now()
-        weights = dict(self.weights)
-        await asyncio.wait_for(rank.worker.wake.remote(weights), WAKE_TIMEOUT_S)
-        rank.versions = {a: v for a, (v, _r) in weights.items()}
-        self.p.activity(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "loading", "load", t0)
+        with self.p.spans.span(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "loading", "load"):
+            weights = dict(self.weights)
+            await asyncio.wait_for(rank.worker.wake.remote(weights), WAKE_TIMEOUT_S)
+            rank.versions = {a: v for a, (v, _r) in weights.items()}
 
     def published(self, adapter: str, version: int, ref: list[Any]) -> None:
         self.weights[adapter] = (version, ref)
@@ -235,11 +233,10 @@ class Ranks:
         stale = [(a, v, ref) for a, (v, ref) in self.weights.items() if rank.versions.get(a) != v]
         if not stale:
             return
-        t0 = self.p.now()
-        for adapter, version, ref in stale:
-            await rank.worker.update.remote(adapter, version, ref)
-            rank.versions[adapter] = version
-        self.p.activity(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "loading", "sync", t0)
+        with self.p.spans.span(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "loading", "sync"):
+            for adapter, version, ref in stale:
+                await rank.worker.update.remote(adapter, version, ref)
+                rank.versions[adapter] = version
 
     # --- the feeding loop -----------------------------------------------------------------
 
@@ -272,16 +269,16 @@ class Ranks:
             raise
 
     async def _generate(self, rank: Rank, items: list[Trajectory]) -> list[Attempt] | None:
-        t0 = self.p.now()
-        try:
-            async with rank.lock:
-                await self._sync(rank)
-                attempts: list[Attempt] = await rank.worker.generate.remote(items)
-        except ACTOR_GONE as exc:
-            self._worker_died(f"rank {rank.dp_rank}: its worker died mid-call ({type(exc).__name__}); its "
-                              f"{len(items)} trajectories re-queued, the rank gets a new worker", exc)
-            return None
-        self.p.activity(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "busy", "rollout", t0)
+        with self.p.spans.span(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "busy", "rollout") as drop:
+            try:
+                async with rank.lock:
+                    await self._sync(rank)
+                    attempts: list[Attempt] = await rank.worker.generate.remote(items)
+            except ACTOR_GONE as exc:
+                drop()
+                self._worker_died(f"rank {rank.dp_rank}: its worker died mid-call ({type(exc).__name__}); its "
+                                  f"{len(items)} trajectories re-queued, the rank gets a new worker", exc)
+                return None
         return attempts
 
     def _worker_died(self, detail: str, cause: BaseException | None = None) -> None:
