@@ -73,8 +73,6 @@ class Recorder:
         #: goes on still shows it, up to the cut.
         self._open_activity: dict[int, tuple[Any, ...]] = {}
         self._activity_tokens = itertools.count()
-        #: When each (pipeline, cluster, dp_rank) last stopped holding its GPUs.
-        self._last_end: dict[Key, float] = {}
         self.end_s = 0.0
         self.finished = False
 
@@ -125,7 +123,6 @@ class Recorder:
             return
         priority, gpus, t_start = held
         pipeline_id, cluster, dp_rank = key
-        self._last_end[key] = now
         add = self.allocations.append if self.sink is None else self.sink.allocation
         for gpu in gpus:
             add((pipeline_id, cluster, priority, dp_rank, gpu, t_start, now))
@@ -211,9 +208,6 @@ class Recorder:
         """Add a piece of another recorder's `since(self.cursor())`."""
         self.event_lines.extend(piece["event_lines"])
         self.allocations.extend(piece["allocations"])
-        for pipeline_id, cluster, _priority, dp_rank, _gpu, _t_start, t_end in piece["allocations"]:
-            key = (pipeline_id, cluster, dp_rank)
-            self._last_end[key] = max(t_end, self._last_end.get(key, t_end))
         self.activity.extend(piece["activity"])
         self.waits.extend(piece["waits"])
         self.steps.extend(piece["steps"])
@@ -222,6 +216,15 @@ class Recorder:
         self._open = dict(piece["open"])
         # The copy's own tokens: it only ends them, at its finish (a journal from before has none).
         self._open_activity = dict(enumerate(piece.get("open_activity", [])))
+
+    def _holding_ends(self) -> dict[Key, float]:
+        """When each (pipeline, cluster, dp_rank) last stopped holding its GPUs (none kept in
+        memory for a streamed record, whose open spans are all on held GPUs: the simulator's)."""
+        ends: dict[Key, float] = {}
+        for pipeline_id, cluster, _priority, dp_rank, _gpu, _t_start, t_end in self.allocations:
+            key = (pipeline_id, cluster, dp_rank)
+            ends[key] = max(t_end, ends.get(key, t_end))
+        return ends
 
     def resume(self, resumed: dict[str, Any]) -> None:
         """Go on after a cut: the record so far stays, a segment line marks where a fresh core
@@ -234,11 +237,15 @@ class Recorder:
 
     def finish(self, now: float) -> None:
         """Close whatever is still held, and whatever activity still goes on, at the end of the run."""
+        ends: dict[Key, float] | None = None
         for token, span in list(self._open_activity.items()):
-            # A span whose GPUs were already given back ended by then: it was told open, and its
-            # end had not reached the record yet (a live pipeline tells it at its next flush).
-            key = (span[0], span[1], span[2])
-            self.close_activity(token, now if key in self._open else min(now, self._last_end.get(key, now)))
+            key, end = (span[0], span[1], span[2]), now
+            if key not in self._open:
+                # Its GPUs were already given back, so it ended by then: it was told open, and its
+                # end had not reached the record yet (a live pipeline tells it at its next flush).
+                ends = self._holding_ends() if ends is None else ends
+                end = min(now, ends.get(key, now))
+            self.close_activity(token, end)
         for key in list(self._open):
             self._close(key, now)
         self.end_s = now
