@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from rlix.policy.config import PolicyConfig
 from rlix.policy.specs import Topology
+from rlix.runs.eventlog import newline_before
 from rlix.runs.recorder import ROLLOUT_COLUMNS, Recorder
 
 JOURNAL_FILE = "journal.jsonl"
@@ -88,16 +89,7 @@ def _cut_unfinished_line(path: Path) -> None:
             handle.seek(size - 1)
             if handle.read(1) == b"\n":
                 return
-            end = size
-            while end > 0:  # back to the last newline, a block at a time (a journal can be large)
-                start = max(0, end - 65536)
-                handle.seek(start)
-                found = handle.read(end - start).rfind(b"\n")
-                if found >= 0:
-                    handle.truncate(start + found + 1)
-                    return
-                end = start
-            handle.truncate(0)
+            handle.truncate(newline_before(handle, size) + 1)
     except FileNotFoundError:
         return
 

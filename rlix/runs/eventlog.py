@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rlix.policy.specs import PipelineSpec
 from rlix.runs import codec
@@ -24,6 +24,7 @@ from rlix.runs.errors import RunError
 EVENTS_FILE = "events.jsonl"
 #: The key of a segment line (see the module docstring).
 SEGMENT = "segment"
+_BLOCK_BYTES = 1 << 16
 
 
 def events_path(run_dir: str | Path) -> Path:
@@ -85,6 +86,19 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
                     yield number, line
         except UnicodeDecodeError as error:
             raise RunError("not UTF-8 text", file=path, line=number + 1) from error
+
+
+def newline_before(handle: IO[bytes], end: int) -> int:
+    """The offset of the last newline before offset `end` of a binary file, or -1 if none:
+    read back a block at a time, as a log (or a live run's journal) may be gigabytes."""
+    while end > 0:
+        start = max(0, end - _BLOCK_BYTES)
+        handle.seek(start)
+        found = handle.read(end - start).rfind(b"\n")
+        if found >= 0:
+            return start + found
+        end = start
+    return -1
 
 
 def _parse(line: str, path: Path, number: int) -> dict[str, Any]:

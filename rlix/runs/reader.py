@@ -23,7 +23,14 @@ from rlix.policy.policies import get_policy
 from rlix.policy.specs import PipelineSpec, Topology
 from rlix.runs import codec
 from rlix.runs.errors import RunError
-from rlix.runs.eventlog import EventFacts, events_path, facts_from_file, iter_records, read_header
+from rlix.runs.eventlog import (
+    EventFacts,
+    events_path,
+    facts_from_file,
+    iter_records,
+    newline_before,
+    read_header,
+)
 from rlix.runs.folder import SCENARIO_FILE, SUMMARY_FILE
 from rlix.runs.frames import RunTables
 from rlix.runs.tablechoice import TABLE_CHOICES
@@ -145,26 +152,19 @@ def _check_last_line(events: Path) -> None:
     """RunError unless the last line of `events` is whole JSON. A run folder is moved into
     place once written, so a line cut short is a copy or a disk that failed; the log is read
     lazily, so `events()` would meet it only at its end, and `facts` (which parses only a few
-    lines) never: the specs and removals of part of the run, without a word. Read from the
-    end: a log may be gigabytes."""
+    lines) never: the specs and removals of part of the run, without a word."""
     try:
         with events.open("rb") as handle:
-            start = handle.seek(0, os.SEEK_END)
-            chunks: list[bytes] = []
-            seen_text = False  # the blank lines at the end are not the last line
-            while start > 0:
-                step = min(start, 1 << 16)
-                start -= step
+            end = handle.seek(0, os.SEEK_END)
+            while True:  # back over blank lines to the last one with text
+                start = newline_before(handle, end) + 1
                 handle.seek(start)
-                chunk = handle.read(step)
-                chunks.append(chunk)
-                text = chunk if seen_text else chunk.rstrip()
-                seen_text = seen_text or bool(text)
-                if b"\n" in text:
+                last = handle.read(end - start).strip()
+                if last or start == 0:
                     break
+                end = start - 1
     except OSError as error:
         raise RunError(f"cannot read: {error.strerror or error}", file=events) from error
-    last = b"".join(reversed(chunks)).rstrip().rsplit(b"\n", 1)[-1]
     try:
         json.loads(last)
     except ValueError as error:  # not JSON, or not UTF-8
