@@ -72,11 +72,7 @@ def write_run(
 
         return finish_streamed(recorder, scenario_yaml=scenario_yaml, specs=specs, plots=plots,
                                overwrite=overwrite, extra_summary=extra_summary, alone_s=alone_s)[0]
-    out_dir = check_out_dir(out_dir, overwrite)
-    if format not in FORMATS:
-        raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
-    if plots and importlib.util.find_spec("matplotlib") is None:
-        raise RunError("plots need matplotlib (pip install 'rlix[sim]'); or write the run without plots")
+    out_dir = check_run_out(out_dir, overwrite, format, plots)
     if not recorder.finished:  # holdings still open: finish() closes them
         raise RunError("the recorder is not finished: call recorder.finish(now) first")
     built = tables if tables is not None else tables_from_recorder(recorder, dict(specs) if specs is not None else None)
@@ -110,6 +106,22 @@ def _write_staged(out_dir: Path, write: Callable[[Path], None], folders: Mapping
             shutil.move(str(inside), str(origin))
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def check_run_out(out_dir: str | Path, overwrite: bool = False, format: str = "parquet",
+                  plots: bool = True) -> Path:
+    """The run folder `write_run` would write, checked as it checks it (RunError): a caller
+    about to run for hours checks first, and nothing is lost to a typo at the end."""
+    out = check_out_dir(out_dir, overwrite)
+    check_table_format(format)
+    if plots and importlib.util.find_spec("matplotlib") is None:
+        raise RunError("plots need matplotlib (pip install 'rlix[sim]'); or write the run without plots")
+    return out
+
+
+def check_table_format(format: str) -> None:
+    if format not in FORMATS:
+        raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
 
 
 def _add_run_state(figures: dict[str, Any], state: Mapping[str, Any]) -> None:

@@ -110,12 +110,11 @@ def _piece(name: TableName, rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 def open_sink(out_dir: str | Path, tables: Collection[str] = ALL_TABLES,
               format: TableFormat = "parquet", overwrite: bool = False) -> RunSink:
     """A sink writing into a hidden sibling of `out_dir` (checked as `write_run` checks it)."""
-    from rlix.runs.folder import FORMATS
+    from rlix.runs.folder import check_table_format
     from rlix.runs.paths import check_out_dir, new_folder
 
     out = check_out_dir(out_dir, overwrite)
-    if format not in FORMATS:
-        raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
+    check_table_format(format)
     chosen = check_tables(tables)  # before the staging folder, which a refusal would leave behind
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = new_folder(out.parent, f".{out.name}.")

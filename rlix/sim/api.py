@@ -149,8 +149,10 @@ def simulate(
         if out is None:
             raise RunError("tables= chooses what the run folder gets: give out= too")
         sink = open_sink(out, _checked_tables(tables), table_format, overwrite)  # type: ignore[arg-type]
-    elif out is not None:
-        _check_out(out, overwrite, table_format, plots)
+    elif out is not None:  # before the run, which can take hours; write_run checks again at the end
+        from rlix.runs.folder import check_run_out
+
+        check_run_out(out, overwrite, table_format, plots)
     try:
         sim = new_simulation(
             scenario, policy, trace=trace, columns=columns, seed=seed,
@@ -167,8 +169,8 @@ def simulate(
 
 
 def _checked_tables(tables: Any) -> frozenset[str]:
-    """`tables=` checked here, not by `open_sink`: it checks them after making the hidden
-    folder beside `out`, which a bad name then left behind; and its error names --tables."""
+    """`tables=` checked as a Python argument: a list of names (a string would be read letter
+    by letter), and an error naming `tables=` where `check_tables` names --tables."""
     if isinstance(tables, str) or not isinstance(tables, Iterable):
         raise RunError(f"tables= is a list of table names (tables=['steps', 'jobs']), not {tables!r}")
     names = list(tables)
@@ -178,22 +180,6 @@ def _checked_tables(tables: Any) -> frozenset[str]:
         return check_tables(names)
     except RunError as error:
         raise RunError(f"tables={names!r}: {error.message.removeprefix('--tables: ')}") from None
-
-
-def _check_out(out: str | os.PathLike[str], overwrite: bool, table_format: str, plots: bool) -> None:
-    """RunError for what `write_run` would refuse at the end: before the run, which can take
-    hours, as `open_sink` checks a streamed run's folder (write_run checks again, as the
-    folder may change meanwhile)."""
-    import importlib.util
-
-    from rlix.runs.folder import FORMATS
-    from rlix.runs.paths import check_out_dir
-
-    check_out_dir(out, overwrite)
-    if table_format not in FORMATS:
-        raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {table_format!r}")
-    if plots and importlib.util.find_spec("matplotlib") is None:
-        raise RunError("plots need matplotlib (pip install 'rlix[sim]'); or write the run without plots")
 
 
 def new_simulation(
