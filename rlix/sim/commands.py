@@ -137,10 +137,12 @@ def _scenario(args: argparse.Namespace) -> Any:
             if args.column:
                 raise UsageError(f"--column maps a trace file's columns; the bundled trace {path} has rlix's own")
             continue
-        if path is not None and not Path(path).is_file():
-            nor = f" (nor a bundled trace: {', '.join(bundled_names())})" if option == "--trace" else ""
-            what = "not a file" if Path(path).exists() else "no such file"
-            raise UsageError(f"{option}: {what}: {path}{nor if what == 'no such file' else ''}")
+        if path is None or Path(path).is_file():
+            continue
+        if Path(path).exists():
+            raise UsageError(f"{option}: not a file: {path}")
+        nor = f" (nor a bundled trace: {', '.join(bundled_names())})" if option == "--trace" else ""
+        raise UsageError(f"{option}: no such file: {path}{nor}")
     try:
         scenario = resolve_scenario(
             args.scenario,
