@@ -212,12 +212,18 @@ def test_help_shows_percent_signs_once(
 def test_bad_option_is_one_line_at_parsing(
     args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    err = _parse_error(["trace", *args, "--out", "o.csv"], capsys)
+    assert err.startswith(f"rlix-sim trace {args[0]}: error: ") and fragment in err
+
+
+def _parse_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line argparse writes for `argv`, which it refuses (exit 2, nothing on stdout)."""
     with pytest.raises(SystemExit) as done:
-        main(["trace", *args, "--out", "o.csv"])
+        main(argv)
     assert done.value.code == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
-    assert err.startswith(f"rlix-sim trace {args[0]}: error: ") and fragment in err
+    return err
 
 
 @pytest.mark.parametrize(
@@ -232,11 +238,7 @@ def test_an_empty_path_is_named_as_such(
     args: list[str], named: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An empty path is not the current folder: it was said to be '.: is a directory'."""
-    with pytest.raises(SystemExit) as done:
-        main(["trace", *args])
-    assert done.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{named}: an empty path" in err
+    assert f"{named}: an empty path" in _parse_error(["trace", *args], capsys)
 
 
 @pytest.mark.parametrize(
