@@ -64,7 +64,13 @@ from rlix.sim.fidelity import (
     run_sim,
     scenario_data,
 )
-from rlix.sim.fidelity_report import chosen_configs, json_line_stdout, print_table, summarize
+from rlix.sim.fidelity_report import (
+    check_out_option,
+    chosen_configs,
+    json_line_stdout,
+    print_table,
+    summarize,
+)
 
 __all__ = ["ENGINE", "VARIANTS", "Variant", "calibrate", "compare", "main", "plot_side_by_side", "predict_and_run",
            "print_table", "run_live", "run_sim", "scenario_data", "summarize"]
@@ -94,13 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     names = chosen_configs(parser, args.configs, VARIANTS)
     if args.steps is not None and args.steps < 1:
         parser.error("--steps: at least 1")
-    from rlix.runs.errors import RunError
-    from rlix.runs.paths import check_writable
-
-    try:
-        check_writable(args.out)  # a file there was a traceback from mkdir
-    except RunError as exc:
-        parser.error(f"--out: {exc}")
+    check_out_option(parser, args.out)
     executor = {"backend": args.backend, "model": args.model}
     configs = [scenario_data(None)] + [scenario_data(VARIANTS[name]) for name in names]
     problem = live_backend_problem(args.backend, gpus_needed(configs))
@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         except ModelSpecError as exc:
             parser.error(f"--model: {exc}")
     if args.calibration_run is not None:  # checked before --out is made: a bad folder is one line
+        from rlix.runs.errors import RunError
         from rlix.sim.calibrate import read_run
 
         try:

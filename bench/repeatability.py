@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from rlix.sim.fidelity import VARIANTS
-from rlix.sim.fidelity_report import chosen_configs, json_line_stdout
+from rlix.sim.fidelity_report import check_out_option, chosen_configs, json_line_stdout
 from rlix.sim.repeatability import pairwise, run_repeats, same_config, summarize
 
 CONFIGS = {"cpu-demo": None, **VARIANTS}
@@ -61,13 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     names = chosen_configs(parser, args.configs, CONFIGS)
     if args.repeats < 2:
         parser.error("--repeats: at least 2 runs are needed to compare")
-    from rlix.runs.errors import RunError
-    from rlix.runs.paths import check_writable
-
-    try:
-        check_writable(args.out)  # a file there was a traceback from the first run's mkdir
-    except RunError as exc:
-        parser.error(f"--out: {exc}")
+    check_out_option(parser, args.out)
     stdout = json_line_stdout(args.json)
     t0, reports = time.monotonic(), []
     for name in names:

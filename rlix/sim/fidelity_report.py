@@ -32,6 +32,18 @@ def chosen_configs(parser: argparse.ArgumentParser, text: str, known: Iterable[s
     return names
 
 
+def check_out_option(parser: argparse.ArgumentParser, out: str | Path) -> None:
+    """A bench's `--out` folder, checked before any run: the parser's one-line error if it is
+    a file, lies under one or cannot be written (the first run's mkdir raised a traceback)."""
+    from rlix.runs.errors import RunError
+    from rlix.runs.paths import check_writable
+
+    try:
+        check_writable(out)
+    except RunError as exc:
+        parser.error(f"--out: {exc}")
+
+
 def json_line_stdout(enabled: bool) -> TextIO:
     """Where a bench prints its result: with `--json` (`enabled`) the process's stdout, which then
     carries that one line only, everything else printed (Ray's workers print to this process's
