@@ -22,6 +22,7 @@ from statistics import fmean
 from typing import Any
 
 from rlix.scenarios import Scenario, bundled_scenarios, load_scenario
+from rlix.sim.choices import means_over_seeds
 from rlix.sim.parallel import run_all
 from rlix.traces.options import positive_int
 
@@ -99,7 +100,7 @@ def main() -> int:
 
     frame = pd.DataFrame(rows)
     frame["finished"] = frame["finished"].map({True: "yes", False: "NO"})
-    print(f"{args.pipeline} of {args.scenario} alone, means over seeds 0-{args.seeds - 1}")
+    print(f"{args.pipeline} of {args.scenario} alone, {means_over_seeds(args.seeds)}")
     print(format_table(frame, {"jct_s": "{:,.0f}", "of_whole_pool": "{:.3f}"}))
     return 0
 

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=non_negative_int, default=0, metavar="N",
                         help="mean over seeds 0..N-1 (default: the scenario's own seed)")
     parser.add_argument("--workers", type=positive_int, default=2, help="runs at once (default 2)")
-    parser.add_argument("--target", type=float, default=0.8, help="the ratio drawn as the target (default 0.8)")
+    parser.add_argument("--target", type=positive_number, default=0.8, help="the ratio drawn as the target (default 0.8)")
     parser.add_argument("--plot", type=plot_path_arg, metavar="PATH", help="also draw the plot here (e.g. docs/move-costs.png; default: none)")
     parser.add_argument("--json", action="store_true", help="one JSON line")
     args = parser.parse_args(argv)

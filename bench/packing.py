@@ -52,7 +52,7 @@ from statistics import fmean
 from typing import Any
 
 from rlix.runs.rankless import run_rankless
-from rlix.sim.choices import add_study_arguments
+from rlix.sim.choices import add_study_arguments, means_over_seeds
 from rlix.sim.cost_fields import FREE_MOVES
 from rlix.sim.parallel import run_all
 
@@ -198,7 +198,7 @@ def main() -> int:
                "one_rank_packed_makespan_s": gpu_s, "of_ceiling": share, "packed_of_ceiling": share,
                "one_rank_packed_of_ceiling": share}
     costs = "; every move free" if args.free_moves else ""
-    print(f"means over seeds 0-{args.seeds - 1}; GPU-seconds (rankless: job-seconds) after the last init ends{costs}")
+    print(f"{means_over_seeds(args.seeds)}; GPU-seconds (rankless: job-seconds) after the last init ends{costs}")
     print(format_table(pd.DataFrame(rows), formats))
     return 0
 

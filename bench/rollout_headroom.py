@@ -38,7 +38,7 @@ from statistics import fmean
 from typing import Any
 
 from rlix.runs.rankless import run_rankless
-from rlix.sim.choices import add_study_arguments
+from rlix.sim.choices import add_study_arguments, means_over_seeds
 from rlix.sim.parallel import run_all
 
 DEFAULT_SCENARIOS = ("blog-4on12",)
@@ -196,7 +196,7 @@ def main() -> int:
     formats = {"steps_per_hour": "{:.1f}", "makespan_s": "{:,.0f}", "mean_jct_s": "{:,.0f}", "rankless_s": "{:,.0f}",
                "rankless_in_gangs_s": "{:,.0f}", "of_ceiling": "{:.1%}"}
     against = "" if args.no_ceiling else "; of ceiling: against the study's own ceiling, as it is"
-    print(f"means over seeds 0-{args.seeds - 1}{against}")
+    print(f"{means_over_seeds(args.seeds)}{against}")
     print(format_table(pd.DataFrame(rows), formats))
     return 0
 

@@ -114,11 +114,12 @@ def run(
     tables: frozenset[str] | None = None,
     days: float | None = None,
     out: str | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run the scenario cut to `fraction` of its day (or of `days`); `report` gets each
     checkpoint's figures as it is passed, then the whole run's (with `attempts` and `steps`).
     With `tables`, the record streams into a run folder (`out`, or a temporary one) that gets
-    only those tables."""
+    only those tables; an rlix folder already at `out` is replaced only with `overwrite`."""
     from rlix.runs.stream import open_sink
     from rlix.sim.api import collect, new_simulation
 
@@ -129,7 +130,8 @@ def run(
     folder = out or (None if scratch is None else str(Path(scratch) / "run"))
     gc.collect()
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    sink = None if tables is None else open_sink(folder or "", tables, overwrite=True)
+    replace = overwrite or scratch is not None
+    sink = None if tables is None else open_sink(folder or "", tables, overwrite=replace)
     sim = new_simulation(scenario, sink=sink)
 
     def progress(now: float) -> None:
@@ -140,7 +142,7 @@ def run(
     try:
         sim.run(max_time_s, progress)
         tables_wall0 = time.perf_counter()
-        result = collect(sim, plots=False, out=folder, overwrite=True)
+        result = collect(sim, plots=False, out=folder, overwrite=replace)
         whole = figures(sim, fraction, wall0, cpu0)
     finally:
         if scratch is not None:
@@ -188,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--days", type=positive_number, default=None, help="simulate this many days (default the scenario's)")
     parser.add_argument("--out", default=None, help="with --tables: keep the run folder here")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="with --out: replace a run folder rlix wrote there")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON line on stdout, the whole run's (the checkpoints' go to stderr)")
     parser.add_argument("--profile", action="store_true", help="cProfile the run (slower)")
@@ -198,12 +202,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.policy is not None and args.policy not in POLICIES:
         # else the scenario's file and line of its own policy would be named as the fault
         parser.error(f"argument --policy: unknown {args.policy!r} (known: {', '.join(sorted(POLICIES))})")
+    if args.overwrite and args.out is None:
+        parser.error("--overwrite replaces the folder of --out: give --out")
     if args.profile_out is not None and not args.profile:
         parser.error("--profile-out writes the profile of --profile: give --profile")
     # checked before the run, which can take an hour: a bad path was a traceback at its start or end
     try:
         if args.out is not None:
-            check_out_dir(args.out, overwrite=True)  # as the run writes it
+            check_out_dir(args.out, overwrite=args.overwrite)
     except RunError as error:
         parser.error(f"argument --out: {error}")
     try:
@@ -226,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(entry), file=sys.stderr if args.json else sys.stdout, flush=True)
 
     call = (args.scenario, args.fraction, checkpoints, args.policy, args.progress_every, report,
-            args.tables, args.days, args.out)
+            args.tables, args.days, args.out, args.overwrite)
     if args.profile:
         profiler = cProfile.Profile()
         last = profiler.runcall(run, *call)

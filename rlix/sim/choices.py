@@ -50,3 +50,9 @@ def add_study_arguments(parser: argparse.ArgumentParser, scenarios: Sequence[str
     parser.add_argument("--policies", type=policy_names, default="rlix", help="policies, separated by commas (default: rlix)")
     parser.add_argument("--seeds", type=positive_int, default=8, metavar="N", help="seeds 0..N-1 (default 8)")
     parser.add_argument("--workers", type=positive_int, default=2, help="processes (default 2)")
+
+
+def means_over_seeds(num_seeds: int) -> str:
+    """A table's caption for figures over seeds 0..num_seeds-1: "means over seeds 0-7", or
+    "seed 0" when there is one (a mean of one run is that run)."""
+    return "seed 0" if num_seeds == 1 else f"means over seeds 0-{num_seeds - 1}"

@@ -37,3 +37,12 @@ def test_scales_reject_bad_input() -> None:
     for text in ("", "0,1", "-1", "a,1"):
         with pytest.raises(argparse.ArgumentTypeError):
             move_costs._scales(text)
+
+
+def test_a_target_that_is_no_ratio_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    move_costs = load("move_costs")
+    for text in ("nan", "0", "-1"):
+        with pytest.raises(SystemExit) as stop:
+            move_costs.main(["--target", text])
+        assert stop.value.code == 2
+        assert "argument --target: expected a positive number" in capsys.readouterr().err

@@ -41,3 +41,25 @@ def test_a_scenario_that_does_not_load_is_one_line(capsys: pytest.CaptureFixture
         assert stop.value.code == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert line.startswith("sim_speed.py: error: ") and said in line
+
+
+def test_out_keeps_a_run_folder_and_replaces_one_only_with_overwrite(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    sim_speed = load("sim_speed")
+    out = tmp_path / "run"
+    sim_speed.main(["--scenario", "tiny", "--tables", "steps", "--out", str(out), "--json"])
+    assert (out / "summary.json").is_file() and (out / "steps.parquet").is_file()
+    written = (out / "summary.json").read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        sim_speed.main(["--scenario", "tiny", "--tables", "steps", "--out", str(out)])
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert "argument --out" in line and "--overwrite" in line
+    assert (out / "summary.json").read_bytes() == written  # nothing lost to the refusal
+    sim_speed.main(["--scenario", "tiny", "--tables", "steps", "--out", str(out), "--overwrite", "--json"])
+    assert (out / "summary.json").is_file()
+    with pytest.raises(SystemExit) as stop:
+        sim_speed.main(["--scenario", "tiny", "--overwrite"])
+    assert stop.value.code == 2
+    assert "give --out" in capsys.readouterr().err

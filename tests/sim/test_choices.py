@@ -32,3 +32,10 @@ def test_an_option_reports_through_argparse(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         parser.parse_args(["--policies", "nope"])
     assert "argument --policies: unknown nope" in capsys.readouterr().err
+
+
+def test_a_caption_says_one_seed_as_one() -> None:
+    from rlix.sim.choices import means_over_seeds
+
+    assert means_over_seeds(1) == "seed 0"
+    assert means_over_seeds(8) == "means over seeds 0-7"
