@@ -50,19 +50,7 @@ def resolve_scenario(
     replaces every trace: the scenario's, its pipelines', adapters' and templates', and so
     those of the jobs of its stream and job logs; `max_time_s` sets how long the run lasts at
     most (traces are sampled per step, so a run may outlast its trace's rows)."""
-    if not isinstance(scenario, Scenario | str | os.PathLike):  # os.fspath's TypeError names no argument
-        raise TypeError(f"scenario= is a bundled scenario's name, a YAML file's path or a Scenario, "
-                        f"not {type(scenario).__name__}")
-    for name, mapping in (("columns", columns), ("jobs_columns", jobs_columns)):
-        if mapping is not None and not isinstance(mapping, Mapping):
-            raise TypeError(f"{name}= is a dict of rlix's column names to the file's "
-                            f"({{'prompt_tokens': 'input_len'}}), not {mapping!r}")
-    # As --column without --trace is refused: silently running with the scenario's own trace
-    # would look like the mapping applied.
-    if columns and trace is None:
-        raise ValueError("columns= maps the columns of the trace= file: give trace= too")
-    if jobs_columns and jobs is None:
-        raise ValueError("jobs_columns= maps the columns of the jobs= file: give jobs= too")
+    _check_arguments(scenario, trace, columns, jobs, jobs_columns)
     overrides = (policy, trace, seed, jobs, max_time_s, costs)
     base_dir: Path | None = None
     if isinstance(scenario, Scenario):
@@ -95,11 +83,38 @@ def resolve_scenario(
         # before the expansion, so the jobs are checked with it, and after, for a job log's
         # own trace column
         data = replace_traces(expanded(replace_traces(data, ref), source, base_dir), ref)
+    given = {"seed": seed, "policy.name": policy, "max_time_s": max_time_s}
+    return _validate_naming_arguments(data, source, base_dir, given)
+
+
+def _check_arguments(
+    scenario: object, trace: object, columns: object, jobs: object, jobs_columns: object
+) -> None:
+    """resolve_scenario's arguments that are wrong whatever the scenario holds, named as the
+    arguments they are."""
+    if not isinstance(scenario, Scenario | str | os.PathLike):  # os.fspath's TypeError names no argument
+        raise TypeError(f"scenario= is a bundled scenario's name, a YAML file's path or a Scenario, "
+                        f"not {type(scenario).__name__}")
+    for name, mapping in (("columns", columns), ("jobs_columns", jobs_columns)):
+        if mapping is not None and not isinstance(mapping, Mapping):
+            raise TypeError(f"{name}= is a dict of rlix's column names to the file's "
+                            f"({{'prompt_tokens': 'input_len'}}), not {mapping!r}")
+    # As --column without --trace is refused: silently running with the scenario's own trace
+    # would look like the mapping applied.
+    if columns and trace is None:
+        raise ValueError("columns= maps the columns of the trace= file: give trace= too")
+    if jobs_columns and jobs is None:
+        raise ValueError("jobs_columns= maps the columns of the jobs= file: give jobs= too")
+
+
+def _validate_naming_arguments(
+    data: Any, source: Any, base_dir: Path | None, given: Mapping[str, object]
+) -> Scenario:
+    """The scenario validated; a fault in a value an argument set (`given`, by field path) is
+    named as that argument, not as the file's line, which does not hold that value."""
     try:
         return validate_scenario(data, source, base_dir)
     except ScenarioError as error:
-        # The file's line for a value the file does not hold would send the user to the wrong place.
-        given = {"seed": seed, "policy.name": policy, "max_time_s": max_time_s}
         if given.get(error.path) is None:
             raise
         argument = error.path.split(".")[0]
