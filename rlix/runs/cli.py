@@ -60,7 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "events.jsonl says happened (the holdings its applied grants and rank moves make, a "
         "wait per grant, its finished steps, trajectories consumed by each step trained, work "
         "only on GPUs held, a job row per pipeline). Exits 1 on the first broken invariant "
-        "or table that disagrees with the log.",
+        "or table that disagrees with the log; a log that ends before what summary.json says "
+        "of the run's end was cut short: an error naming its last line (exit 2), as in replay.",
     )
     check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder", type=path_text)
     _traceback_option(check)
@@ -78,7 +79,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "their loads and offloads against the rollout they ran, and how many were cut before "
         "they had run as long as their moves took. Stream jobs (<template>-<n>) group by "
         "template; --by arrival shows bursts of arrivals. Each table ends with a row over every "
-        "job, 'all' ('all jobs' when a group is itself named all).",
+        "job, 'all' ('all jobs' when a group is itself named all). The rollout waits come "
+        "from events.jsonl: a log cut short (it ends before what summary.json says of the "
+        "run's end) is an error naming its last line (exit 2), as in replay and check.",
         epilog="example: rlix-sim run lab-day --out runs/lab && rlix-sim jobs runs/lab --by arrival",
     )
     jobs.add_argument("run_dir", metavar="RUN_DIR", help="a run folder", type=path_text)
@@ -127,10 +130,14 @@ def main_check(args: argparse.Namespace) -> int:
 
 
 def _rollout_waits(run: Run, holds: pd.DataFrame) -> pd.Series:
-    """Each job's seconds with rollout work and no rollout rank (rlix.runs.rankless)."""
+    """Each job's seconds with rollout work and no rollout rank (rlix.runs.rankless), from the
+    event log: held to summary.json first, as `check` holds it, since a log cut short leaves
+    rollouts open to the makespan and drops the later ones, figures that look like any other."""
     from rlix.runs.eventlog import events_path
     from rlix.runs.rankless import open_rollouts, rankless_by_job
+    from rlix.runs.verify import tally_of_whole_log
 
+    tally_of_whole_log(run)
     spans = open_rollouts(events_path(run.path), float(run.summary["makespan_s"]))
     return rankless_by_job(spans, holds)["rankless_s"]
 

@@ -15,8 +15,9 @@ caused disagrees:
 - activity: work only on GPUs the log shows held, and some for every pipeline that trained;
 - jobs: a row for every pipeline the log registered.
 
-`log_reaches_summary` is replay's end: a log cut short (lines lost at its end) misses the
-steps, removals or time the summary counts.
+`log_reaches_summary` is replay's end, and what check and jobs hold the log to before they
+use it: a log cut short (lines lost at its end) misses the steps, removals or time the
+summary counts.
 """
 
 from __future__ import annotations

@@ -86,6 +86,8 @@ class EventTally:
     #: Shrink decisions per (pipeline, reason).
     shrinks: Counter[tuple[str, str]] = field(default_factory=Counter)
     last_now: float | None = None
+    #: The number of the log's last line (`tally_file` sets it): where a log cut short ends.
+    last_line: int = 0
     #: Pipelines driven through the executor's API (summary.json `api_pipelines`, set by the
     #: caller): their rollouts and their work run on their own engines, which rlix does not
     #: record, so no trajectory or work of theirs is asked for.
@@ -195,6 +197,7 @@ def tally_file(path: Path) -> EventTally:
     that can change a count are parsed. RunError naming the line of a record it cannot read."""
     tally = EventTally()
     for number, line in numbered_lines(path):
+        tally.last_line = number
         if not any(word in line for word in _COUNTED):
             continue
         try:

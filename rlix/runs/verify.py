@@ -145,7 +145,7 @@ def check(run_dir: str | Path) -> tuple[int | None, int | None]:
     checks read), sorted by trajectory and turned into rows a slice at a time, so only one
     slice of rows and one trajectory's attempts are Python objects at once."""
     run = load(run_dir)
-    tally = tally_file(run.path / EVENTS_FILE)
+    tally = tally_of_whole_log(run)
     api = run.summary.get("api_pipelines")
     tally.untracked = frozenset(map(str, api)) if isinstance(api, list) else frozenset()
     num_allocations = num_rollouts = None
@@ -164,6 +164,17 @@ def check(run_dir: str | Path) -> tuple[int | None, int | None]:
         if _has_table(run, name):
             agree(getattr(run, name), tally)
     return num_allocations, num_rollouts
+
+
+def tally_of_whole_log(run: Run) -> EventTally:
+    """The tally of `run`'s event log, RunError (exit 2, as `replay` says it) if the log ends
+    before what summary.json says of the run's end: a log cut short is bad input, and every
+    table held to it would seem to disagree (or, read for figures, give those of part of the
+    run without a word)."""
+    events = run.path / EVENTS_FILE
+    tally = tally_file(events)
+    log_reaches_summary(tally, run.summary, events, tally.last_line or 1)
+    return tally
 
 
 #: The other tables' comparisons with the event log (rlix.runs.crosscheck).

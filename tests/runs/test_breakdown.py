@@ -155,6 +155,23 @@ def test_the_command_reports_rollout_waits(tmp_path: Path, capsys: pytest.Captur
         assert 0 <= seconds <= groups[pipeline_id]["run_s"]
 
 
+def test_a_log_cut_short_is_refused_not_read_for_rollout_waits(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The rollout waits come from events.jsonl: cut short, it left rollouts open to the
+    makespan and lost the later ones, and the command printed those figures (exit 0)."""
+    from rlix.sim.api import simulate
+
+    run = simulate("tiny", "rlix", seed=0, out=tmp_path / "tiny", plots=False)
+    events = run.run_dir / "events.jsonl"
+    lines = events.read_text().splitlines()
+    events.write_text("\n".join(lines[: len(lines) // 2]) + "\n")
+    assert main(["jobs", str(run.run_dir)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"rlix-sim: error: {events}, line {len(lines) // 2}: ")
+    assert "the log was cut short" in captured.err and captured.err.count("\n") == 1
+
+
 def test_no_share_when_no_job_lost_time() -> None:
     faster = jobs().assign(alone_s=[150.0, 300.0, 300.0])  # m-0 -50, m-1 -100
     groups, _ = breakdown(faster, waits())
@@ -279,7 +296,9 @@ def test_a_job_due_after_the_run_was_cut_is_not_in_it(tmp_path: Path, capsys: py
     assert "1 jobs, policy" in capsys.readouterr().out
 
     every_spec = {**scenario.pipeline_specs("rlix"), **result.specs}
-    write_run(result.recorder, tmp_path / "old", scenario_yaml=scenario.to_yaml(), specs=every_spec, plots=False)
+    # Unfinished, as the simulator said of a cut run then too (the log ends with ft running).
+    write_run(result.recorder, tmp_path / "old", scenario_yaml=scenario.to_yaml(), specs=every_spec, plots=False,
+              extra_summary={"finished": False})
     figures = json.loads((tmp_path / "old" / "summary.json").read_text())
     assert figures["pipelines"][late]["arrival_s"] is None
     assert figures["overall"]["jobs"]["count"] == 2

@@ -45,6 +45,10 @@ def two_jobs(b_killed: bool = False) -> Recorder:
        ev.ClusterRequested(10.0, "B", "actor_train", 0))
     at(100.0, ev.ClusterReleased(100.0, "A", "actor_train"), ev.PipelineRemoved(100.0, "A"))
     at(150.0, ev.ClusterReleased(150.0, "B", "actor_train"), ev.PipelineRemoved(150.0, "B", failed=b_killed))
+    # Each init's wait from its request to its grant, as a driver's host records it (the
+    # summary's waits agree with the log's grants then, as replay, check and jobs ask).
+    recorder.add_wait("A", "actor_train", 0, 0.0, 0.0)
+    recorder.add_wait("B", "actor_train", 0, 10.0, 100.0)
     recorder.finish(150.0)
     return recorder
 

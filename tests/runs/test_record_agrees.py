@@ -139,6 +139,24 @@ def test_replay_sees_a_log_cut_short(run_dir: Path, tmp_path: Path, capsys: pyte
     assert err.startswith(f"rlix-sim: error: {events}, line {keep}: ") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("lost", [1, 5, 30])
+def test_check_says_what_replay_says_of_a_log_cut_short(run_dir: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str], lost: int) -> None:
+    """check held the tables to a log cut short as if it were whole: a broken invariant or a
+    table that disagreed (exit 1), or, with few lines lost, a pass."""
+    folder = _copy(run_dir, tmp_path)
+    events = folder / "events.jsonl"
+    _cut(folder, len(events.read_text().splitlines()) - lost)
+    said = []
+    for command in ("replay", "check"):
+        capsys.readouterr()
+        assert run_cli_main(command, str(folder)) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1
+        said.append(captured.err)
+    assert said[0] == said[1] and "the log was cut short" in said[0]
+
+
 def test_replay_names_the_line_a_log_was_cut_in(run_dir: Path, tmp_path: Path) -> None:
     folder = _copy(run_dir, tmp_path)
     events = folder / "events.jsonl"
