@@ -41,8 +41,9 @@ from rlix.runs.eventlog import EVENTS_FILE, SEGMENT, events_path, iter_records
 from rlix.runs.folder import SUMMARY_FILE
 from rlix.runs.reader import Run, load, read_core, read_summary
 from rlix.runs.tally import EventTally, StepKey, tally_file
-from rlix.traces.schema import TableName
-from rlix.traces.tables import table_path
+from rlix.traces.errors import TraceError
+from rlix.traces.schema import TABLE_COLUMNS, TableName
+from rlix.traces.tables import conform_table, table_path
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,8 @@ def check(run_dir: str | Path) -> tuple[int | None, int | None]:
     the folder was written without (`--tables`). Raises InvariantViolation or TableMismatch.
 
     The rollouts table can hold 10^8 attempts (a simulated day of a large cluster): it is
-    checked one pipeline at a time (from Parquet, only that pipeline's rows and the columns the
-    checks read), sorted by trajectory and turned into rows a slice at a time, so only one
+    checked one pipeline at a time (from Parquet, only that pipeline's rows, conformed to the
+    table's schema, then only the columns the checks read), sorted by trajectory and turned into rows a slice at a time, so only one
     slice of rows and one trajectory's attempts are Python objects at once."""
     run = load(run_dir)
     tally = tally_of_whole_log(run)
@@ -207,19 +208,53 @@ def _rows_by_trajectory(run: Run, counted: list[int], consumed: set[StepKey]) ->
 
 
 def _rollouts_by_pipeline(run: Run) -> Iterator[pd.DataFrame]:
+    """Each pipeline's rollout rows (the checked columns), conformed to the table's schema as
+    any table read is (`conform_table`): a missing column or a bad value is the one line
+    naming the file that `run.rollouts` gives, not a TypeError deep in the checks."""
     path = table_path(run.path, "rollouts", "parquet")
     if not path.exists():  # CSV tables: read whole (nobody writes 10^8 rows as CSV)
         yield from (part for _pid, part in run.rollouts.groupby("pipeline_id", sort=True, observed=True))
         return
-    try:
-        import pyarrow.parquet as pq
+    import pyarrow.parquet as pq
 
-        names = pq.read_table(path, columns=["pipeline_id"]).column(0).unique().to_pylist()
-        for pipeline_id in sorted(str(n) for n in names if n is not None):
-            yield pd.read_parquet(path, columns=_CHECKED_COLUMNS,
-                                  filters=[("pipeline_id", "==", pipeline_id)])
-    except (OSError, ValueError, KeyError) as error:  # pyarrow's errors derive from these
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, ValueError) as error:  # pyarrow's errors derive from these
         raise RunError(f"cannot read the rollouts for checking: {error}", file=path) from error
+    conform_table(schema.empty_table().to_pandas(), "rollouts", path)  # its columns, before any row is read
+    columns = list(TABLE_COLUMNS["rollouts"])
+    for pipeline_id in _pipeline_ids(pq, path):
+        try:
+            part = pd.read_parquet(path, columns=columns, filters=[("pipeline_id", "==", pipeline_id)])
+        except (OSError, ValueError, KeyError) as error:
+            raise RunError(f"cannot read the rollouts for checking: {error}", file=path) from error
+        try:
+            part = conform_table(part, "rollouts", path)
+        except TraceError as error:
+            if error.row is None:
+                raise
+            # The row of the file, not of this pipeline's rows: what a user opening it looks for.
+            row = _file_row(pq, path, pipeline_id, error.row)
+            raise TraceError(error.message, file=path, row=row, column=error.column) from error
+        yield part[_CHECKED_COLUMNS]
+
+
+def _file_row(pq: Any, path: Path, pipeline_id: str, part_row: int) -> int:
+    """The 1-based row of the rollouts file at `path` that is row `part_row` (1-based) of
+    `pipeline_id`'s rows (read filtered, in file order). Found only for an error's message."""
+    import pyarrow.compute as pc
+
+    ids = pq.read_table(path, columns=["pipeline_id"]).column(0).cast("string")
+    return int(pc.indices_nonzero(pc.equal(ids, pipeline_id))[part_row - 1].as_py()) + 1
+
+
+def _pipeline_ids(pq: Any, path: Path) -> list[str]:
+    """The pipelines of the rollouts table at `path` (a Parquet file), in order."""
+    try:
+        names = pq.read_table(path, columns=["pipeline_id"]).column(0).unique().to_pylist()
+    except (OSError, ValueError, KeyError) as error:
+        raise RunError(f"cannot read the rollouts for checking: {error}", file=path) from error
+    return sorted(str(n) for n in names if n is not None)
 
 
 def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:

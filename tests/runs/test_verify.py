@@ -121,6 +121,24 @@ def test_check_sees_a_stale_trajectory(run_dir: Path, tmp_path: Path) -> None:
         check(folder)
 
 
+def test_check_reads_rollouts_as_every_table_is_read(run_dir: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """check read the rollouts a pipeline at a time straight from Parquet, unconformed: a
+    missing t_start was a TypeError traceback, a missing column pyarrow's own message."""
+    folder = _copy(run_dir, tmp_path)
+    path = folder / "rollouts.parquet"
+    table = pd.read_parquet(path)
+    table.loc[4, "t_start"] = None  # p1's second row, the file's fifth
+    table.to_parquet(path)
+    assert run_cli_main("check", str(folder)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"rlix-sim: error: {path}, row 5 (1-based), column 't_start': missing value (empty or NaN)\n"
+    table.drop(columns=["status"]).to_parquet(path)
+    assert run_cli_main("check", str(folder)) == 2
+    assert capsys.readouterr().err.startswith(f"rlix-sim: error: {path}: rollouts table lacks required column(s) status")
+
+
 @pytest.mark.parametrize("slice_rows", [1, 2])
 def test_check_streams_rollouts_a_slice_at_a_time(
     run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slice_rows: int
