@@ -13,7 +13,7 @@ import yaml
 from rlix.runs.progress import count_progress
 from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
 from rlix.scenarios.source import load_yaml
-from rlix.traces.options import UsageError
+from rlix.traces.options import UsageError, path_text
 
 SWEEP_HELP = """\
 Run a scenario over a grid of values (policies, seeds, any scenario field) as Ray tasks, one
@@ -52,12 +52,14 @@ def register(commands: Any) -> None:
     parser.add_argument("--grid", metavar="KEY=V1,V2", action="append", default=[],
                         help="one axis of the grid (repeat for more); values are YAML as in scenario files (1e9 is a "
                              "number), split at commas outside quotes and brackets (\"2-3,0-1\" is one value)")
-    parser.add_argument("--file", metavar="SWEEP.yaml", help="a sweep file: scenario: and grid:")
-    parser.add_argument("--out", metavar="DIR", required=True, type=Path,
+    # Empty paths are refused, as the other commands refuse them: an empty --out was the
+    # current folder, an empty --file no file at all.
+    parser.add_argument("--file", metavar="SWEEP.yaml", type=path_text, help="a sweep file: scenario: and grid:")
+    parser.add_argument("--out", metavar="DIR", required=True, type=_folder,
                         help="the sweep folder (new, or this sweep's, to resume)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="local Ray workers (default: the cores)")
-    parser.add_argument("--address", metavar="HOST:PORT", help="join this Ray cluster instead")
+    parser.add_argument("--address", metavar="HOST:PORT", type=_address, help="join this Ray cluster instead")
     parser.add_argument("--runs", action="store_true", help="keep each point's run folder in DIR/runs")
     parser.add_argument(
         "--tables", metavar="NAME,...", type=tables_option,
@@ -68,6 +70,18 @@ def register(commands: Any) -> None:
     parser.add_argument("--no-plots", action="store_true", help="no plots")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
+
+
+def _folder(text: str) -> Path:
+    """--out: a path, not empty."""
+    return Path(path_text(text))
+
+
+def _address(text: str) -> str:
+    """--address: not empty (an empty one was tried as a cluster's address)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty address (give HOST:PORT, or leave --address out to run locally)")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:

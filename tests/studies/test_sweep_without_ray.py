@@ -38,3 +38,20 @@ def test_run_sweep_refuses_before_making_its_folder(no_ray: None, tmp_path: Path
     with pytest.raises(UsageError, match=r"exec extra"):
         run_sweep(load_scenario("tiny"), parse_grid(["seed=0,1"]), out)
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("option", "value"), [("--out", ""), ("--out", " "), ("--file", ""), ("--address", "")])
+def test_an_empty_path_or_address_is_refused_as_the_other_commands_refuse_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    """An empty --out swept into the current folder (results.parquet, sweep.json, plots/ among
+    whatever was there), an empty --file read as no file ("name a SCENARIO"), an empty
+    --address was tried as a cluster's."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["sweep", "tiny", "--grid", "seed=0", "--out", "sweep", "--quiet", option, value]
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rlix-sim sweep: error: argument {option}: an empty ") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
