@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "consumed trajectory, and no lost trajectory; and hold every table to what "
         "events.jsonl says happened (the holdings its applied grants and rank moves make, a "
         "wait per grant, its finished steps, trajectories consumed by each step trained, work "
-        "only on GPUs held, a job row per pipeline). Exits 1 on the first broken invariant "
+        "only on GPUs held, one job row per pipeline, finished when the log removed it). Exits 1 on the first broken invariant "
         "or table that disagrees with the log; a log that ends before what summary.json says "
         "of the run's end was cut short: an error naming its last line (exit 2), as in replay.",
     )

@@ -13,7 +13,8 @@ caused disagrees:
 - rollouts: completed attempts consumed by every step the log says was trained (by each
   adapter trained, where a crash, kill or cut may have lost the last trajectories handed in);
 - activity: work only on GPUs the log shows held, and some for every pipeline that trained;
-- jobs: a row for every pipeline the log registered.
+- jobs: one row for every pipeline the log registered (and none for another that arrived),
+  its finish_s when the log last removed it.
 
 `log_reaches_summary` is replay's end, and what check and jobs hold the log to before they
 use it: a log cut short (lines lost at its end) misses the steps, removals or time the
@@ -151,9 +152,36 @@ def activity_agrees(frame: pd.DataFrame, tally: EventTally) -> None:
 
 
 def jobs_agree(frame: pd.DataFrame, tally: EventTally) -> None:
-    missing = sorted(tally.registered - {str(pid) for pid in frame["pipeline_id"].dropna().unique()})
+    """One row per pipeline the log registered, each ending when the log last removes it."""
+    ids = frame["pipeline_id"].astype("string")
+    if ids.isna().any():
+        raise TableMismatch("jobs", f"a row with no pipeline_id (row {int(ids.isna().to_numpy().argmax()) + 1})")
+    twice = sorted(set(ids[ids.duplicated()]))
+    if twice:
+        raise TableMismatch("jobs", f"more than one row for {_some(twice)}")
+    missing = sorted(tally.registered - set(ids))
     if missing:
         raise TableMismatch("jobs", f"no row for {', '.join(missing)}, registered in the log")
+    # Rows of pipelines never registered are only those of jobs that never arrived: the
+    # simulator once listed a cut run's later jobs so, with no figures.
+    strangers = sorted(set(ids[frame["arrival_s"].notna().to_numpy()]) - tally.registered)
+    if strangers:
+        raise TableMismatch("jobs", f"a row for {_some(strangers)}, which the log never registered")
+    for pid, finish in zip(ids, frame["finish_s"], strict=True):
+        problem = _finish_problem(pid, finish, tally.removed_s.get(pid))
+        if problem is not None:
+            raise TableMismatch("jobs", problem)
+
+
+def _finish_problem(pid: str, finish: Any, removed: float | None) -> str | None:
+    """What is wrong with a job row's `finish_s` when the log last removes it at `removed`
+    (None: never), or None."""
+    if removed is None and pd.isna(finish):
+        return None
+    if removed is not None and not pd.isna(finish) and abs(float(finish) - removed) <= END_EPS_S:
+        return None
+    said = "never removes it" if removed is None else f"removes it at t={removed} s"
+    return f"{pid}'s finish_s is {'empty' if pd.isna(finish) else finish}, but the log {said}"
 
 
 def _steps(keys: list[StepKey]) -> str:

@@ -279,6 +279,7 @@ def test_a_job_due_after_the_run_was_cut_is_not_in_it(tmp_path: Path, capsys: py
     queue length counted it as waiting from 0. Such a folder (written here as they were, with
     every scenario pipeline's spec) reads with a null arrival for it, and the command leaves it
     out."""
+    from rlix.runs import check
     from rlix.runs.folder import write_run
     from rlix.scenarios import load_scenario
     from rlix.scenarios.load import validate_scenario
@@ -303,6 +304,7 @@ def test_a_job_due_after_the_run_was_cut_is_not_in_it(tmp_path: Path, capsys: py
     assert figures["pipelines"][late]["arrival_s"] is None
     assert figures["overall"]["jobs"]["count"] == 2
     assert pd.read_parquet(tmp_path / "old" / "jobs.parquet").set_index("pipeline_id")["arrival_s"].isna()[late]
+    assert check(tmp_path / "old") is not None  # a row of no arrival is no stranger to its log
     assert main(["jobs", str(tmp_path / "old"), "--by", "arrival", "--bin-s", "30", "--json"]) == 0
     groups = json.loads(capsys.readouterr().out)["groups"]
     assert [(g["group"], g["jobs"]) for g in groups] == [("0-30 s", 1), ("all", 1)]

@@ -96,6 +96,27 @@ def test_check_sees_rows_the_log_never_caused(run_dir: Path, tmp_path: Path,
     assert "in it the log never finished: p0/base step 7" in _check_fails(folder, "steps", capsys)
 
 
+# Job rows the log contradicts: `rlix-sim jobs` counted a row twice, a stranger as a job, a
+# finish moved by hand into its JCT.
+WRONG_JOBS: dict[str, tuple[Callable[[pd.DataFrame], pd.DataFrame], str]] = {
+    "twice": (lambda frame: pd.concat([frame, frame.iloc[[0]]], ignore_index=True), "more than one row for p0"),
+    "stranger": (lambda frame: pd.concat([frame, frame.iloc[[0]].assign(pipeline_id="ghost")], ignore_index=True),
+                 "a row for ghost, which the log never registered"),
+    "finish": (lambda frame: frame.assign(finish_s=frame["finish_s"] + 100.0, jct_s=frame["jct_s"] + 100.0),
+               "p0's finish_s is "),
+    "unfinished": (lambda frame: frame.assign(finish_s=None, jct_s=None), "p0's finish_s is empty, but the log removes it"),
+}
+
+
+@pytest.mark.parametrize("wrong", sorted(WRONG_JOBS))
+def test_check_sees_job_rows_the_log_contradicts(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 wrong: str) -> None:
+    folder = _copy(run_dir, tmp_path)
+    edit, message = WRONG_JOBS[wrong]
+    _edit_table(folder, "jobs", edit)
+    assert message in _check_fails(folder, "jobs", capsys)
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A whole simulator run (no plots)."""
