@@ -24,6 +24,7 @@ summary counts.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -171,6 +172,33 @@ def jobs_agree(frame: pd.DataFrame, tally: EventTally) -> None:
         problem = _finish_problem(pid, finish, tally.removed_s.get(pid))
         if problem is not None:
             raise TableMismatch("jobs", problem)
+    problem = _derived_problem(frame, ids)
+    if problem is not None:
+        raise TableMismatch("jobs", problem)
+
+
+#: A job row's figures made from its others, each as (column, its parts, how): what `rlix-sim
+#: jobs` and the summary's means read, so one edited by hand must not pass.
+_DERIVED: tuple[tuple[str, tuple[str, str], str], ...] = (
+    ("queueing_s", ("start_s", "arrival_s"), "-"),
+    ("jct_s", ("finish_s", "arrival_s"), "-"),
+    ("slowdown", ("jct_s", "alone_s"), "/"),
+)
+
+
+def _derived_problem(frame: pd.DataFrame, ids: pd.Series) -> str | None:
+    """The first job row whose queueing_s, jct_s or slowdown is not what its other figures
+    make it (where it is given), or None."""
+    for column, (left, right), how in _DERIVED:
+        for pid, value, a, b in zip(ids, frame[column], frame[left], frame[right], strict=True):
+            if pd.isna(value):
+                continue  # a job that never started, finished or ran alone, or one that failed
+            if pd.isna(a) or pd.isna(b) or (how == "/" and float(b) <= 0):
+                return f"{pid}'s {column} is {value}, but its {left} or {right} is empty"
+            made = float(a) - float(b) if how == "-" else float(a) / float(b)
+            if not math.isclose(float(value), made, rel_tol=1e-9, abs_tol=END_EPS_S):
+                return f"{pid}'s {column} is {value}, but {left} {how} {right} is {made}"
+    return None
 
 
 def _finish_problem(pid: str, finish: Any, removed: float | None) -> str | None:

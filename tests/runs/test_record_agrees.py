@@ -105,6 +105,9 @@ WRONG_JOBS: dict[str, tuple[Callable[[pd.DataFrame], pd.DataFrame], str]] = {
     "finish": (lambda frame: frame.assign(finish_s=frame["finish_s"] + 100.0, jct_s=frame["jct_s"] + 100.0),
                "p0's finish_s is "),
     "unfinished": (lambda frame: frame.assign(finish_s=None, jct_s=None), "p0's finish_s is empty, but the log removes it"),
+    "jct": (lambda frame: frame.assign(jct_s=frame["jct_s"] - 5.0), "p0's jct_s is "),
+    "queueing": (lambda frame: frame.assign(queueing_s=frame["queueing_s"] + 1.0), "p0's queueing_s is "),
+    "slowdown": (lambda frame: frame.assign(alone_s=50.0, slowdown=1.0), "p0's slowdown is 1.0, but jct_s / alone_s"),
 }
 
 
