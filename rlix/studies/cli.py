@@ -127,7 +127,9 @@ def read_sweep_file(path: str) -> dict[str, Any]:
     """A sweep file's `scenario:` and `grid:`, read as scenario files are (1e9 is a number)."""
     try:
         data = load_yaml(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
+    except OSError as error:  # its strerror: str(error) names the path a second time
+        raise UsageError(f"cannot read the sweep file {path}: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
         raise UsageError(f"cannot read the sweep file {path}: {error}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a sweep file is a mapping with scenario: and grid:")

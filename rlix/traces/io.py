@@ -119,6 +119,10 @@ def read_frame(path: str | Path, format: str | None = None) -> pd.DataFrame:
     except pd.errors.EmptyDataError as error:
         raise TraceError("empty table: no data rows", file=path) from error
     except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError) as error:
+        if fmt == "parquet" and "magic bytes not found in footer" in str(error):
+            # it starts as Parquet does (checked before): its end is what is missing
+            raise TraceError("not a whole Parquet file: its end is missing (cut short, or still being written)",
+                             file=path) from error
         raise TraceError(f"cannot parse as {fmt}: {_first_line(error)}", file=path) from error
 
 

@@ -169,7 +169,9 @@ def _optional_seconds(series: pd.Series, column: str, file: str | Path) -> pd.Se
     bad = invalid | unparsed
     if bad.any():
         row = bad.idxmax()
-        raise TraceError(f"column {column!r}: {series[row]!r} is not a number >= 0 or empty", file=file)
+        # a number as written (-7.62), text quoted ('soon'): numpy's repr would show np.float64(-7.62)
+        shown = repr(series[row]) if unparsed[row] else str(series[row])
+        raise TraceError(f"column {column!r}: {shown} is not a number >= 0 or empty", file=file)
     return values
 
 

@@ -55,3 +55,10 @@ def test_an_empty_path_or_address_is_refused_as_the_other_commands_refuse_it(
     err = capsys.readouterr().err
     assert err.startswith(f"rlix-sim sweep: error: argument {option}: an empty ") and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_file_that_cannot_be_read_is_named_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for path, why in ((tmp_path / "nope.yaml", "No such file or directory"), (tmp_path, "Is a directory")):
+        assert main(["sweep", "--file", str(path), "--out", str(tmp_path / "sweep"), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"rlix-sim: error: cannot read the sweep file {path}: {why}"

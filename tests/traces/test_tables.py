@@ -240,3 +240,27 @@ def test_csv_trace_pipeline_labels_read_as_written(tmp_path: Path) -> None:
     assert trace["pipeline"].tolist() == ["01", "2.0", "NA"]
     assert trace["adapter"].tolist()[0] == "NA" and trace["adapter"].tolist()[2] == "n/a"
     assert trace["adapter"].isna().tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize(("value", "shown"), [(-7.62, "-7.62"), ("soon", "'soon'")])
+def test_a_bad_optional_time_is_shown_as_written(tmp_path: Path, value: object, shown: str) -> None:
+    """A job's start_s may be empty, never negative; numpy's repr showed np.float64(-7.62)."""
+    frame = pd.DataFrame({"pipeline_id": ["a"], "arrival_s": [0.0], "start_s": [value], "queueing_s": [None],
+                          "finish_s": [None], "jct_s": [None], "alone_s": [None], "slowdown": [None]})
+    path = tmp_path / "jobs.csv"
+    frame.to_csv(path, index=False)
+    with pytest.raises(TraceError) as error:
+        read_table(path, "jobs")
+    assert f"column 'start_s': {shown} is not a number >= 0 or empty" in str(error.value)
+    if isinstance(value, float):
+        frame.astype({"start_s": "float64"}).to_parquet(tmp_path / "jobs.parquet")
+        with pytest.raises(TraceError, match=r"'start_s': -7\.62 is not"):
+            read_table(tmp_path / "jobs.parquet", "jobs")
+
+
+def test_a_parquet_table_cut_short_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "steps.parquet"
+    pd.DataFrame({"x": range(1000)}).to_parquet(path)
+    path.write_bytes(path.read_bytes()[:300])  # begins with PAR1, its footer gone
+    with pytest.raises(TraceError, match="not a whole Parquet file: its end is missing"):
+        read_table(path, "steps")
