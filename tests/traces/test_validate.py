@@ -145,7 +145,7 @@ def test_bad_value_in_jsonl_and_parquet(tmp_path: Path) -> None:
         ("binary.csv", bytes(range(256)) * 8, "binary or non-UTF-8 file"),
         ("nul.jsonl", b'{"response_tokens": 1}\x00\x00', "binary file"),
         ("text.parquet", b"response_tokens\n1\n", "not a Parquet file"),
-        ("cut.parquet", b"PAR1 truncated", "cannot parse as parquet"),
+        ("cut.parquet", b"PAR1 truncated", "not a whole Parquet file: its end is missing"),
         ("ragged.csv", b"response_tokens\n1\n2,3,4\n", "line 3: 3 fields, but the header"),
         (
             "quote.csv",
