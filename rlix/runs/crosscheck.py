@@ -8,8 +8,11 @@ caused disagrees:
 
 - allocations: per pipeline, cluster, rank and GPU, at least the holdings of the applied
   Grants and Expands, and no more than those of the ones not reported failed;
-- waits: per pipeline and cluster, one row per applied Grant (one fewer per Revoke at most);
-- steps: exactly the steps the log's `TrainStepFinished` events finished (and that stand);
+- waits: per pipeline and cluster, one row per applied Grant (one fewer per Revoke at most),
+  each requested when the log has a request of it, and granted between an applied Grant's
+  decision (not before the request) and that holding's end;
+- steps: exactly the steps the log's `TrainStepFinished` events finished (and that stand),
+  each ending (t_end) when its event says;
 - rollouts: completed attempts consumed by every step the log says was trained (by each
   adapter trained, where a crash, kill or cut may have lost the last trajectories handed in);
 - activity: work only on GPUs the log shows held, and some for every pipeline that trained;
@@ -23,6 +26,7 @@ summary counts.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections import Counter
@@ -103,6 +107,40 @@ def waits_agree(frame: pd.DataFrame, tally: EventTally) -> None:
             span = f"{granted}" if fewest >= granted else f"{max(fewest, 0)} to {granted}"
             raise TableMismatch("waits", f"{key[0]}/{key[1]}: {held} wait(s) in the table, but the log's "
                                 f"applied grants of it make {span}")
+    problem = _wait_times_problem(frame, tally)
+    if problem is not None:
+        raise TableMismatch("waits", problem)
+
+
+def _wait_times_problem(frame: pd.DataFrame, tally: EventTally) -> str | None:
+    """The first wait row whose t_request is no request of its cluster in the log (nor after a
+    revoke of it), or whose t_grant lies in no applied grant's span from a decision at or
+    after that request to the holding's end; None if there is none."""
+    requests = {key: sorted(times) for key, times in tally.requests_s.items()}
+    revokes = {key: sorted(times) for key, times in tally.revokes_s.items()}
+    spans = {key: sorted(found) for key, found in tally.grant_spans_s.items()}
+    columns = ("pipeline_id", "cluster", "t_request", "t_grant")
+    for pid, cluster, t_request, t_grant in zip(*(frame[c] for c in columns), strict=True):
+        key, t_request, t_grant = (str(pid), str(cluster)), float(t_request), float(t_grant)
+        asked = _asked_s(requests.get(key, []), revokes.get(key, []), t_request)
+        if asked is None:
+            return f"{key[0]}/{key[1]} requested at t_request={t_request} s, but the log has no request of it then"
+        if not any(asked - END_EPS_S <= decided <= t_grant + END_EPS_S <= ended + 2 * END_EPS_S
+                   for decided, ended in spans.get(key, [])):
+            return (f"{key[0]}/{key[1]} granted at t_grant={t_grant} s (requested at {t_request} s), but no grant "
+                    f"of it the log applied was decided by then and held until then")
+    return None
+
+
+def _asked_s(requests: list[float], revokes: list[float], t_request: float) -> float | None:
+    """When the log asked for what a wait row says was requested at `t_request`: that request
+    event's time, or the latest revoke before it (a re-queued request the driver noted when
+    it saw the revoke); None if neither. Both lists sorted."""
+    at = bisect.bisect_left(requests, t_request - END_EPS_S)
+    if at < len(requests) and requests[at] <= t_request + END_EPS_S:
+        return t_request
+    before = bisect.bisect_right(revokes, t_request + END_EPS_S)
+    return revokes[before - 1] if before else None
 
 
 def steps_agree(frame: pd.DataFrame, tally: EventTally) -> None:
@@ -116,6 +154,19 @@ def steps_agree(frame: pd.DataFrame, tally: EventTally) -> None:
         raise TableMismatch("steps", f"{len(missing)} step(s) the log finished are not in it: {_steps(missing)}")
     if extra:
         raise TableMismatch("steps", f"{len(extra)} step(s) in it the log never finished: {_steps(extra)}")
+    for key, t_end in _step_ends(frame).items():
+        finished = tally.step_ends_s[key]
+        if not abs(t_end - finished) <= END_EPS_S:
+            raise TableMismatch("steps", f"{_steps([key])} ends at t_end={t_end} s, but the log finished it at "
+                                f"t={finished} s")
+
+
+def _step_ends(frame: pd.DataFrame) -> dict[StepKey, float]:
+    """Each step row's t_end by (pipeline, adapter, step), keyed as the tally keys them."""
+    columns = ["pipeline_id", "adapter", "step"]
+    keys = zip(*(frame[column] for column in columns), strict=True)
+    return {tuple(_plain(c, v) for c, v in zip(columns, key, strict=True)): float(t_end)
+            for key, t_end in zip(keys, frame["t_end"], strict=True)}
 
 
 def rollouts_agree(consumed: set[StepKey], tally: EventTally) -> None:

@@ -12,8 +12,12 @@ the metrics): a checker that ran the code it checks would share its bugs.
   cluster, rank and GPU the table holds at least the applied and at most the possible rows.
 - Waits: a `Grant` applied ends the wait of the request it answers (one row); after a `Revoke`
   the request waits again, and the grant in flight may end that wait instead, so a revoked
-  holding's grants can count one row fewer.
-- Steps: each `TrainStepFinished` after its pipeline's admission ends one step (version - 1).
+  holding's grants can count one row fewer. The row's request time is a request event's (or,
+  for a request a Revoke queued again, at or after that revoke), and
+  its grant time lies between the grant's decision and the holding's end (its release, a
+  revoke, or the pipeline's removal): a driver notes it when it sees the grant carried out.
+- Steps: each `TrainStepFinished` after its pipeline's admission ends one step (version - 1),
+  at that event's time.
   A resumed run (segment lines) throws away the steps a restarted pipeline redoes: it registers
   again and, before its admission, reports the versions its checkpoint holds; the steps below
   those stay, the rest leave the steps table (they are trained again, and counted again, later).
@@ -44,7 +48,7 @@ StepKey = tuple[str, str, int]
 #: is not parsed): matched as the quoted type names or the segment key.
 _COUNTED = ('"Grant"', '"Expand"', '"Shrink"', '"Revoke"', '"DecisionApplied"', '"DecisionsApplied"', '"DecisionFailed"',
             '"TrainStepFinished"', '"PipelineRegistered"', '"PipelineAdmitted"', '"PipelineRemoved"',
-            '"segment"')
+            '"ClusterRequested"', '"ClusterReleased"', '"ClusterReleasedAndRequested"', '"segment"')
 
 
 @dataclass
@@ -55,6 +59,8 @@ class _InFlight:
     cluster: str
     dp_rank: int
     gpus: tuple[int, ...]
+    #: When the core decided it (the time of the event it answered).
+    decided_s: float = 0.0
     revoked: bool = False
 
     def keys(self) -> list[HoldKey]:
@@ -74,6 +80,8 @@ class EventTally:
     steps: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
     #: Every step trained, also those a resume threw away (their rollouts stay in the table).
     trained: set[StepKey] = field(default_factory=set)
+    #: When each step trained last finished (its TrainStepFinished): the steps table's t_end.
+    step_ends_s: dict[StepKey, float] = field(default_factory=dict)
     #: The steps trained by pipelines that then ended cleanly (removed, not failed) in the same
     #: segment: a live pipeline hands in its trajectories and work every half second and at
     #: its clean end, so a crash, a kill or a cut may lose the last ones of its steps.
@@ -81,6 +89,15 @@ class EventTally:
     registered: set[str] = field(default_factory=set)
     #: Registered and not removed since.
     running: set[str] = field(default_factory=set)
+    #: Per (pipeline, cluster), when it was requested (ClusterRequested, or the requested half
+    #: of ClusterReleasedAndRequested): a wait row's t_request.
+    requests_s: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    #: Per (pipeline, non-rollout cluster), when a Revoke took its holding: the core queues
+    #: the request again, and the driver notes it from when it sees the revoke.
+    revokes_s: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    #: Per (pipeline, non-rollout cluster), each applied Grant's (decided, released) times: its
+    #: wait row's t_grant lies between (released is inf while it was never given back).
+    grant_spans_s: dict[tuple[str, str], list[list[float]]] = field(default_factory=dict)
     #: Per pipeline, when it was last removed.
     removed_s: dict[str, float] = field(default_factory=dict)
     #: Shrink decisions per (pipeline, reason).
@@ -97,6 +114,8 @@ class EventTally:
     _starting: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
     #: Per running pipeline, the steps it trained since it was registered.
     _training: dict[str, set[StepKey]] = field(default_factory=dict)
+    #: The span of each (pipeline, cluster)'s applied Grant not yet given back.
+    _holding: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     def add(self, record: dict[str, Any]) -> None:
         """One record of the log (after the header): an event with its decisions, or a segment."""
@@ -105,6 +124,7 @@ class EventTally:
             # in flight are never reported (what they may have held stays possible).
             self._in_flight.clear()
             self._training.clear()
+            self._holding.clear()  # the old core's holdings end with it; their spans stay open
             return
         event = record["event"]
         self.last_now = float(event["now"])
@@ -122,15 +142,19 @@ class EventTally:
             self._training[pid] = set()
         elif kind == "PipelineAdmitted":
             self._starting.pop(event["pipeline_id"], None)
+        elif kind in ("ClusterRequested", "ClusterReleased", "ClusterReleasedAndRequested"):
+            self._cluster_event(event)
         elif kind == "PipelineRemoved":
             pid = str(event["pipeline_id"])
+            self._given_back(pid, None, float(event["now"]))
             self.running.discard(pid)
             self.removed_s[pid] = float(event["now"])
             trained = self._training.pop(pid, set())
             if not event.get("failed"):
                 self.trained_whole |= trained
         elif kind == "TrainStepFinished":
-            self._step(str(event["pipeline_id"]), event.get("adapter") or BASE_ADAPTER, int(event["version"]))
+            self._step(str(event["pipeline_id"]), event.get("adapter") or BASE_ADAPTER, int(event["version"]),
+                       float(event["now"]))
         elif kind in ("DecisionApplied", "DecisionsApplied"):
             ids = [event["decision_id"]] if kind == "DecisionApplied" else event["decision_ids"]
             for decision_id in ids:
@@ -140,7 +164,21 @@ class EventTally:
             if done is not None and not done.revoked:  # a revoked holding was closed with rows
                 self.possible.subtract(done.keys())
 
-    def _step(self, pid: str, adapter: str, version: int) -> None:
+    def _cluster_event(self, event: dict[str, Any]) -> None:
+        pid, now = str(event["pipeline_id"]), float(event["now"])
+        released = event.get("released", event["cluster"] if event["type"] == "ClusterReleased" else None)
+        if released is not None:
+            self._given_back(pid, str(released), now)
+        requested = event.get("requested", event["cluster"] if event["type"] == "ClusterRequested" else None)
+        if requested is not None:
+            self.requests_s.setdefault((pid, str(requested)), []).append(now)
+
+    def _given_back(self, pid: str, cluster: str | None, now: float) -> None:
+        """`pid`'s holding of `cluster` (None: of every cluster) ends at `now`."""
+        for key in [key for key in self._holding if key[0] == pid and cluster in (None, key[1])]:
+            self._holding.pop(key)[1] = now
+
+    def _step(self, pid: str, adapter: str, version: int, now: float) -> None:
         held = self._starting.get(pid)
         if held is not None:  # a resumed pipeline's checkpoint: the steps below it stand
             kept = {(a, step) for a, step in held if a == adapter and step < version}
@@ -148,6 +186,7 @@ class EventTally:
             return
         self.steps.setdefault(pid, set()).add((adapter, version - 1))
         self.trained.add((pid, adapter, version - 1))
+        self.step_ends_s[(pid, adapter, version - 1)] = now  # a step trained again ends anew
         self._training.setdefault(pid, set()).add((pid, adapter, version - 1))
 
     def _applied(self, decision_id: int) -> None:
@@ -156,13 +195,20 @@ class EventTally:
             return
         self.applied.update(done.keys())
         if done.dp_rank < 0:
-            self.grants_applied[(done.pipeline_id, done.cluster)] += 1
+            key = (done.pipeline_id, done.cluster)
+            self.grants_applied[key] += 1
+            span = [done.decided_s, float("inf")]
+            self.grant_spans_s.setdefault(key, []).append(span)
+            # Revoked before it was carried out: the driver may note its wait when it sees it
+            # carried out, after the revoke, so its span stays open.
+            if not done.revoked:
+                self._holding[key] = span
 
     def _decision(self, decision: dict[str, Any]) -> None:
         kind = decision["type"]
         if kind == "Grant":
             moving = _InFlight(str(decision["pipeline_id"]), str(decision["cluster"]), -1,
-                               tuple(int(g) for g in decision["gpus"]))
+                               tuple(int(g) for g in decision["gpus"]), self.last_now or 0.0)
         elif kind == "Expand":
             moving = _InFlight(str(decision["pipeline_id"]), ROLLOUT_CLUSTER, int(decision["dp_rank"]),
                                tuple(int(g) for g in decision["gpus"]))
@@ -178,11 +224,14 @@ class EventTally:
         self.possible.update(moving.keys())
 
     def _revoke(self, pid: str, cluster: str, dp_rank: int) -> None:
+        now = self.last_now or 0.0
         for moving in self._in_flight.values():
             if (moving.pipeline_id, moving.cluster, moving.dp_rank) == (pid, cluster, dp_rank):
                 moving.revoked = True
         if dp_rank < 0:
             self.grants_revoked[(pid, cluster)] += 1
+            self._given_back(pid, cluster, now)
+            self.revokes_s.setdefault((pid, cluster), []).append(now)
 
     def num_steps(self, pipeline_id: str) -> int:
         """The steps of `pipeline_id` whose training stands (its rows of the steps table)."""

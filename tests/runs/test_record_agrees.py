@@ -255,3 +255,26 @@ def test_a_library_caller_catches_the_disagreement_from_rlix_runs(run_dir: Path,
     with pytest.raises(TableMismatch) as caught:
         check(folder)
     assert caught.value.table == "steps"
+
+
+# Times the log contradicts: a step's end, a wait's request or grant moved by hand (rows and
+# counts as they were). rlix-sim jobs read a moved grant as 100 s more training wait.
+MOVED_TIMES: dict[str, tuple[str, Callable[[pd.DataFrame], pd.DataFrame], str]] = {
+    "step end": ("steps", lambda frame: frame.assign(t_end=frame["t_end"] + 0.5),
+                 "ends at t_end="),
+    "grant late": ("waits", lambda frame: frame.assign(t_grant=frame["t_grant"] + 100.0),
+                   "but no grant of it the log applied was decided by then and held until then"),
+    "grant early": ("waits", lambda frame: frame.assign(t_grant=frame["t_request"] - 1.0),
+                    "but no grant of it the log applied was decided by then"),
+    "request": ("waits", lambda frame: frame.assign(t_request=frame["t_request"] + 0.25),
+                "but the log has no request of it then"),
+}
+
+
+@pytest.mark.parametrize("moved", sorted(MOVED_TIMES))
+def test_check_sees_times_the_log_contradicts(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             moved: str) -> None:
+    folder = _copy(tiny_run, tmp_path)
+    table, edit, message = MOVED_TIMES[moved]
+    _edit_table(folder, table, edit)
+    assert message in _check_fails(folder, table, capsys)
