@@ -196,6 +196,9 @@ def main_jobs(args: argparse.Namespace) -> int:
           "above 0); train_wait = waits for training GPUs once started; rollout_wait = time with rollout "
           "work and no rollout rank")
     print(format_table(groups, {**seconds, "excess_share": "{:.0%}", "slowdown": "{:.2f}"}))
+    waiting = _still_queueing(jobs, float(run.summary["makespan_s"]))
+    if waiting:
+        print(waiting)
     if groups["alone_s"].isna().all():
         # A cut run's alone runs stop at the time each job had in it (summary.json's alone_s).
         print("(no times alone in this run, so no excess or slowdown: rlix-sim run simulates them "
@@ -220,6 +223,19 @@ def main_jobs(args: argparse.Namespace) -> int:
         print("\nno waits for training GPUs recorded")
     _print_moves(moves)
     return 0
+
+
+def _still_queueing(jobs: Any, end_s: float) -> str | None:
+    """A note for the jobs that arrived but had not started when the run ended (a run cut
+    short): the means leave them out, so a group's queueing_s would read as if none waited."""
+    queued = jobs[jobs["start_s"].isna() & jobs["finish_s"].isna()]
+    if not len(queued):
+        return None
+    waited_s = end_s - queued["arrival_s"].astype(float)
+    which = ", ".join(queued["pipeline_id"].astype(str).head(3)) + (", ..." if len(queued) > 3 else "")
+    return (f"({len(queued)} job{'s' if len(queued) > 1 else ''} ({which}) had not started when the run ended at "
+            f"{end_s:,.0f} s, after waiting {waited_s.mean():,.0f} s on average so far: left out of "
+            f"queueing_s and of the waits below, which count granted requests only)")
 
 
 def _print_moves(moves: Any) -> None:

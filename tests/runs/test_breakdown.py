@@ -323,3 +323,19 @@ def test_a_cut_run_without_alone_times_says_why(tmp_path: Path, capsys: pytest.C
     simulate(validate_scenario(cut), "rlix", seed=0, out=tmp_path / "cut", plots=False, alone=True)
     assert main(["jobs", str(tmp_path / "cut")]) == 0
     assert "did not end within the time a run cut short gave its job" in capsys.readouterr().out
+
+
+def test_jobs_that_never_started_are_noted_not_left_silently_out(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """blog-4on12 cut at 30 s: three jobs still wait for their inits' GPUs. The means cover the
+    one that started (queueing 8 s); the note says the others waited all the run so far."""
+    from rlix.sim import simulate
+    from rlix.sim.api import resolve_scenario
+
+    simulate(resolve_scenario("blog-4on12", max_time_s=30.0), out=tmp_path / "cut", plots=False, alone=False)
+    assert main(["jobs", str(tmp_path / "cut")]) == 0
+    out = capsys.readouterr().out
+    assert ("(3 jobs (job1, job2, job3) had not started when the run ended at 30 s, after waiting 30 s on "
+            "average so far: left out of queueing_s") in out
+    assert main(["jobs", str(tmp_path / "cut"), "--json"]) == 0  # the JSON is the figures only
+    assert "had not started" not in capsys.readouterr().out
