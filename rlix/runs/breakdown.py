@@ -69,7 +69,8 @@ def job_groups(jobs: pd.DataFrame, by: str, bin_s: float) -> pd.Series:
 
 def _span(start_s: float, bin_s: float) -> str:
     unit, size = ("h", 3600.0) if bin_s % 3600 == 0 else ("min", 60.0) if bin_s % 60 == 0 else ("s", 1.0)
-    return f"{start_s / size:g}-{(start_s + bin_s) / size:g} {unit}"
+    # 12 significant digits: :g's six merged bins past 10^6 (1.23457e+06-1.23457e+06 s twice)
+    return f"{start_s / size:.12g}-{(start_s + bin_s) / size:.12g} {unit}"
 
 
 def granted_requests(waits: pd.DataFrame) -> pd.DataFrame:

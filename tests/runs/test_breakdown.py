@@ -89,6 +89,15 @@ def test_groups_by_arrival_and_by_pipeline() -> None:
         breakdown(jobs(), waits(), by="arrival", bin_s=0)
 
 
+def test_arrival_bins_past_a_million_seconds_keep_their_own_labels() -> None:
+    """Two jobs 7 s apart on day 15, in 5-s bins: :g's six digits labelled both bins
+    1.29601e+06-1.29601e+06 s, and the groups merged."""
+    late = jobs().assign(arrival_s=[1_296_000.0, 1_296_007.0, 1_296_014.0], start_s=[1_296_000.0] * 3)
+    groups, _ = breakdown(late.assign(queueing_s=0.0, jct_s=1.0, finish_s=late.arrival_s + 1.0), waits(),
+                          by="arrival", bin_s=5.0)
+    assert groups.group.tolist() == ["1296000-1296005 s", "1296005-1296010 s", "1296010-1296015 s", "all"]
+
+
 @pytest.mark.parametrize(("pipeline_id", "group"), [
     ("grpo7b-math-12", "grpo7b-math"), ("ft-a", "ft-a"), ("x-1-2", "x-1"), ("-3", "-3"), ("job", "job"),
 ])
