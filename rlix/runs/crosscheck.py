@@ -17,7 +17,7 @@ caused disagrees:
   adapter trained, where a crash, kill or cut may have lost the last trajectories handed in);
 - activity: work only on GPUs the log shows held, and some for every pipeline that trained;
 - jobs: one row for every pipeline the log registered (and none for another that arrived),
-  its finish_s when the log last removed it.
+  its arrival_s when the log first admitted it, its finish_s when the log last removed it.
 
 `log_reaches_summary` is replay's end, and what check and jobs hold the log to before they
 use it: a log cut short (lines lost at its end) misses the steps, removals or time the
@@ -223,6 +223,11 @@ def jobs_agree(frame: pd.DataFrame, tally: EventTally) -> None:
         problem = _finish_problem(pid, finish, tally.removed_s.get(pid))
         if problem is not None:
             raise TableMismatch("jobs", problem)
+    for pid, arrival in zip(ids, frame["arrival_s"], strict=True):
+        admitted = tally.admitted_s.get(pid)
+        if admitted is not None and not (not pd.isna(arrival) and abs(float(arrival) - admitted) <= END_EPS_S):
+            raise TableMismatch("jobs", f"{pid}'s arrival_s is {'empty' if pd.isna(arrival) else arrival}, but "
+                                f"the log admits it at t={admitted} s")
     problem = _derived_problem(frame, ids)
     if problem is not None:
         raise TableMismatch("jobs", problem)

@@ -24,7 +24,8 @@ the metrics): a checker that ran the code it checks would share its bugs.
 - Trained steps: every step trained consumed completed trajectories. A live pipeline hands
   its trajectories in every half second and at its clean end, so those of a pipeline that
   crashed, was killed or was cut may be missing its last ones (`trained_whole` leaves them out).
-- Pipelines: registered, still running at the end of the log, removed (when), and the Shrink
+- Pipelines: registered, first admitted (when: its arrival), still running at the end of the
+  log, removed (when), and the Shrink
   decisions of their rollout ranks by reason, as summary.json counts them.
 """
 
@@ -98,6 +99,8 @@ class EventTally:
     #: Per (pipeline, non-rollout cluster), each applied Grant's (decided, released) times: its
     #: wait row's t_grant lies between (released is inf while it was never given back).
     grant_spans_s: dict[tuple[str, str], list[list[float]]] = field(default_factory=dict)
+    #: Per pipeline, when it was first admitted (a resumed run admits again): its arrival.
+    admitted_s: dict[str, float] = field(default_factory=dict)
     #: Per pipeline, when it was last removed.
     removed_s: dict[str, float] = field(default_factory=dict)
     #: Shrink decisions per (pipeline, reason).
@@ -142,6 +145,7 @@ class EventTally:
             self._training[pid] = set()
         elif kind == "PipelineAdmitted":
             self._starting.pop(event["pipeline_id"], None)
+            self.admitted_s.setdefault(str(event["pipeline_id"]), float(event["now"]))
         elif kind in ("ClusterRequested", "ClusterReleased", "ClusterReleasedAndRequested"):
             self._cluster_event(event)
         elif kind == "PipelineRemoved":

@@ -106,6 +106,7 @@ WRONG_JOBS: dict[str, tuple[Callable[[pd.DataFrame], pd.DataFrame], str]] = {
                "p0's finish_s is "),
     "unfinished": (lambda frame: frame.assign(finish_s=None, jct_s=None), "p0's finish_s is empty, but the log removes it"),
     "jct": (lambda frame: frame.assign(jct_s=frame["jct_s"] - 5.0), "p0's jct_s is "),
+    "arrival": (lambda frame: frame.assign(arrival_s=frame["arrival_s"] + 2.0), "p0's arrival_s is 2.0, but the log admits it"),
     "queueing": (lambda frame: frame.assign(queueing_s=frame["queueing_s"] + 1.0), "p0's queueing_s is "),
     "slowdown": (lambda frame: frame.assign(alone_s=50.0, slowdown=1.0), "p0's slowdown is 1.0, but jct_s / alone_s"),
 }
