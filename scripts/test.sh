@@ -18,7 +18,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 echo "== ruff"; .venv/bin/ruff check rlix tests bench notebooks
-echo "== mypy (rlix/policy, rlix/pipelines)"; .venv/bin/mypy
+echo "== mypy (rlix, strict)"; .venv/bin/mypy
 echo "== pytest"
 set +e
 # Two workers: the tests that start Ray on one, the rest beside them (tests/conftest.py).

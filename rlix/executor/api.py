@@ -77,7 +77,7 @@ def launch_orchestrator(topology: Topology, policy: str = "rlix", config: Policy
     handle = RemoteOrchestrator.options(
         name=name, namespace=session.NAMESPACE, max_concurrency=10_000, **control_options()
     ).remote(topology, policy, config, check_invariants, record)
-    return handle, handle.setup.remote(tick_s)
+    return handle, handle.setup.remote(tick_s)  # type: ignore[attr-defined]  # a Ray actor method's .remote is not typed
 
 
 class Client:

@@ -204,7 +204,7 @@ class MachineMeter:
         wall_s = time.monotonic() - self.t0
         start = self.own_cpu_start
         own_cpu_s = sum(used - start.get(pid, 0.0) for pid, used in self.own_cpu.items())
-        out = {"cores": os.cpu_count(), "wall_s": wall_s,
+        out: dict[str, Any] = {"cores": os.cpu_count(), "wall_s": wall_s,
                "own_demand": sum(self.own) / len(self.own),
                "own_demand_running": sum(running) / len(running) if running else 0.0,
                "background_demand": sum(self.other) / len(self.other), "samples": len(self.own),

@@ -278,7 +278,7 @@ class MlWorkload:
         from rlix.executor.ml.registry import Prompt
 
         batch = sorted(batch, key=lambda t: t.trajectory_id)
-        texts = [self.tokenizer.decode(t.response, skip_special_tokens=True) for t in batch]
+        texts = [str(self.tokenizer.decode(t.response, skip_special_tokens=True)) for t in batch]  # one sequence: one str
         scores = [self.reward(Prompt(t.prompt["text"], t.prompt["metadata"]), text) for t, text in zip(batch, texts, strict=True)]
         for t, score in zip(batch, scores, strict=True):
             t.extra["reward"] = score

@@ -127,7 +127,7 @@ class Orchestrator(ExternalApi):
         # launch_stagger_s after the one before), not in whichever order their processes
         # happened to come up (which decides who inits first on a shared home). An actor that
         # dies starting is the supervisor's to report.
-        await asyncio.gather(actor.__ray_ready__.remote(), return_exceptions=True)
+        await asyncio.gather(actor.__ray_ready__.remote(), return_exceptions=True)  # type: ignore[union-attr]  # Ray types an actor handle as its class too
         return pid
 
     async def _supervise(self, record: PipelineRecord) -> None:

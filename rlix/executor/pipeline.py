@@ -186,7 +186,8 @@ class PipelineActor:
         )
         self.trainers[cluster] = trainer
         await self.adopt(trainer)
-        await trainer.__ray_ready__.remote()  # its model loaded: an actor's start is asynchronous
+        # its model loaded: an actor's start is asynchronous
+        await trainer.__ray_ready__.remote()  # type: ignore[union-attr]  # Ray types an actor handle as its class too
         resume = self.setup.resume
         if resume is not None and resume.checkpoint is not None:
             await self.workload.restore(cluster, trainer, resume.checkpoint)

@@ -47,7 +47,7 @@ def node_order(nodes: Sequence[Mapping[str, Any]], gpus_per_node: int) -> list[s
     def key(node: Mapping[str, Any]) -> tuple[int, int, bool, str, str]:
         label = (node.get("Labels") or {}).get(NODE_INDEX_LABEL)
         labelled = label is not None and str(label).isdigit()
-        return (0 if labelled else 1, int(label) if labelled else 0,
+        return (0 if labelled else 1, int(str(label)) if labelled else 0,
                 HEAD_RESOURCE not in node.get("Resources", {}), str(node.get("NodeManagerAddress", "")),
                 str(node["NodeID"]))
 
@@ -70,7 +70,7 @@ class GpuPool:
         from ray.util.placement_group import placement_group
 
         gpn = topology.gpus_per_node
-        order = node_order(ray.nodes(), gpn)
+        order = node_order(ray.nodes(), gpn)  # type: ignore[no-untyped-call]  # Ray's ray.nodes() is untyped
         if len(order) < topology.num_nodes:
             raise PlacementError(
                 f"the topology needs {topology.num_nodes} node(s) of {gpn} GPUs; the Ray cluster has "

@@ -205,8 +205,8 @@ class Ranks:
         self.workers[dp_rank] = worker
         await p.adopt(worker)
         # Bounded: a bundle on a node that is gone never places the actor.
-        await asyncio.wait_for(worker.__ray_ready__.remote(), START_TIMEOUT_S)
-        p.worker_started(dp_rank, await worker.started_cpu_s.remote(), t_created, p.now())
+        await asyncio.wait_for(worker.__ray_ready__.remote(), START_TIMEOUT_S)  # type: ignore[union-attr]  # Ray types an actor handle as its class too
+        p.worker_started(dp_rank, await worker.started_cpu_s.remote(), t_created, p.now())  # type: ignore[attr-defined]  # a Ray actor method's .remote is not typed
         return worker
 
     async def _wake(self, rank: Rank) -> None:

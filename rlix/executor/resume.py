@@ -191,11 +191,12 @@ def _continue(the_plan: Plan, journal: Journal, live: Path, journal_path: Path) 
             resumed[pid] = checkpoint
             stale += unreached
     # Without a progress line since the last cut (or since the start), the clock stood there.
-    cut = {"at_s": float(progress.get("now", recorder.end_s)), "restarts": restarts, "resumed": resumed}
+    at_s = float(progress.get("now", recorder.end_s))
+    cut = {"at_s": at_s, "restarts": restarts, "resumed": resumed}
     faults = journal.faults + list(progress.get("faults", []))
     for path in stale:  # checkpoints past the resume point: the restarted run writes its own
         shutil.rmtree(path)
-    apply_cut(recorder, **cut)
+    apply_cut(recorder, at_s, restarts, resumed)
     writer = JournalWriter(journal_path, "", rlix.__version__)  # the journal exists: no head line
     writer.resumed(cut, states, faults)
     writer.close()

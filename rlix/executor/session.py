@@ -73,7 +73,7 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
         os.environ[AUTH_MODE_VARIABLE] = "token"
         # Ray reads its config at import: if it was imported already, have it read again (what
         # Ray does itself when it turns token auth on for a new local cluster).
-        from ray._raylet import Config
+        from ray._raylet import Config  # type: ignore[attr-defined]  # Ray's private config module, untyped
 
         Config.initialize("")
     # Joining a local session by its loopback address needs the switch too: without it Ray
@@ -173,7 +173,7 @@ def process_alive(pid: int) -> bool:
     import psutil
 
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
@@ -186,7 +186,7 @@ def joined_auth_mode(address: str) -> str | None:
     local = running_local_run()
     if local is not None and local.address == address:
         return local.auth_mode
-    from ray._raylet import AuthenticationTokenLoader
+    from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]  # Ray's private auth module, untyped
 
     return "token" if AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True) else None
 

@@ -98,7 +98,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from rlix.policy.specs import HOME_SCOPE, ClusterSpec, PipelineSpec, Topology
 
@@ -264,7 +264,7 @@ def whole_chunks(home: Sequence[int], unit: int, topology: Topology) -> bool:
     return gpus == {g for c in chunks if gpus.issuperset(c) for g in c}
 
 
-def with_mappings(spec: PipelineSpec, home: Sequence[int], mappings: dict[str, Sequence[int]]) -> PipelineSpec:
+def with_mappings(spec: PipelineSpec, home: Sequence[int], mappings: Mapping[str, Sequence[int]]) -> PipelineSpec:
     """`spec` as a `Place` decision leaves it: `home` its home, `mappings` its clusters' new
     mappings (the clusters not named keep theirs)."""
     clusters = {

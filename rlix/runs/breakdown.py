@@ -80,7 +80,7 @@ def granted_requests(waits: pd.DataFrame) -> pd.DataFrame:
 
 def group_order(jobs: pd.DataFrame, group: pd.Series) -> list[str]:
     """The groups of `group` (one per job, indexed like `jobs`) in order of first arrival."""
-    return group.loc[jobs.sort_values("arrival_s", kind="stable").index].drop_duplicates().tolist()
+    return [str(name) for name in group.loc[jobs.sort_values("arrival_s", kind="stable").index].drop_duplicates()]
 
 
 def overall_label(keys: list[str]) -> str:

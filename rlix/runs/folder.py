@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -41,7 +42,7 @@ FORMATS: tuple[TableFormat, ...] = ("parquet", "csv")
 
 def write_run(
     recorder: Recorder,
-    out_dir: str | Path,
+    out_dir: str | os.PathLike[str],
     *,
     scenario_yaml: str,
     specs: Mapping[str, PipelineSpec] | None = None,
@@ -108,7 +109,7 @@ def _write_staged(out_dir: Path, write: Callable[[Path], None], folders: Mapping
         raise
 
 
-def check_run_out(out_dir: str | Path, overwrite: bool = False, format: str = "parquet",
+def check_run_out(out_dir: str | os.PathLike[str], overwrite: bool = False, format: str = "parquet",
                   plots: bool = True) -> Path:
     """The run folder `write_run` would write, checked as it checks it (RunError): a caller
     about to run for hours checks first, and nothing is lost to a typo at the end."""
@@ -119,9 +120,11 @@ def check_run_out(out_dir: str | Path, overwrite: bool = False, format: str = "p
     return out
 
 
-def check_table_format(format: str) -> None:
-    if format not in FORMATS:
-        raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
+def check_table_format(format: str) -> TableFormat:
+    """`format` as a table format (RunError if it is none)."""
+    if format in FORMATS:
+        return format
+    raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
 
 
 def _add_run_state(figures: dict[str, Any], state: Mapping[str, Any]) -> None:

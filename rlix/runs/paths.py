@@ -53,7 +53,7 @@ def is_run_folder(folder: Path) -> bool:
     return False
 
 
-def check_out_dir(folder: str | Path, overwrite: bool = False) -> Path:
+def check_out_dir(folder: str | os.PathLike[str], overwrite: bool = False) -> Path:
     """The run folder a command will write, checked: RunError unless it is absent, empty or an
     rlix folder with `overwrite`, and unless it and its parent can be written."""
     folder = Path(folder)
@@ -72,7 +72,7 @@ def check_out_dir(folder: str | Path, overwrite: bool = False) -> Path:
     return folder
 
 
-def check_writable(folder: str | Path) -> Path:
+def check_writable(folder: str | os.PathLike[str]) -> Path:
     """A folder that will be written (created if absent): RunError if it is a file, lies under
     a file, or cannot be written."""
     folder = Path(folder)
@@ -140,7 +140,7 @@ def remove_abandoned(parent: Path) -> list[Path]:
     no longer run; return them. Another host's are left alone: its process ids are not ours
     to look up (a shared file system); so are another PID namespace's on this host (`_host`)."""
     pattern = re.compile(rf"^\..+\.{re.escape(_host())}-(\d+)-[0-9a-f]{{8}}$")
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(parent.iterdir())
     except OSError:

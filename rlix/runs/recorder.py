@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlix.policy import decisions as dec
@@ -71,7 +71,8 @@ class Recorder:
         self._open: dict[Key, tuple[int, tuple[int, ...], float]] = {}
         #: Activity begun and not ended yet, by token (`open_activity`): a run cut while it
         #: goes on still shows it, up to the cut.
-        self._open_activity: dict[int, tuple[Any, ...]] = {}
+        #: token -> (pipeline_id, cluster, dp_rank, gpus, kind, stage, t_start)
+        self._open_activity: dict[int, tuple[str, str, int, tuple[int, ...], str, str, float]] = {}
         self._activity_tokens = itertools.count()
         self.end_s = 0.0
         self.finished = False
@@ -169,7 +170,7 @@ class Recorder:
     def add_step(self, row: dict[str, Any]) -> None:
         self.steps.append(row)
 
-    def add_rollouts(self, columns: dict[str, Sequence[Any]]) -> None:
+    def add_rollouts(self, columns: Mapping[str, Sequence[Any]]) -> None:
         """Append attempts given column by column (every ROLLOUT_COLUMNS name, equal lengths)."""
         lengths = {len(columns[name]) for name in ROLLOUT_COLUMNS}
         if len(lengths) != 1:

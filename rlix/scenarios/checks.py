@@ -103,11 +103,11 @@ def _check_home(pipeline: PipelineConfig, at: Path, topology: Topology) -> None:
     for name, cluster in pipeline.clusters.present().items():
         if name == ROLLOUT_CLUSTER or cluster.scope:
             continue
-        outside = [g for g in cluster.gpus if g not in seen]
+        outside = [g for g in cluster.listed if g not in seen]
         if outside:
             raise FieldProblem(
                 (*at, "clusters", name, "gpus"),
-                format_gpu_set(cluster.gpus),
+                format_gpu_set(cluster.listed),
                 f"GPUs {format_gpu_set(outside)} are outside the pipeline's home "
                 f"{format_gpu_set(home)} (only actor_infer may reach beyond the home)",
             )
@@ -124,7 +124,7 @@ def _check_home_size(pipeline: PipelineConfig, at: Path, topology: Topology) -> 
         if not cluster.scope:
             raise FieldProblem(
                 (*at, "clusters", name, "gpus"),
-                format_gpu_set(cluster.gpus),
+                format_gpu_set(cluster.listed),
                 f"with a home given as a size ({size}), every cluster says `gpus: home` or `gpus: pool` "
                 "(the GPUs are known only once the policy places the home)",
             )

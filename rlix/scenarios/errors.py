@@ -77,7 +77,7 @@ def _repr_pieces(value: object, depth: int) -> Iterator[str]:
             yield ": "
             yield from _repr_pieces(item, depth - 1)
         yield "}"
-    elif type(value) in (list, tuple):
+    elif type(value) is list or type(value) is tuple:  # not a subclass's own repr (a namedtuple)
         yield "[" if isinstance(value, list) else "("
         for index, item in enumerate(value):
             yield ", " if index else ""

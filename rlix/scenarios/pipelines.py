@@ -41,6 +41,11 @@ class ClusterConfig(Section):
         """"home" or "pool" when the mapping follows the home, else ""."""
         return self.gpus if isinstance(self.gpus, str) else ""
 
+    @property
+    def listed(self) -> tuple[int, ...]:
+        """The GPU ids the mapping lists (none when it follows the home)."""
+        return () if isinstance(self.gpus, str) else self.gpus
+
     def spec(self) -> ClusterSpec:
         """The core's ClusterSpec (a cluster that follows the home is unmapped: see
         rlix.scenarios.specs for how it is resolved)."""

@@ -270,14 +270,14 @@ def collect(
     _add_run_state(summary, {})  # the keys summary.json has, and a streamed run's summary too
     run_dir = None
     if out is not None:
-        from rlix.runs.folder import write_run
+        from rlix.runs.folder import check_table_format, write_run
 
         run_dir = write_run(
             sim.recorder,
             out,
             scenario_yaml=sim.scenario.to_yaml(),
             specs=specs,
-            format=table_format,
+            format=check_table_format(table_format),
             plots=plots,
             overwrite=overwrite,
             extra_summary=run_status(sim),

@@ -92,7 +92,8 @@ class BatchSampler:
             order = _order_within_segments(segment, rng.random(int(big_sizes.sum())))
             first_k = (segment_starts[:, None] + np.arange(k)).ravel()
             offsets[big] = (order[first_k] - np.repeat(segment_starts, k)).reshape(-1, k)
-        return self.members[(starts[:, None] + offsets).ravel()]
+        chosen: np.ndarray = self.members[(starts[:, None] + offsets).ravel()]
+        return chosen
 
 
 def _order_within_segments(segment: np.ndarray, keys: np.ndarray) -> np.ndarray:

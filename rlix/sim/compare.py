@@ -58,6 +58,7 @@ alone runs (rlix.sim.alone.signature).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,7 +299,7 @@ def compare(
             policy,
             out=None if out is None else out / policy,
             overwrite=True,
-            progress=None if progress is None else (lambda t, p=policy: progress(p, t)),
+            progress=None if progress is None else functools.partial(progress, policy),
             alone_s=comparison.alone_jct_s or None,
         )
         comparison.summaries[policy] = result.summary

@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlix.sim.fidelity import Variant, compare, run_live, run_sim, scenario_data
+from rlix.sim.fidelity import compare, run_live, run_sim
+from rlix.sim.fidelity_configs import Variant, scenario_data
 from rlix.sim.fidelity_report import error_stats
 
 #: Samples of the speed gauge before and after each run (each ~0.02-0.03 s of work).

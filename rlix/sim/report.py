@@ -48,7 +48,7 @@ def print_run(name: str, summary: dict[str, Any]) -> None:
 
 def _all_active_idle(overall: dict[str, Any]) -> str:
     window = overall.get("all_active")
-    if overall_figure(overall, "idle_share_all_active") is None:
+    if window is None or overall_figure(overall, "idle_share_all_active") is None:
         return ""
     return (f"; {window['idle_share']:.1%} while every pipeline was in the run,"
             f" {window['t_start']:.0f}-{window['t_end']:.0f} s")
@@ -64,9 +64,9 @@ def _waiting_idle(overall: dict[str, Any]) -> str:
 def _print_jct_floor(comparison: Comparison) -> None:
     """The mean JCT no policy beats, its bounds, and each policy's mean JCT over it."""
     bounds = comparison.mean_jct_bounds_s()
-    floor_s = max(bounds.values()) if bounds else 0.0
-    if floor_s <= 0:
+    if not bounds or max(bounds.values()) <= 0:
         return
+    floor_s = max(bounds.values())
     terms = ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in bounds.items())
     ratios = ", ".join(
         f"{policy} {summary['overall']['jobs']['mean_jct_s'] / floor_s:.2f}x"

@@ -287,10 +287,10 @@ class PipelineRollout:
             adapter, step = self._batch_keys[batch_id]
             self.host.batch_done(adapter, step, {"num_trajectories": self._batch_size[batch_id]})
         if self._draining:
-            for dp_rank, done in list(self._draining.items()):
+            for dp_rank, drained in list(self._draining.items()):
                 if not group.has_engine(dp_rank) or not group.engine(dp_rank).b:
                     del self._draining[dp_rank]
-                    done.succeed()
+                    drained.succeed()
 
     def _record_busy(self, spans: Iterable[tuple[int, float, float]]) -> None:
         """Record the engines' busy spans, (dp rank, start, end), as the rank's rollout activity."""

@@ -252,7 +252,9 @@ class Simulation:
         duration = stage_seconds(costs, op.stage, tokens, len(gpus), host.config.prefetch_weights)
         # Opened, not added at the end: a run cut mid-stage still shows the GPUs busy to the cut.
         busy = self.recorder.open_activity(pid, op.cluster, -1, gpus, "busy", op.stage, float(self.env.now))
-        self.stages[(pid, op.cluster)] = self.env.active_process
+        stage = self.env.active_process
+        assert stage is not None  # this generator runs as the stage's process
+        self.stages[(pid, op.cluster)] = stage
         try:
             yield self.env.timeout(duration)
             self.recorder.close_activity(busy, float(self.env.now))

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from rlix.sim.cost_fields import CostFieldError
-from rlix.sim.costs import GPUS, CostModel
+from rlix.sim.costs import CostModel
+from rlix.sim.gpu_types import GPUS
 
 #: ASSUMPTION: a LoRA adapter of rank 16 on the attention and MLP projections: 2 x 16 x
 #: (d_in + d_out) parameters per adapted matrix, 7 matrices per layer, BF16.

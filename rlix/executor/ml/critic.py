@@ -68,7 +68,8 @@ class CriticTrainer:
     def values(self, batch: TokenBatch) -> torch.Tensor:
         """Values [B, T] on response tokens (host tensor)."""
         with torch.no_grad():
-            return self.model(batch.to(self.device)).cpu()
+            values: torch.Tensor = self.model(batch.to(self.device)).cpu()
+        return values
 
     def train_step(
         self, batch: TokenBatch, returns: torch.Tensor, old_values: torch.Tensor
@@ -84,7 +85,7 @@ class CriticTrainer:
             self.clip_range,
         )
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch's backward is untyped
         grad_norm = float("nan")
         if self.max_grad_norm is not None:
             grad_norm = float(

@@ -80,7 +80,7 @@ def policy_gradient_step(
             kl = masked_mean(kl_k3(log_probs, ref_log_probs[rows].to(device)), micro.response_mask)
             if settings.kl_coef > 0:
                 loss = loss + settings.kl_coef * kl
-        (loss * share).backward()
+        (loss * share).backward()  # type: ignore[no-untyped-call]  # torch's backward is untyped
         totals["loss"] += float(loss.detach()) * share
         totals["policy_loss"] += float(policy.loss.detach()) * share
         totals["kl"] += float(kl.detach()) * share

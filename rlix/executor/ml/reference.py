@@ -27,7 +27,7 @@ class ReferenceModel:
             return token_log_probs(self.model, batch.to(self.device)).cpu()
 
     def offload(self) -> None:
-        self.model.to("cpu")
+        self.model.to("cpu")  # type: ignore[arg-type]  # transformers types PreTrainedModel.to through a decorator
 
     def onload(self) -> None:
-        self.model.to(self.device)
+        self.model.to(self.device)  # type: ignore[arg-type]  # transformers types PreTrainedModel.to through a decorator

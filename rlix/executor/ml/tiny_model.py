@@ -110,7 +110,8 @@ def load_causal_lm(
 
     # dtype is applied after loading: the keyword changed name across transformers versions.
     model = AutoModelForCausalLM.from_pretrained(str(folder))
-    return model.to(device=device, dtype=dtype).eval()
+    loaded: PreTrainedModel = model.to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]  # transformers types PreTrainedModel.to through a decorator
+    return loaded
 
 
 def _one_line(exc: BaseException) -> str:

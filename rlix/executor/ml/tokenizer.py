@@ -55,7 +55,7 @@ def build_byte_tokenizer() -> PreTrainedTokenizerFast:
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens([EOS_TOKEN, PAD_TOKEN])
     # Decoder-only batched generation needs left padding (saved into the tokenizer config).
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers' tokenizer class is untyped
         tokenizer_object=tokenizer, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN, padding_side="left"
     )
 

@@ -107,10 +107,10 @@ class HfBackend(RolloutBackend):
                 self._full_weights = weights
             if self._host_model is not None:
                 model, self._host_model = self._host_model, None
-                model.to(self._device)
+                model.to(self._device)  # type: ignore[arg-type]  # transformers types PreTrainedModel.to through a decorator
             else:
                 model = AutoModelForCausalLM.from_pretrained(self._path)
-                model = model.to(device=self._device, dtype=self._dtype).eval()
+                model = model.to(device=self._device, dtype=self._dtype).eval()  # type: ignore[call-arg]  # transformers types PreTrainedModel.to through a decorator
                 self._version = 0
                 self._installed_adapter_versions = {}
             self._model = model
@@ -126,7 +126,7 @@ class HfBackend(RolloutBackend):
             model, self._model = self._model, None
             if model is not None and self._device != "cpu":
                 # Off the GPU into host memory: the next load() skips reading the folder.
-                self._host_model = model.to("cpu")
+                self._host_model = model.to("cpu")  # type: ignore[arg-type]  # transformers types PreTrainedModel.to through a decorator
             del model
             gc.collect()
             if torch.cuda.is_available():
@@ -230,7 +230,7 @@ class HfBackend(RolloutBackend):
         num_new = min(self._chunk_tokens, max(t.remaining for t in group))
         kwargs = _sampling_kwargs(first.sampling)
         with torch.no_grad(), _adapter_context(model, first.adapter, self._has_adapters()):
-            output = model.generate(
+            output = model.generate(  # type: ignore[operator]  # transformers types generate through a decorator
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 max_new_tokens=num_new,
