@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rlix.policy.errors import InvariantViolation
 from rlix.runs.breakdown import GROUPINGS
@@ -34,7 +34,13 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `replay` and `check` to the `rlix-sim` sub-command table."""
+    """Add `replay`, `check` and `jobs` to the `rlix-sim` sub-command table."""
+    _add_replay(subparsers)
+    _add_check(subparsers)
+    _add_jobs(subparsers)
+
+
+def _add_replay(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     replay = subparsers.add_parser(
         "replay",
         help="replay a run's events through a fresh core and compare the decisions",
@@ -51,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="also check the core's invariants after every round (slower)")
     _traceback_option(replay)
     replay.set_defaults(run=_guarded(main_replay))
+
+
+def _add_check(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     check = subparsers.add_parser(
         "check",
         help="check a run's tables against the invariants a record can show",
@@ -66,6 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder", type=path_text)
     _traceback_option(check)
     check.set_defaults(run=_guarded(main_check))
+
+
+def _add_jobs(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     jobs = subparsers.add_parser(
         "jobs",
         help="where a run's jobs spent their time: queueing, time above alone, training and rollout waits",
@@ -143,8 +155,6 @@ def _rollout_waits(run: Run, holds: pd.DataFrame) -> pd.Series:
 
 
 def main_jobs(args: argparse.Namespace) -> int:
-    from rlix.runs.breakdown import breakdown
-    from rlix.runs.reader import load
     from rlix.runs.text import format_table
 
     plot = None
@@ -152,41 +162,17 @@ def main_jobs(args: argparse.Namespace) -> int:
         from rlix.runs.breakdown_plot import plot_path
 
         plot = plot_path(args.plot)  # a bad suffix or place fails here, before any work
-    run = load(args.run_dir)
-    jobs = run.jobs  # the one table this needs: a RunError naming the tables kept
-    if not len(jobs):  # every run has a row per pipeline: an emptied table, not a run of no jobs
-        raise RunError("its jobs table has no rows: no job to show", file=args.run_dir)
-    # A run cut before some jobs arrived lists them with no arrival: they have no figures, and
-    # counted in they would pull every group's mean waits toward 0.
-    not_arrived = int(jobs["arrival_s"].isna().sum())
-    jobs = jobs[jobs["arrival_s"].notna()].reset_index(drop=True)
-    if not len(jobs):
-        raise RunError("no job arrived before the run ended: no job to show", file=args.run_dir)
-    waits = run.waits if "waits" in run.kept_tables else None
-    holds = run.allocations if "allocations" in run.kept_tables else None
-    rollout_waits = None if holds is None else _rollout_waits(run, holds)
-    groups, stages = breakdown(jobs, waits, args.by, args.bin_s, rollout_waits)
-    causes = moves = None
-    activity = run.activity if "activity" in run.kept_tables else None
-    if waits is not None and activity is not None:
-        from rlix.runs.wait_causes import wait_causes
-
-        causes = wait_causes(jobs, waits, activity, args.by, args.bin_s, holds)
-    if holds is not None and activity is not None:
-        from rlix.runs.rank_moves import rank_moves
-
-        moves = rank_moves(jobs, holds, activity, args.by, args.bin_s)
-        # Its last row is over every job, labelled as the other tables label it.
-        moves.loc[moves.index[-1], "group"] = groups["group"].iloc[-1]
+    run, jobs, not_arrived = _arrived_jobs(args.run_dir)
+    tables = _job_tables(run, jobs, args.by, args.bin_s)
     if plot is not None:
         from rlix.runs.breakdown_plot import plot_breakdown
 
         title = f"{Path(args.run_dir).name}: where jobs' time goes ({run.policy})"
-        print(f"plot: {plot_breakdown(groups, plot, title)}", file=sys.stderr)
+        print(f"plot: {plot_breakdown(tables.groups, plot, title)}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"groups": _records(groups), "stage_waits_s": _records(stages),
-                          "wait_causes_s": None if causes is None else _records(causes),
-                          "rank_moves": None if moves is None else _records(moves)}))
+        print(json.dumps({"groups": _records(tables.groups), "stage_waits_s": _records(tables.stages),
+                          "wait_causes_s": None if tables.causes is None else _records(tables.causes),
+                          "rank_moves": None if tables.moves is None else _records(tables.moves)}))
         return 0
     seconds = {c: "{:,.0f}" for c in ("alone_s", "queueing_s", "run_s", "jct_s", "excess_s", "train_wait_s",
                                       "rollout_wait_s")}
@@ -195,15 +181,72 @@ def main_jobs(args: argparse.Namespace) -> int:
           "alone on its home (waiting included); excess_share = share of the time jobs lost (excesses "
           "above 0); train_wait = waits for training GPUs once started; rollout_wait = time with rollout "
           "work and no rollout rank")
-    print(format_table(groups, {**seconds, "excess_share": "{:.0%}", "slowdown": "{:.2f}"}))
+    print(format_table(tables.groups, {**seconds, "excess_share": "{:.0%}", "slowdown": "{:.2f}"}))
     waiting = _still_queueing(jobs, float(run.summary["makespan_s"]))
     if waiting:
         print(waiting)
-    if groups["alone_s"].isna().all():
+    if tables.groups["alone_s"].isna().all():
         # A cut run's alone runs stop at the time each job had in it (summary.json's alone_s).
         print("(no times alone in this run, so no excess or slowdown: rlix-sim run simulates them "
               "unless --no-alone, and keeps none that did not end within the time a run cut short "
               "gave its job; a live run has none)")
+    _print_waits(run, tables)
+    _print_moves(tables.moves)
+    return 0
+
+
+def _arrived_jobs(run_dir: str) -> tuple[Run, pd.DataFrame, int]:
+    """The run, its jobs that arrived before it ended, and how many had not."""
+    from rlix.runs.reader import load
+
+    run = load(run_dir)
+    jobs = run.jobs  # the one table this needs: a RunError naming the tables kept
+    if not len(jobs):  # every run has a row per pipeline: an emptied table, not a run of no jobs
+        raise RunError("its jobs table has no rows: no job to show", file=run_dir)
+    # A run cut before some jobs arrived lists them with no arrival: they have no figures, and
+    # counted in they would pull every group's mean waits toward 0.
+    not_arrived = int(jobs["arrival_s"].isna().sum())
+    jobs = jobs[jobs["arrival_s"].notna()].reset_index(drop=True)
+    if not len(jobs):
+        raise RunError("no job arrived before the run ended: no job to show", file=run_dir)
+    return run, jobs, not_arrived
+
+
+class JobTables(NamedTuple):
+    """What `rlix-sim jobs` shows; a table is None where the run kept none of what it needs."""
+
+    groups: pd.DataFrame
+    stages: pd.DataFrame
+    causes: pd.DataFrame | None
+    moves: pd.DataFrame | None
+
+
+def _job_tables(run: Run, jobs: pd.DataFrame, by: str, bin_s: float) -> JobTables:
+    from rlix.runs.breakdown import breakdown
+
+    waits = run.waits if "waits" in run.kept_tables else None
+    holds = run.allocations if "allocations" in run.kept_tables else None
+    rollout_waits = None if holds is None else _rollout_waits(run, holds)
+    groups, stages = breakdown(jobs, waits, by, bin_s, rollout_waits)
+    causes = moves = None
+    activity = run.activity if "activity" in run.kept_tables else None
+    if waits is not None and activity is not None:
+        from rlix.runs.wait_causes import wait_causes
+
+        causes = wait_causes(jobs, waits, activity, by, bin_s, holds)
+    if holds is not None and activity is not None:
+        from rlix.runs.rank_moves import rank_moves
+
+        moves = rank_moves(jobs, holds, activity, by, bin_s)
+        # Its last row is over every job, labelled as the other tables label it.
+        moves.loc[moves.index[-1], "group"] = groups["group"].iloc[-1]
+    return JobTables(groups, stages, causes, moves)
+
+
+def _print_waits(run: Run, tables: JobTables) -> None:
+    from rlix.runs.text import format_table
+
+    stages, causes = tables.stages, tables.causes
     if "waits" not in run.kept_tables:
         print("\nno waits table in this run (it was run with --tables): training waits unknown")
     elif len(stages.columns) > 1:
@@ -221,8 +264,6 @@ def main_jobs(args: argparse.Namespace) -> int:
             print("\nno activity table in this run (it was run with --tables): what held the homes is unknown")
     else:
         print("\nno waits for training GPUs recorded")
-    _print_moves(moves)
-    return 0
 
 
 def _still_queueing(jobs: Any, end_s: float) -> str | None:
