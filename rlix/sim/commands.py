@@ -39,7 +39,11 @@ Run every policy on the same scenario, trace and seed; print one table (throughp
 busy/loading/idle shares over the run and while every pipeline is active, step times, slowdown
 against running alone, preemptions) and write a comparison plot. Each pipeline is also run
 alone on its home GPUs (for slowdowns) and alone with every GPU its mappings allow (its
-unshared rate). The ceiling is the steps per hour sharing could reach at best: total steps
+unshared rate). Two slowdowns: "mean/p95 slowdown" are the jobs' (JCT over JCT alone on the
+home, as in summary.json and `rlix-sim jobs`: queueing and inits count); "step slowdown" (per
+pipeline) and "max step slowdown" are a pipeline's mean step time over its mean step time
+alone on its home (sharing's cost to a running step only). mean_wait_s: a pipeline's mean
+wait from a cluster request to its grant. The ceiling is the steps per hour sharing could reach at best: total steps
 over the longest of the makespans no policy beats, every pipeline at its unshared rate from
 its arrival, the pool's GPUs doing the work no packing avoids (gang stages and the least decode
 time of the rollouts), the gang stages on more than half the pool one after another, and,

@@ -80,9 +80,9 @@ def _print_jct_floor(comparison: Comparison) -> None:
 def print_comparison(scenario: Any, comparison: Comparison) -> None:
     """The policies' table, the ceiling, the JCT floor and the pipelines' table."""
     formats = {key: fmt for key, _label, fmt in OVERALL_COLUMNS}
-    formats["max_slowdown"] = "{:.2f}x"
+    formats["max step slowdown"] = "{:.2f}x"
     frame = comparison.overall_frame().rename(
-        columns={k: label for k, label, _f in OVERALL_COLUMNS}
+        columns={**{k: label for k, label, _f in OVERALL_COLUMNS}, "max_step_slowdown": "max step slowdown"}
     )
     formats.update({label: fmt for _k, label, fmt in OVERALL_COLUMNS})
     print(
@@ -112,7 +112,7 @@ def print_comparison(scenario: Any, comparison: Comparison) -> None:
                 "mean_step_s": "{:.1f}",
                 "p95_step_s": "{:.1f}",
                 "alone_step_s": "{:.1f}",
-                "slowdown": "{:.2f}x",
+                "step_slowdown": "{:.2f}x",
                 "mean_wait_s": "{:.1f}",
             },
         )
