@@ -86,6 +86,12 @@ def expand(data: dict[str, Any], base_dir: str | None = None) -> dict[str, Any]:
         out["pipelines"] = [*(out.get("pipelines") or []), *logged]
     raw = data.get("stream")
     if raw is None:
+        if data.get("templates") and not out.get("pipelines"):
+            # pydantic's "required field missing" would not say that the templates make no job
+            # by themselves, nor what does
+            raise FieldProblem(("pipelines",), NO_VALUE,
+                               "none given, and templates make none by themselves: give `pipelines:`, a "
+                               "`stream:` of the templates or a job log (`jobs: {path, columns}`, --jobs FILE)")
         return out
     stream = _validated(Stream, raw, ("stream",))
     jobs: list[tuple[float, int, dict[str, Any], str]] = []

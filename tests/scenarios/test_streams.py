@@ -98,3 +98,15 @@ def test_bad_streams_name_the_field(edit: tuple[str, str], where: str, words: st
     message = str(info.value)
     assert message.startswith("s.yaml") and where in message and words in message, message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("pipelines", ["", "pipelines: []\n"])
+def test_templates_without_a_stream_or_a_log_say_what_makes_pipelines(pipelines: str) -> None:
+    """A file of templates whose stream was left out (or whose job log was not passed) read as
+    "pipelines: required field missing", as if the templates were not a way to give them."""
+    text = TEMPLATE[: TEMPLATE.index("stream:")] + pipelines
+    with pytest.raises(ScenarioError) as info:
+        _load(text=text)
+    message = str(info.value)
+    assert message.startswith("s.yaml") and "pipelines" in message and "\n" not in message
+    assert "templates make none by themselves" in message and "stream:" in message and "--jobs" in message
