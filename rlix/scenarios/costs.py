@@ -134,9 +134,19 @@ def resolve_costs(value: Any, base_dir: str | None, source: SourceMap | None = N
 
 
 def write_costs_file(costs: CostsFile, path: str | Path) -> Path:
-    """Write `costs` as YAML (the form `read_costs_file` reads back equal)."""
+    """Write `costs` as YAML (the form `read_costs_file` reads back equal).
+
+    Written as every other output file is (`rlix.traces.io.write_atomically`): its folders are
+    made, as `check_out_file` promised when it passed the path, and a failure is one error
+    naming the file (a TraceError), never a half-written cost file in place of the old one."""
+    from rlix.traces.io import write_atomically
+
     path = Path(path)
     text = dump_yaml(costs.model_dump(mode="json"), sort_keys=False, default_flow_style=False)
-    path.write_text(f"# {COSTS_KIND}: fitted by `rlix-sim calibrate`; `costs` is what a scenario applies\n{text}",
-                    encoding="utf-8")
+    content = f"# {COSTS_KIND}: fitted by `rlix-sim calibrate`; `costs` is what a scenario applies\n{text}"
+
+    def write(part: Path) -> None:
+        part.write_text(content, encoding="utf-8")
+
+    write_atomically(path, write)
     return path

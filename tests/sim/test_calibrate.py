@@ -181,3 +181,11 @@ def test_a_trace_out_that_cannot_be_written_is_refused_before_anything(
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cost_file_in_a_folder_not_made_yet_is_written_there(sim_run: Path, tmp_path: Path) -> None:
+    """--out passes its check when its folder can be made; the fit's minutes are not lost to a
+    traceback at the end because the cost file's folder was never made."""
+    out = tmp_path / "new" / "deeper" / "costs.yaml"
+    assert main(["calibrate", str(sim_run), "--accept-simulated", "--out", str(out)]) == 0
+    assert read_costs_file(out).costs and [p.name for p in out.parent.iterdir()] == ["costs.yaml"]
