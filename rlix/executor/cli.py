@@ -40,7 +40,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlix-exec", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run a scenario on Ray")
+    run = commands.add_parser(
+        "run", help="run a scenario on Ray", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run SCENARIO's pipelines on Ray under its policy, training real models, and write its "
+                    "run folder\n(the simulator's tables, plus the trained models under models/). Without "
+                    "--address a local Ray\nstarts on loopback with the scenario's GPUs declared. Ctrl-C "
+                    "or SIGTERM stops it within seconds\nand writes the record so far, which "
+                    "`rlix-exec resume` continues.",
+        epilog="examples:\n  rlix-exec run cpu-demo --out runs/demo     # tiny models on CPU, 4 declared GPUs\n"
+               "  rlix-exec run my.yaml --address HOST:6379  # join a running Ray cluster\n"
+               "  rlix-sim check runs/demo && rlix-sim replay runs/demo")
     run.add_argument("scenario", help="bundled scenario name or YAML file")
     run.add_argument("--out", type=path_text,
                      help="run folder (default runs/exec-<scenario>-<time>); checked before the run starts")
@@ -50,13 +59,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--overwrite", action="store_true",
                      help="replace --out if it is a run folder rlix wrote (anything else is refused)")
     run.add_argument("--check-invariants", action="store_true", help="check the core's invariants after every event")
-    resume = commands.add_parser("resume", help="continue a cut run from its pipelines' last checkpoints")
+    resume = commands.add_parser(
+        "resume", help="continue a cut run from its pipelines' last checkpoints",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Continue a run cut by Ctrl-C, SIGTERM, its orchestrator's death or SIGKILL of its driver, "
+                    "in the\nsame folder: each pipeline that was running starts again from its newest "
+                    "checkpoint, ended ones\nstay ended, later arrivals arrive on time. A finished run, a "
+                    "folder that is not a live run, or a\ndriver still running is refused in one line, "
+                    "nothing changed.",
+        epilog="example:\n  rlix-exec run cpu-demo --out runs/demo     # then Ctrl-C\n"
+               "  rlix-exec resume runs/demo")
     resume.add_argument("run_dir", help="the run folder (written or not: a SIGKILLed run leaves .RUN_DIR.live)")
     resume.add_argument("--address", help="join this Ray cluster instead of starting one locally")
     resume.add_argument("--quiet", action="store_true", help="no progress bars")
     resume.add_argument("--check-invariants", action="store_true", help="check the core's invariants after every event")
-    kill = commands.add_parser("kill", help="kill a pipeline of the running scenario")
-    kill.add_argument("pipeline_id")
+    kill = commands.add_parser(
+        "kill", help="kill a pipeline of the running scenario", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Remove one pipeline from the run going on this machine (or the Ray cluster at "
+                    "--address): its\nactors are killed and confirmed dead, then its GPUs go back to "
+                    "the others. Its state in\nsummary.json is `killed`. With no run going it says so "
+                    "within seconds.",
+        epilog="example (from another shell while `rlix-exec run cpu-demo` runs):\n  rlix-exec kill ft")
+    kill.add_argument("pipeline_id", help="the pipeline's id in the scenario (e.g. ft)")
     kill.add_argument("--address", help="the Ray cluster (default: the run on this machine)")
     args = parser.parse_args(argv)
     missing = _missing_extra()

@@ -50,3 +50,18 @@ def test_unknown_task_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["run", _scenario_file(tmp_path, task="no_such_task")]) == 2
     assert "no_such_task" in _one_error_line(capsys)
     assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize(("command", "example"), [("run", "rlix-exec run cpu-demo"),
+                                                  ("resume", "rlix-exec resume runs/demo"),
+                                                  ("kill", "rlix-exec kill ft")])
+def test_each_command_help_says_what_it_does_with_an_example(command: str, example: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    usage, description = text.split("\n\n")[:2]
+    assert usage.startswith(f"usage: rlix-exec {command}")
+    assert not description.startswith("positional arguments"), text  # a description comes first
+    assert example in text.split("example")[-1], text
