@@ -189,3 +189,19 @@ def test_a_cost_file_in_a_folder_not_made_yet_is_written_there(sim_run: Path, tm
     out = tmp_path / "new" / "deeper" / "costs.yaml"
     assert main(["calibrate", str(sim_run), "--accept-simulated", "--out", str(out)]) == 0
     assert read_costs_file(out).costs and [p.name for p in out.parent.iterdir()] == ["costs.yaml"]
+
+
+def test_it_says_what_a_scenario_needs_besides_the_cost_file(sim_run: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The constants alone leave a scenario its own lengths and engine (bundled cpu-demo: 315 s
+    predicted for a 47-s live run), so calibrate names the trace and the executor's engine."""
+    from rlix.sim.fidelity_configs import ENGINE
+
+    out, lengths = tmp_path / "costs.yaml", tmp_path / "lengths.parquet"
+    assert main(["calibrate", str(sim_run), "--accept-simulated", "--out", str(out)]) == 0
+    hint = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "--trace-out" in hint and f"--costs {out}" in hint
+    engine = yaml.safe_load(hint.split("engine: ", 1)[1].split(" (", 1)[0])
+    assert engine == ENGINE
+    assert main(["calibrate", str(sim_run), "--accept-simulated", "--out", str(out), "--trace-out", str(lengths)]) == 0
+    assert f"trace: {{path: {lengths}}}" in capsys.readouterr().out
