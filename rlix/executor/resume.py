@@ -147,6 +147,10 @@ def _gather(run_dir: Path) -> tuple[Path, list[tuple[Path, Path]]]:
     moved: list[tuple[Path, Path]] = []
     if run_dir.exists():
         if not run_dir.is_dir() or not is_run_folder(run_dir):
+            origin = _run_of_live_folder(run_dir)
+            if origin is not None:  # the hidden folder a SIGKILLed run leaves is what a user sees
+                raise ResumeError(f"{run_dir}: the journal of a cut run, not the run; resume it with "
+                                  f"`rlix-exec resume {origin}`")
             raise ResumeError(f"{run_dir}: not an rlix run folder")
         try:
             finished = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("finished", True)
@@ -166,6 +170,17 @@ def _gather(run_dir: Path) -> tuple[Path, list[tuple[Path, Path]]]:
         raise ResumeError(f"{run_dir if run_dir.exists() else live}: no {JOURNAL_FILE} to resume from "
                           "(not a cut live run)")
     return live, moved
+
+
+def _run_of_live_folder(folder: Path) -> Path | None:
+    """The run folder whose live folder (`live_folder`) `folder` is, if it is one holding a journal."""
+    name = folder.name
+    if not (name.startswith(".") and name.endswith(".live") and len(name) > len("..live")):
+        return None
+    origin = folder.parent / name[1:-len(".live")]
+    if live_folder(origin).resolve() != folder.resolve() or not (folder / JOURNAL_FILE).is_file():
+        return None
+    return origin
 
 
 def _continue(the_plan: Plan, journal: Journal, live: Path, journal_path: Path) -> tuple[Plan, Cut]:

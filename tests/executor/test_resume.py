@@ -141,3 +141,19 @@ def test_a_journal_of_another_version_is_refused(tmp_path: Path) -> None:
     done = _resume(tmp_path, tmp_path / "run")
     assert done.returncode == 2 and "written by rlix 0.0.1" in done.stderr
     assert (live / "journal.jsonl").read_bytes() == (tmp_path / "journal.copy").read_bytes()
+
+
+def test_the_live_folder_given_for_its_run_names_the_run_to_resume(tmp_path: Path) -> None:
+    """A SIGKILLed run leaves only `.run.live/` beside where its folder would be: given that,
+    resume says which folder to give, and changes nothing."""
+    from rlix.executor.journal import JournalWriter
+    from rlix.scenarios import load_scenario
+
+    live = tmp_path / ".run.live"
+    writer = JournalWriter(live / "journal.jsonl", load_scenario("cpu-demo").to_yaml(), "0.0.1")
+    writer.close()
+    before = (live / "journal.jsonl").read_bytes()
+    done = _resume(tmp_path, live)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"rlix-exec resume {tmp_path / 'run'}" in done.stderr, done.stderr
+    assert (live / "journal.jsonl").read_bytes() == before and sorted(tmp_path.iterdir()) == [live]
