@@ -10,9 +10,8 @@
    the absolute difference in points as well).
 3. Draw sim_vs_exec.png: the Gantt of one predicted run over its live run.
 
-Both drivers get the same scenario; its `engine:` section is set to what the executor does
-(a rank takes up to 8 trajectories per call, no balancing router, no migration), which the
-executor ignores. The machine has 2 cores, shared with whatever else runs. The prediction uses the constants as
+Both drivers get the same scenario, its `engine:` section included (cpu-demo's: a rank takes
+up to 8 trajectories a call, no balancing router, no migration, as both drivers run it). The machine has 2 cores, shared with whatever else runs. The prediction uses the constants as
 calibrated. Reported beside it: the other work's CPU demand probed for 3 s before each live
 run (the calibration too; rlix.executor.machine) and the prediction rescaled to it
 (rlix.sim.calibrate.costs_for_background, `*_error_load`), and in hindsight to the demand the
@@ -51,7 +50,6 @@ import time
 from pathlib import Path
 
 from rlix.sim.fidelity import (
-    ENGINE,
     VARIANTS,
     Variant,
     calibrate,
@@ -72,7 +70,7 @@ from rlix.sim.fidelity_report import (
     summarize,
 )
 
-__all__ = ["ENGINE", "VARIANTS", "Variant", "calibrate", "compare", "main", "plot_side_by_side", "predict_and_run",
+__all__ = ["VARIANTS", "Variant", "calibrate", "compare", "main", "plot_side_by_side", "predict_and_run",
            "print_table", "run_live", "run_sim", "scenario_data", "summarize"]
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -244,7 +245,7 @@ class Ranks:
         queue = self.p.queue
         try:
             while rank.active:
-                items = queue.take(self.p.setup.max_batch_per_rank)
+                items = queue.take(self._call_size())
                 if not items:
                     queue.changed.clear()
                     await queue.changed.wait()
@@ -267,6 +268,17 @@ class Ranks:
                 self._requeue_lost(rank, rank.in_flight)
                 rank.in_flight = []
             raise
+
+    def _call_size(self) -> int:
+        """How many trajectories a rank takes for its next call: `max_batch_per_rank`, or with
+        `balance` at most an even share of those open over the ranks, expanding ones counted,
+        so a few trajectories spread over the ranks instead of filling the first (the
+        simulator's `engine.balance`, at the grain of a call)."""
+        setup = self.p.setup
+        if not setup.balance:
+            return setup.max_batch_per_rank
+        num_ranks = max(1, len(self.active) + self._num_expanding)
+        return max(1, min(setup.max_batch_per_rank, math.ceil(self.p.queue.num_open / num_ranks)))
 
     async def _generate(self, rank: Rank, items: list[Trajectory]) -> list[Attempt] | None:
         with self.p.spans.span(ROLLOUT_CLUSTER, rank.dp_rank, rank.gpus, "busy", "rollout") as drop:

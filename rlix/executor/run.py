@@ -55,6 +55,7 @@ def plan(scenario_ref: str | Any, policy: str | None = None, workload: str = "ml
     if scenario.max_time_s is not None:  # else the live run goes on past it and its replay stops there
         raise ExecutorInputError(f"max_time_s: {scenario.max_time_s:g} s cuts a simulated run; a live run goes "
                                  "to its pipelines' ends (remove it, or stop the run with Ctrl-C or a kill)")
+    scenario = _as_executed(scenario)
     ex = scenario.executor or ExecutorConfig()
     topology = scenario.topology()
     specs = scenario.pipeline_specs()
@@ -80,7 +81,8 @@ def plan(scenario_ref: str | Any, policy: str | None = None, workload: str = "ml
     for pipeline in scenario.pipelines:
         pipeline_params = {**params, "algorithm": pipeline.algorithm, "kl": pipeline.kl, "seed": scenario.seed}
         setups.append(PipelineSetup(specs[pipeline.id], program_config(pipeline, ex.checkpoint_every), workload_class,
-                                    pipeline_params, progress_every=scenario.engine.progress_every))
+                                    pipeline_params, max_batch_per_rank=scenario.engine.max_batch,
+                                    balance=scenario.engine.balance, progress_every=scenario.engine.progress_every))
     kills, unsupported = [], []
     for fault in scenario.faults.events:
         if fault.kill is not None:
@@ -91,6 +93,19 @@ def plan(scenario_ref: str | Any, policy: str | None = None, workload: str = "ml
         raise ExecutorInputError("faults: the executor kills pipelines; it does not inject "
                                  f"{', '.join(unsupported) or 'decision failures'} (run it in the simulator)")
     return Plan(scenario, topology, setups, {p.id: p.arrival_s for p in scenario.pipelines}, sorted(kills))
+
+
+def _as_executed(scenario: Any) -> Any:
+    """The scenario as the executor runs it, which its run folder records: a rank's call runs
+    its trajectories to their end, so nothing migrates when a rank joins (the `engine:`
+    default, `migrate_on_expand: true`, is written as false; asked for, it is refused)."""
+    engine = scenario.engine
+    if not engine.migrate_on_expand:
+        return scenario
+    if "migrate_on_expand" in engine.model_fields_set:
+        raise ExecutorInputError("engine.migrate_on_expand: the executor does not move running sequences to a rank "
+                                 "that joins (a rank's call runs to its end); set it false or leave it out")
+    return scenario.model_copy(update={"engine": engine.model_copy(update={"migrate_on_expand": False})})
 
 
 def _ml_params(ex: Any, params: dict[str, Any]) -> Any:

@@ -165,3 +165,8 @@ class RolloutQueue:
     @property
     def num_waiting(self) -> int:
         return len(self._waiting)
+
+    @property
+    def num_open(self) -> int:
+        """Trajectories queued or running, of every adapter."""
+        return len(self._waiting) + len(self._running)

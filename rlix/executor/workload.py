@@ -48,8 +48,12 @@ class PipelineSetup:
     workload: Callable[[PipelineSetup], Workload]
     #: Workload parameters (model folder, learning rates, task, stage times, ...).
     params: Mapping[str, Any] = field(default_factory=dict)
-    #: Most trajectories a rollout rank generates in one call.
+    #: Most trajectories a rollout rank generates in one call (a scenario's `engine.max_batch`).
     max_batch_per_rank: int = 8
+    #: Take no more a call than an even share of the trajectories queued or running over the
+    #: ranks (those loading too), as a load-balancing router in front of the ranks would (a
+    #: scenario's `engine.balance`); False: each rank takes up to `max_batch_per_rank`.
+    balance: bool = False
     #: Start every rank's worker (asleep, no weights) as part of the init, after the trainer,
     #: so a first expansion only loads weights instead of starting a process (False: a
     #: worker starts at its rank's first expansion, which then waits for it).

@@ -237,7 +237,10 @@ class TraceRef(Section):
 
 
 class EngineConfig(Section):
-    """Rollout engine parameters (simulator)."""
+    """Rollout engine parameters. Both drivers read `max_batch`, `progress_every` and `balance`
+    (the executor's ranks take at most `max_batch` trajectories a call, an even share of those
+    open when balanced); the executor cannot migrate (a call runs to its end), so a live run
+    records `migrate_on_expand: false` and refuses it set true."""
 
     max_batch: int = Field(256, gt=0)
     """Most trajectories one rollout rank decodes at once (continuous batching)."""

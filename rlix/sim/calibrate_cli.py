@@ -39,10 +39,11 @@ to check that the fit recovers the constants it ran with). Example:
 
   rlix-exec run cpu-demo --out runs/live
   rlix-sim calibrate runs/live --out costs.yaml --trace-out lengths.parquet
-  rlix-sim run my-scenario.yaml --costs costs.yaml   # its trace: {path: lengths.parquet}, engine as printed
+  rlix-sim run runs/live/scenario.yaml --costs costs.yaml --trace lengths.parquet
 
-The constants are the runs' speeds, not their workload: a scenario keeps its own trace and
-engine, so to predict the runs it needs their lengths and the executor's engine (printed last).
+The constants are the runs' speeds, not their workload: a scenario keeps its own trace, so to
+predict the runs give it their lengths (--trace-out's file; the command is printed last). A
+live run's scenario.yaml says the rollout engine the executor ran (its `engine:` section).
 """
 
 
@@ -87,24 +88,18 @@ def calibrate_main(args: argparse.Namespace) -> int:
     if trace_out is not None:
         write_trace(args.run_dirs, trace_out)
         print(f"rollout lengths (a trace): {trace_out}")
-    print(_how_to_predict(out, trace_out))
+    print(_how_to_predict(args.run_dirs[0], out, trace_out))
     return 0
 
 
-def _how_to_predict(out: Path, trace_out: Path | None) -> str:
-    """What a scenario needs besides the cost file to predict the runs' workload.
-
-    The constants are the runs' speeds only: a scenario keeps its own trace and engine, and
-    cpu-demo as bundled replays math_small lengths (up to 4,096 tokens where the executor
-    generated 16) through a 256-sequence router, a prediction several times the live run's.
-    """
-    from rlix.sim.fidelity_configs import ENGINE
-
-    engine = ", ".join(f"{key}: {str(value).lower()}" for key, value in ENGINE.items())
-    trace = (f"trace: {{path: {trace_out}}}" if trace_out is not None
-             else "trace: {path: FILE} (written by --trace-out FILE)")
-    return (f"to predict these runs' workload, the scenario also needs {trace} and engine: {{{engine}}} "
-            f"(the executor's batching), then: rlix-sim run SCENARIO --costs {out}")
+def _how_to_predict(run_dir: str, out: Path, trace_out: Path | None) -> str:
+    """The command that predicts the runs: a run's own scenario, which says the engine the
+    executor ran, with the cost file and the runs' lengths. The constants alone leave a
+    scenario its own trace: bundled cpu-demo replays math_small lengths (up to 4,096 tokens
+    where the executor generated 16), a prediction several times the live run's."""
+    trace = str(trace_out) if trace_out is not None else "FILE (the lengths --trace-out FILE writes)"
+    scenario = Path(run_dir) / "scenario.yaml"
+    return f"to predict these runs: rlix-sim run {scenario} --costs {out} --trace {trace}"
 
 
 def _print_cpu_by_role(run_dirs: list[str]) -> None:

@@ -13,8 +13,9 @@ it has not seen? The parts of `bench/fidelity.py` and `notebooks/sim_vs_exec.ipy
 The report and the tables of the errors are in `rlix.sim.fidelity_report`; the configs (cpu-demo
 as plain data, the unseen variants) in `rlix.sim.fidelity_configs`.
 
-Both drivers get the same scenario (`scenario_data`); its `engine:` section is set to what the
-executor does (`ENGINE`), which the executor ignores. Beside the prediction with the constants as
+Both drivers get the same scenario (`scenario_data`), its `engine:` section included: the
+executor's rollout ranks take `max_batch` trajectories a call, balanced or not, as the simulator's
+engines admit them (cpu-demo says the executor's 8 a call, no router). Beside the prediction with the constants as
 calibrated, two rescaled to the other work's CPU demand are reported (`*_error_load`,
 `*_error_hindsight`; docs/calibration.md), and, when the calibration read runs of two
 concurrencies (`calibrate(..., second=...)`), the prediction with the per-op slowdown across
@@ -30,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from rlix.sim.fidelity_configs import (  # noqa: F401  (re-exported: the runs take them from here)
-    ENGINE,
     SECOND_CALIBRATION,
     VARIANTS,
     Variant,

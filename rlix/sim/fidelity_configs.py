@@ -1,5 +1,5 @@
-"""The configs of the simulator's offline validation: cpu-demo as plain data with its `engine:`
-section said as the executor runs it (`scenario_data`), the unseen variants the calibrated
+"""The configs of the simulator's offline validation: cpu-demo as plain data (`scenario_data`;
+its `engine:` section is the executor's), the unseen variants the calibrated
 simulator must predict (`VARIANTS`) and the second calibration config (`SECOND_CALIBRATION`).
 The runs and the comparison are in rlix.sim.fidelity.
 """
@@ -11,9 +11,6 @@ from pathlib import Path
 from typing import Any
 
 Variant = Callable[[dict[str, Any]], dict[str, Any]]
-#: What the executor does, said to the simulator (PipelineSetup.max_batch_per_rank is 8; each
-#: rank takes from the shared queue, no router; nothing migrates when a rank joins).
-ENGINE = {"max_batch": 8, "balance": False, "migrate_on_expand": False}
 
 
 def _added_pipeline(data: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +70,7 @@ def _with_steps(data: dict[str, Any], steps: int) -> dict[str, Any]:
 def scenario_data(variant: Variant | None, trace: Path | None = None,
                   costs: Path | dict[str, float] | None = None, steps: int | None = None,
                   executor: dict[str, Any] | None = None) -> dict[str, Any]:
-    """cpu-demo as plain data, the engine said as the executor runs it, then `variant`; with
+    """cpu-demo as plain data, then `variant`; with
     `trace` and `costs`, the calibrated simulator's inputs; with `steps`, every pipeline (and
     adapter) cut to that many steps (a short check; None: cpu-demo's own); with `executor`,
     those settings of the `executor:` section replaced (the backend and model of a GPU run;
@@ -81,7 +78,6 @@ def scenario_data(variant: Variant | None, trace: Path | None = None,
     from rlix.scenarios import load_scenario
 
     data = load_scenario("cpu-demo").model_dump(mode="json", exclude_none=True)
-    data["engine"] = {**data.get("engine", {}), **ENGINE}
     if executor:
         data["executor"] = {**data.get("executor", {}), **executor}
     if variant is not None:

@@ -56,7 +56,7 @@ def _pipeline(queue: RolloutQueue, loop: asyncio.AbstractEventLoop) -> Any:
         return None
 
     return SimpleNamespace(
-        queue=queue, setup=SimpleNamespace(max_batch_per_rank=8), now=loop.time, spans=ActorSpans("p", loop.time),
+        queue=queue, setup=SimpleNamespace(max_batch_per_rank=8, balance=False), now=loop.time, spans=ActorSpans("p", loop.time),
         attempts_done=attempts_done, record=lambda attempts: None, fault=lambda *a: None, fail=lambda exc: None,
         worker_cpu=lambda account: None, report_progress=lambda: None, pipeline_id="p")
 

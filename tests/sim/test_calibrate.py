@@ -193,15 +193,16 @@ def test_a_cost_file_in_a_folder_not_made_yet_is_written_there(sim_run: Path, tm
 
 def test_it_says_what_a_scenario_needs_besides_the_cost_file(sim_run: Path, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """The constants alone leave a scenario its own lengths and engine (bundled cpu-demo: 315 s
-    predicted for a 47-s live run), so calibrate names the trace and the executor's engine."""
-    from rlix.sim.fidelity_configs import ENGINE
-
+    """The constants alone leave a scenario its own lengths (bundled cpu-demo: 315 s predicted
+    for a 47-s live run), so calibrate prints the command that predicts the runs: a run's own
+    scenario (whose engine: is the one the run had) with the cost file and the runs' lengths."""
     out, lengths = tmp_path / "costs.yaml", tmp_path / "lengths.parquet"
     assert main(["calibrate", str(sim_run), "--accept-simulated", "--out", str(out)]) == 0
     hint = capsys.readouterr().out.strip().splitlines()[-1]
-    assert "--trace-out" in hint and f"--costs {out}" in hint
-    engine = yaml.safe_load(hint.split("engine: ", 1)[1].split(" (", 1)[0])
-    assert engine == ENGINE
+    assert f"rlix-sim run {sim_run / 'scenario.yaml'} --costs {out} --trace FILE" in hint and "--trace-out" in hint
     assert main(["calibrate", str(sim_run), "--accept-simulated", "--out", str(out), "--trace-out", str(lengths)]) == 0
-    assert f"trace: {{path: {lengths}}}" in capsys.readouterr().out
+    hint = capsys.readouterr().out.strip().splitlines()[-1]
+    assert hint.endswith(f"--costs {out} --trace {lengths}")
+    # The printed command runs and replays the run's own lengths.
+    assert main(["run", str(sim_run / "scenario.yaml"), "--costs", str(out), "--trace", str(lengths), "--no-alone",
+                 "--quiet", "--out", str(tmp_path / "predicted")]) == 0
