@@ -128,6 +128,10 @@ def _text(value: Any) -> str:
     return str(value).strip()
 
 
+#: The least first arrival in seconds read as Unix times, not an offset (2001-09-09; 31.7 years).
+UNIX_TIME_LIKE_S = 1e9
+
+
 def _arrivals(column: pd.Series, path: str | Path, name: str) -> list[float]:
     """Seconds from the start: numbers as they are (>= 0), timestamps from the first."""
     numbers = pd.to_numeric(column, errors="coerce")
@@ -136,6 +140,15 @@ def _arrivals(column: pd.Series, path: str | Path, name: str) -> list[float]:
         if bad.any():
             position = int(bad.to_numpy().argmax())
             raise TraceError(f"{format_value(_plain(column.iloc[position]))} is not seconds >= 0", file=path,
+                             column=name, **locate(column.index, position))
+        if numbers.min() >= UNIX_TIME_LIKE_S:
+            # Seconds are kept as they are (a log may start its first job late on purpose), but
+            # no log means its first job 31 years in: these are Unix times, which would leave
+            # the pool idle that long and the run's per-hour figures near 0.
+            position = int(numbers.to_numpy().argmin())
+            raise TraceError(f"{format_value(_plain(column.iloc[position]))} s: arrivals in seconds count from the "
+                             "run's start, so no job would arrive for over 31 years (Unix times? give them as "
+                             "timestamps, which count from the first, or subtract the first)", file=path,
                              column=name, **locate(column.index, position))
         return [float(v) for v in numbers]
     times = pd.to_datetime(column, errors="coerce", utc=True, format="mixed")

@@ -85,6 +85,8 @@ def test_seconds_and_the_cli(scenario_file: Path, tmp_path: Path, capsys: pytest
     ("id,kind,arrival\nx,small,5\n", [], "no column template"),
     ("JobID,template,arrival\nx,small,5\n", ["--jobs-column", "id=Job"], "has no column 'Job'"),
     ("id,template,arrival\n", [], "no rows"),
+    ("id,template,arrival\nx,small,1709287200\ny,small,1709287500\n", [],
+     "line 2, column 'arrival': 1709287200 s: arrivals in seconds count from the run's start"),
 ])
 def test_bad_logs_are_one_line(scenario_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                content: str, columns: list[str], words: str) -> None:
