@@ -24,7 +24,7 @@ def print_run(name: str, summary: dict[str, Any]) -> None:
         {
             "pipeline": pid,
             "kind": s.get("kind"),
-            "k": s.get("max_staleness"),
+            "max_staleness": _staleness_text(s.get("max_staleness")),
             "steps": s.get("steps"),
             "steps_per_h": s.get("steps_per_hour"),
             "mean_step_s": s.get("mean_step_time_s"),
@@ -44,6 +44,13 @@ def print_run(name: str, summary: dict[str, Any]) -> None:
         why = (f"stuck: nothing but ticks after t={summary['stalled_at_s']:.0f} s"
                if summary.get("stalled_at_s") is not None else "the scenario's max_time_s was reached")
         print(f"did not finish: {', '.join(summary['unfinished'])} ({why})")
+
+
+def _staleness_text(staleness: Any) -> Any:
+    """A multi-LoRA pipeline's bound per adapter as `a0=0 a1=1`, not a dict's repr."""
+    if isinstance(staleness, dict):
+        return " ".join(f"{adapter}={bound}" for adapter, bound in staleness.items())
+    return staleness
 
 
 def _all_active_idle(overall: dict[str, Any]) -> str:
