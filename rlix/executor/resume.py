@@ -153,9 +153,13 @@ def _gather(run_dir: Path) -> tuple[Path, list[tuple[Path, Path]]]:
                                   f"`rlix-exec resume {origin}`")
             raise ResumeError(f"{run_dir}: not an rlix run folder")
         try:
-            finished = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("finished", True)
+            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            finished = False  # no summary: cut before one was written
+            summary = {"finished": False}  # no summary: cut before one was written
+        if isinstance(summary, dict) and "unfinished" in summary:  # only the simulator's summary says it
+            raise ResumeError(f"{run_dir}: a simulator run; rlix-exec resume continues a live run cut short "
+                              "(run a simulation again with rlix-sim run)")
+        finished = summary.get("finished", True) if isinstance(summary, dict) else False
         if finished:
             raise ResumeError(f"{run_dir / 'summary.json'}: the run finished; there is nothing to resume")
         found = [name for name in LIVE_PARTS if (run_dir / name).exists() and not (live / name).exists()]

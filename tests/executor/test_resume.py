@@ -157,3 +157,17 @@ def test_the_live_folder_given_for_its_run_names_the_run_to_resume(tmp_path: Pat
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert f"rlix-exec resume {tmp_path / 'run'}" in done.stderr, done.stderr
     assert (live / "journal.jsonl").read_bytes() == before and sorted(tmp_path.iterdir()) == [live]
+
+
+@pytest.mark.parametrize("cut", [True, False])
+def test_a_simulator_run_is_named_as_one(tmp_path: Path, cut: bool) -> None:
+    """A simulator folder, cut short or finished, is refused as a simulator run (it read as a
+    live run with no journal, or as one that finished), and kept as it was."""
+    from rlix.sim.cli import main
+
+    run = tmp_path / "sim"
+    assert main(["run", "tiny", "--no-alone", "--quiet", "--out", str(run), *(["--duration-s", "5"] if cut else [])]) == 0
+    before = sorted(p.name for p in run.iterdir())
+    done = _resume(tmp_path, run)
+    assert done.returncode == 2 and "a simulator run" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in run.iterdir()) == before
