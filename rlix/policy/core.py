@@ -71,6 +71,8 @@ class Scheduler:
         config: PolicyConfig | None = None,
         check_invariants: bool = False,
     ) -> None:
+        if not isinstance(topology, Topology):
+            raise SpecError("topology", topology, "must be a Topology(num_nodes, gpus_per_node)")
         topology.validate()
         self.topology = topology
         if not isinstance(policy, str | Policy):
