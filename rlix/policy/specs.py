@@ -182,6 +182,12 @@ class PipelineSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "adapters", _as_tuple(self.adapters))
         object.__setattr__(self, "home", _as_tuple(self.home))
+        # The core keeps the spec for the pipeline's life: a dict its caller goes on using
+        # (the clusters dict edited for the next pipeline) must not change a frozen spec.
+        for name in ("clusters", "max_staleness", "num_steps"):
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                object.__setattr__(self, name, dict(value))
         if isinstance(self.kind, str) and not isinstance(self.kind, PipelineKind):
             if self.kind in {k.value for k in PipelineKind}:
                 object.__setattr__(self, "kind", PipelineKind(self.kind))

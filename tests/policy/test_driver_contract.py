@@ -9,7 +9,21 @@ from __future__ import annotations
 
 import pytest
 
-from rlix.policy import Scheduler, SpecError
+from rlix.policy import (
+    ClusterRequested,
+    ClusterSpec,
+    DecisionsApplied,
+    Expand,
+    Grant,
+    PipelineAdmitted,
+    PipelineKind,
+    PipelineRegistered,
+    PipelineSpec,
+    Priority,
+    Scheduler,
+    SpecError,
+    Topology,
+)
 
 
 @pytest.mark.parametrize("topology", [None, {"num_nodes": 1, "gpus_per_node": 8}, (1, 8)])
@@ -20,3 +34,27 @@ def test_scheduler_names_a_topology_that_is_not_one(topology: object) -> None:
         Scheduler(topology)  # type: ignore[arg-type]
     assert caught.value.field == "topology"
     assert "Topology" in caught.value.problem
+
+
+def test_a_registered_spec_keeps_its_clusters_when_the_driver_reuses_the_dict() -> None:
+    # A driver building its specs in a loop edits one clusters dict for the next pipeline.
+    # The spec shared the dict, so A's registered spec moved to B's GPUs while A's ranks
+    # stayed on its own: invariant 2 broke on the next request, and without the checker A's
+    # gangs were granted on B's GPUs.
+    sched = Scheduler(Topology(1, 8), check_invariants=True)
+    clusters = {"actor_infer": ClusterSpec(1, (0, 1, 2, 3)), "actor_train": ClusterSpec(1, (0, 1))}
+    staleness = {"a0": 0, "a1": 1}
+    spec_a = PipelineSpec("A", PipelineKind.MULTI_LORA, clusters, ("a0", "a1"), staleness)
+    sched.handle(PipelineRegistered(0.0, spec_a))
+    clusters["actor_infer"] = ClusterSpec(1, (4, 5, 6, 7))
+    clusters["actor_train"] = ClusterSpec(1, (4, 5))
+    staleness["a1"] = 3
+    sched.handle(PipelineRegistered(0.0, PipelineSpec("B", PipelineKind.MULTI_LORA, clusters, ("a0", "a1"), staleness)))
+    assert spec_a.clusters["actor_train"].mapping == (0, 1)
+    assert spec_a.staleness_of("a1") == 1
+    sched.handle(PipelineAdmitted(0.0, "A"))
+    expands = sched.handle(ClusterRequested(1.0, "A", "actor_infer", Priority.ROLLOUT, estimate=10))
+    assert sorted(g for d in expands if isinstance(d, Expand) for g in d.gpus) == [0, 1, 2, 3]
+    sched.handle(DecisionsApplied(1.0, tuple(d.decision_id for d in expands if isinstance(d, Expand))))
+    grants = sched.handle(ClusterRequested(2.0, "A", "actor_train", Priority.ACTOR_TRAIN))
+    assert [d.gpus for d in grants if isinstance(d, Grant)] == [(0, 1)]
