@@ -262,6 +262,19 @@ class PipelineSpec:
             raise SpecError(f"{pid}.clusters", scoped, "follow the home, but the pipeline has none")
         if not self.placed and (home or not size):
             raise SpecError(f"{pid}.clusters", scoped, "are unmapped, but the home is not a size to place")
+        if not self.placed:
+            # The core places a sized home in aligned chunks of the lcm of the TP sizes that
+            # follow it, each inside one node (rlix.policy.homes): a size no empty pool holds
+            # would leave the pipeline waiting for its turn for ever.
+            unit = math.lcm(*(self.clusters[name].tp for name in scoped))
+            most = topology.gpus_per_node // unit * unit * topology.num_nodes
+            if size % unit or size > most:
+                raise SpecError(
+                    f"{pid}.home_size", size,
+                    f"cannot be placed in whole TP bundles of {unit} GPU(s) inside {topology.gpus_per_node}-GPU "
+                    f"nodes (TP sizes {sorted({self.clusters[name].tp for name in scoped})}; at most {most} GPUs, "
+                    f"a multiple of {unit})",
+                )
 
     def _validate_adapters(self) -> None:
         pid = self.pipeline_id

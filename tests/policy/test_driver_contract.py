@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rlix.policy import (
+    POLICIES,
     ClusterRequested,
     ClusterSpec,
     DecisionsApplied,
@@ -24,6 +25,7 @@ from rlix.policy import (
     SpecError,
     Topology,
 )
+from rlix.policy.decisions import Place
 
 
 @pytest.mark.parametrize("topology", [None, {"num_nodes": 1, "gpus_per_node": 8}, (1, 8)])
@@ -58,3 +60,34 @@ def test_a_registered_spec_keeps_its_clusters_when_the_driver_reuses_the_dict() 
     sched.handle(DecisionsApplied(1.0, tuple(d.decision_id for d in expands if isinstance(d, Expand))))
     grants = sched.handle(ClusterRequested(2.0, "A", "actor_train", Priority.ACTOR_TRAIN))
     assert [d.gpus for d in grants if isinstance(d, Grant)] == [(0, 1)]
+
+
+def _sized(size: int, tp: int, scope: str) -> PipelineSpec:
+    clusters = {"actor_infer": ClusterSpec(tp, (), scope), "actor_train": ClusterSpec(1, (), "home")}
+    return PipelineSpec("A", PipelineKind.FULL_FINETUNE, clusters, home_size=size)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize(("size", "tp", "scope"), [(3, 2, "home"), (1, 2, "pool"), (6, 4, "home"), (8, 8, "pool")])
+def test_a_sized_home_no_pool_can_hold_is_refused_at_registration(policy: str, size: int, tp: int, scope: str) -> None:
+    # A home is placed in aligned TP chunks inside one node. Such a size was registered, and
+    # the pipeline's init was held "waiting for its turn" for ever, even alone on the pool.
+    sched = Scheduler(Topology(2, 4), policy=policy, check_invariants=True)
+    with pytest.raises(SpecError) as caught:
+        sched.handle(PipelineRegistered(0.0, _sized(size, tp, scope)))
+    assert caught.value.field == "A.home_size"
+    assert "whole TP bundles" in caught.value.problem
+    assert not sched.pipelines
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize(("size", "tp", "scope"), [(4, 2, "home"), (2, 2, "pool"), (8, 4, "home"), (1, 1, "home")])
+def test_a_placeable_sized_home_is_placed_and_granted(policy: str, size: int, tp: int, scope: str) -> None:
+    sched = Scheduler(Topology(2, 4), policy=policy, check_invariants=True)
+    spec = _sized(size, tp, scope)
+    spec = PipelineSpec(spec.pipeline_id, spec.kind, spec.clusters, home_size=size, runtime_estimate_s=60.0)
+    decisions = sched.handle(PipelineRegistered(0.0, spec))
+    decisions += sched.handle(PipelineAdmitted(0.0, "A"))
+    decisions += sched.handle(ClusterRequested(1.0, "A", "actor_train", Priority.INIT))
+    assert [len(d.home) for d in decisions if isinstance(d, Place)] == [size]
+    assert [len(d.gpus) for d in decisions if isinstance(d, Grant)] == [size]
