@@ -12,6 +12,7 @@ from rlix.policy.decisions import (
     Expand,
     Grant,
     Hold,
+    Place,
     Revoke,
     Shrink,
 )
@@ -52,7 +53,7 @@ __all__ = [
     "ClusterReleasedAndRequested", "ClusterRequested", "ClusterSpec", "Decision",
     "DecisionApplied", "DecisionsApplied", "DecisionFailed", "Event", "EventError", "Expand", "GpuLost",
     "GpuRestored", "Grant", "Hold", "InvariantViolation", "PipelineAdmitted", "PipelineKind",
-    "PipelineRegistered", "PipelineRemoved", "PipelineSpec", "Policy", "PolicyConfig",
+    "PipelineRegistered", "PipelineRemoved", "PipelineSpec", "Place", "Policy", "PolicyConfig",
     "PolicyError", "Priority", "RanksProgressed", "RequestWithdrawn", "Revoke", "RolloutProgressed", "Scheduler",
     "Shrink", "SpecError", "Tick", "Topology", "TrainStepFinished", "get_policy",
 ]

@@ -20,12 +20,12 @@ from rlix.policy import (
     PipelineKind,
     PipelineRegistered,
     PipelineSpec,
+    Place,
     Priority,
     Scheduler,
     SpecError,
     Topology,
 )
-from rlix.policy.decisions import Place
 
 
 @pytest.mark.parametrize("topology", [None, {"num_nodes": 1, "gpus_per_node": 8}, (1, 8)])
@@ -91,3 +91,15 @@ def test_a_placeable_sized_home_is_placed_and_granted(policy: str, size: int, tp
     decisions += sched.handle(ClusterRequested(1.0, "A", "actor_train", Priority.INIT))
     assert [len(d.home) for d in decisions if isinstance(d, Place)] == [size]
     assert [len(d.gpus) for d in decisions if isinstance(d, Grant)] == [size]
+
+
+def test_every_decision_a_driver_handles_is_exported() -> None:
+    # A driver of sized homes must act on Place (its clusters' mappings from then on); it
+    # was the one decision `from rlix.policy import ...` could not name.
+    import rlix.policy
+    from rlix.policy import decisions
+
+    kinds = {name for name, value in vars(decisions).items()
+             if isinstance(value, type) and issubclass(value, decisions.Decision)}
+    assert kinds <= set(rlix.policy.__all__)
+    assert all(getattr(rlix.policy, name) is getattr(decisions, name) for name in kinds)
