@@ -31,6 +31,19 @@ step's start on the same rank. `one_rank_packed_makespan_s` is the packed makesp
 rollout GPU-seconds after the last init scaled by one_rank_gpu_s / the run's rollout
 GPU-seconds: an estimate of what the run's work would pack to at that price, not a bound.
 
+`rank_count_makespan_s` counts ranks instead of GPU-seconds, where every training gang takes
+more than half the pool (one after another) and every pipeline rolls out at one TP: a job that
+keeps pace rolls out one step at a time, and one rank a step is about as fast as a step goes,
+so a job has one useful rank at a time, and while a gang runs only the ranks its GPUs leave
+exist. After the last init, each step not yet done at its one-rank price plus one weight load
+(`D` rank-seconds) must then fit one rank a job (while the pool has them) outside the gangs'
+`G` seconds and the ranks the gangs leave during them:
+
+    time after the last init >= (D + (ranks - ranks in gangs) * G) / ranks
+
+On blog-4on12, (D + 2 G) / 4. An estimate, not a bound: a job may hold a second rank while no
+gang runs, to spread a tail or start its next step early, which the count does not credit.
+
 `--free-moves` runs the same scenarios with every move costing nothing: a rank's weight load
 and offload, the engine's wake and sleep, and the prefill of a re-queued trajectory's prefix.
 What a policy still leaves below the ceiling then is not the price of its moves but where and
@@ -51,6 +64,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from rlix.policy.specs import ROLLOUT_CLUSTER
 from rlix.runs.rankless import run_rankless
 from rlix.sim.choices import add_study_arguments, means_over_seeds
 from rlix.sim.cost_fields import FREE_MOVES
@@ -97,23 +111,57 @@ def one_rank_gpu_s(costs: Any, tp: int, max_batch: int, steps: list[tuple[Any, A
     return tp * total_s
 
 
-def _one_rank(scenario: Any, folder: Path) -> float:
-    """`one_rank_gpu_s` of a run's completed trajectories, step by step."""
+def _one_rank_steps(scenario: Any, folder: Path) -> list[tuple[float, float, float]]:
+    """Each step of a run's completed trajectories: when its last one completed, its
+    `one_rank_gpu_s` and the seconds of one weight load on a rank of its pipeline."""
     import pandas as pd
 
     from rlix.sim.costs import CostModel
 
     rollouts = pd.read_parquet(folder / "rollouts.parquet")
     done = rollouts[rollouts["status"] == "completed"]
-    total = 0.0
+    steps = []
     specs = scenario.pipeline_specs(scenario.policy.name)
     for pipeline in scenario.pipelines:
         costs = CostModel.for_model(pipeline.model, scenario.topology_config.gpu, scenario.costs)
+        tp = specs[pipeline.id].rollout.tp
         mine = done[done["pipeline_id"] == pipeline.id]
-        steps = [(g["prompt_tokens"].to_numpy(), g["response_tokens"].to_numpy())
-                 for _, g in mine.groupby(["adapter", "step_consumed"], observed=True)]
-        total += one_rank_gpu_s(costs, specs[pipeline.id].rollout.tp, scenario.engine.max_batch, steps)
-    return total
+        for _, g in mine.groupby(["adapter", "step_consumed"], observed=True):
+            gpu_s = one_rank_gpu_s(costs, tp, scenario.engine.max_batch,
+                                   [(g["prompt_tokens"].to_numpy(), g["response_tokens"].to_numpy())])
+            steps.append((float(g["t_end"].max()), gpu_s, costs.weight_load_seconds(tp)))
+    return steps
+
+
+def rank_count_s(num_gpus: int, num_jobs: int, tp: int, gang_gpus: int, gang_s: float, rank_s: float) -> float:
+    """The time the rollouts' `rank_s` rank-seconds need when a job uses one rank at a time and
+    `gang_s` seconds of gangs of `gang_gpus` GPUs leave the rest of the pool (module docstring):
+    `(rank_s + (ranks - ranks in gangs) * gang_s) / ranks`, ranks = one a job while the pool has
+    them, and during a gang what the GPUs it leaves hold."""
+    ranks = min(num_jobs, num_gpus // tp)
+    ranks_in_gangs = min(num_jobs, (num_gpus - gang_gpus) // tp)
+    return (rank_s + (ranks - ranks_in_gangs) * gang_s) / ranks
+
+
+def _rank_count_makespan_s(scenario: Any, activity: Any, steps: list[tuple[float, float, float]],
+                           row: dict[str, float]) -> float | None:
+    """The rank count's makespan (module docstring), or None where it does not apply: the
+    pipelines' rollouts of different TP, or training gangs that are not all of one width over
+    half the pool (then they need not run one after another)."""
+    specs = scenario.pipeline_specs(scenario.policy.name).values()
+    tps = {spec.rollout.tp for spec in specs}
+    # A cluster on a home the policy places has no GPUs listed before the run: its home's size.
+    widths = {len(cluster.mapping) or spec.home_size for spec in specs for name, cluster in spec.clusters.items()
+              if name != ROLLOUT_CLUSTER}
+    if len(tps) != 1 or len(widths) != 1 or 2 * min(widths) <= scenario.num_gpus:
+        return None
+    (tp,), (gang_gpus,) = tps, widths
+    start_s = row["inits_end_s"]
+    gangs = activity[(activity["kind"] == "busy") & ~activity["stage"].isin(["init", "rollout"])]
+    gang_s = float((gangs["t_end"] - gangs["t_start"].clip(lower=start_s)).clip(lower=0).sum()) / gang_gpus
+    rank_s = sum(gpu_s / tp + load_s for t_done, gpu_s, load_s in steps if t_done > start_s)
+    after_work_s = row["makespan_s"] - float(activity["t_end"].max())
+    return start_s + rank_count_s(scenario.num_gpus, len(scenario.pipelines), tp, gang_gpus, gang_s, rank_s) + after_work_s
 
 
 def run_one(name: str, policy: str, seed: int, free_moves: bool = False) -> dict[str, Any]:
@@ -133,14 +181,16 @@ def run_one(name: str, policy: str, seed: int, free_moves: bool = False) -> dict
         assert folder is not None
         activity = pd.read_parquet(folder / "activity.parquet")
         makespan_s = float(comparison.summaries[policy]["makespan_s"])
-        row = packing(activity, makespan_s, scenario.num_gpus)
+        row: dict[str, Any] = dict(packing(activity, makespan_s, scenario.num_gpus))
         row.update(run_rankless(folder, makespan_s, row["inits_end_s"]))
         rollout = activity[(activity["kind"] == "busy") & (activity["stage"] == "rollout")]
         rollout_gpu_s = float((rollout["t_end"] - rollout["t_start"]).sum())
         after = rollout[rollout["t_end"] > row["inits_end_s"]]
         after_gpu_s = float((after["t_end"] - after["t_start"].clip(lower=row["inits_end_s"])).sum())
         row["rollout_gpu_s"] = rollout_gpu_s
-        row["one_rank_gpu_s"] = _one_rank(scenario, folder)
+        steps = _one_rank_steps(scenario, folder)
+        row["one_rank_gpu_s"] = sum(gpu_s for _t, gpu_s, _load in steps)
+        row["rank_count_makespan_s"] = _rank_count_makespan_s(scenario, activity, steps, row)
         cheaper_s = after_gpu_s * (1 - row["one_rank_gpu_s"] / rollout_gpu_s) if rollout_gpu_s else 0.0
         row["one_rank_packed_makespan_s"] = row["packed_makespan_s"] - cheaper_s / scenario.num_gpus
     bound_s = comparison.makespan_bound_s()
@@ -169,6 +219,10 @@ def bench(names: list[str], policies: list[str], seeds: int, workers: int, quiet
                 row["packed_of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["packed_makespan_s"] for r in mine)
                 row["one_rank_packed_of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["one_rank_packed_makespan_s"]
                                                           for r in mine)
+                if all(r["rank_count_makespan_s"] for r in mine):
+                    row["rank_count_makespan_s"] = fmean(r["rank_count_makespan_s"] for r in mine)
+                    row["rank_count_of_ceiling"] = fmean(r["ceiling_makespan_s"] / r["rank_count_makespan_s"]
+                                                         for r in mine)
             rows.append(row)
     return rows
 
@@ -189,14 +243,14 @@ def main() -> int:
         return 0
     import pandas as pd
 
-    from rlix.sim.report import format_table
+    from rlix.runs.text import format_table
 
     gpu_s, share = "{:,.0f}", "{:.1%}"
     formats = {"steps_per_hour": "{:.1f}", "inits_end_s": gpu_s, "busy_gpu_s": gpu_s, "loading_gpu_s": gpu_s, "idle_gpu_s": gpu_s,
                "makespan_s": gpu_s, "packed_makespan_s": gpu_s, "rankless_s": gpu_s,
                "rankless_in_gangs_s": gpu_s, "most_rankless_s": gpu_s, "rollout_gpu_s": gpu_s, "one_rank_gpu_s": gpu_s,
-               "one_rank_packed_makespan_s": gpu_s, "of_ceiling": share, "packed_of_ceiling": share,
-               "one_rank_packed_of_ceiling": share}
+               "one_rank_packed_makespan_s": gpu_s, "rank_count_makespan_s": gpu_s, "of_ceiling": share, "packed_of_ceiling": share,
+               "one_rank_packed_of_ceiling": share, "rank_count_of_ceiling": share}
     costs = "; every move free" if args.free_moves else ""
     print(f"{means_over_seeds(args.seeds)}; GPU-seconds (rankless: job-seconds) after the last init ends{costs}")
     print(format_table(pd.DataFrame(rows), formats))

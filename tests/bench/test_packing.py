@@ -90,3 +90,25 @@ def test_tiny_one_rank_packing() -> None:
     # cheaper or dearer than the run's rollouts, the estimate moves the packed makespan by the
     # difference after the last init at most
     assert abs(row["one_rank_packed_makespan_s"] - row["packed_makespan_s"]) <= row["rollout_gpu_s"] / 4 + 1e-9
+
+
+def test_rank_count_by_hand() -> None:
+    rank_count_s = load("packing").rank_count_s
+    # blog-4on12's shape: 12 GPUs, 4 jobs, TP 2, gangs of 8: 4 ranks outside the gangs (one a
+    # job, of the 6 the pool holds), 2 during them. 1,000 rank-seconds and 200 s of gangs:
+    # (1,000 + 2 x 200) / 4.
+    assert rank_count_s(12, 4, 2, 8, 200.0, 1000.0) == pytest.approx(350.0)
+    # Two jobs: the gangs leave a rank each, so they cost nothing: 1,000 / 2.
+    assert rank_count_s(12, 2, 2, 8, 200.0, 1000.0) == pytest.approx(500.0)
+    # Eight jobs on 6 ranks, 2 in gangs: (1,000 + 4 x 200) / 6.
+    assert rank_count_s(12, 8, 2, 8, 200.0, 1000.0) == pytest.approx(300.0)
+
+
+def test_the_rank_count_applies_only_where_gangs_take_turns() -> None:
+    """tiny's training clusters are narrower than half its pool, so its gangs need not take
+    turns and the count says nothing; blog-4on12's four homes of 8 on 12 GPUs do."""
+    bench = load("packing")
+    assert bench.run_one("tiny", "rlix", 0)["rank_count_makespan_s"] is None
+    row = bench.run_one("blog-4on12", "rlix", 0)
+    assert row["inits_end_s"] < row["rank_count_makespan_s"]
+    assert row["ceiling_makespan_s"] < row["rank_count_makespan_s"] < row["makespan_s"]
