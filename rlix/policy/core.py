@@ -116,6 +116,8 @@ class Scheduler:
             raise EventError("event", type(event).__name__, "unknown event type")
         if not is_number(event.now):
             raise EventError("now", event.now, "must be a finite number of seconds")
+        if event.now < 0:  # before any event too, where "goes backwards" would name none
+            raise EventError("now", event.now, "must be >= 0 (the core's clock starts at 0)")
         if event.now < self.now:
             raise EventError("now", event.now, f"goes backwards (last event was at {self.now})")
         previous_now, self.now = self.now, float(event.now)

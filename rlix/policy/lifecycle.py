@@ -99,6 +99,8 @@ def on_admitted(sched: Scheduler, event: ev.PipelineAdmitted) -> None:
 
 def on_removed(sched: Scheduler, event: ev.PipelineRemoved) -> None:
     pipeline = sched.pipeline(event.pipeline_id)
+    if not isinstance(event.failed, bool):  # the run record keeps it: a job failed or finished
+        raise EventError("failed", event.failed, "must be True or False")
     sched.ledger.forget_pipeline(pipeline.pipeline_id)
     cluster = sched.cluster
     for hold in list(pipeline.holdings.values()):
@@ -354,6 +356,8 @@ def on_applied_together(sched: Scheduler, event: ev.DecisionsApplied) -> None:
 
 def on_failed(sched: Scheduler, event: ev.DecisionFailed) -> None:
     _check_decision_id(sched, event.decision_id)
+    if not isinstance(event.reason, str):  # the run record keeps it as the failure's text
+        raise EventError("reason", event.reason, "must be a string")
     sched.ledger.failed(event.decision_id)
 
 

@@ -7,18 +7,23 @@ nothing a driver hands in may change the core's state behind its back.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rlix.policy import (
     POLICIES,
     ClusterRequested,
     ClusterSpec,
+    DecisionFailed,
     DecisionsApplied,
+    EventError,
     Expand,
     Grant,
     PipelineAdmitted,
     PipelineKind,
     PipelineRegistered,
+    PipelineRemoved,
     PipelineSpec,
     Place,
     Priority,
@@ -103,3 +108,33 @@ def test_every_decision_a_driver_handles_is_exported() -> None:
              if isinstance(value, type) and issubclass(value, decisions.Decision)}
     assert kinds <= set(rlix.policy.__all__)
     assert all(getattr(rlix.policy, name) is getattr(decisions, name) for name in kinds)
+
+
+def test_a_first_event_before_the_clocks_start_is_named_so() -> None:
+    # It read "goes backwards (last event was at 0.0)" although no event had come.
+    sched = Scheduler(Topology(1, 2))
+    with pytest.raises(EventError) as caught:
+        sched.handle(PipelineRegistered(-1.0, _one_gpu_spec("A")))
+    assert caught.value.field == "now" and "starts at 0" in caught.value.problem
+    assert not sched.pipelines
+
+
+@pytest.mark.parametrize("event", [
+    lambda decision_id: PipelineRemoved(2.0, "A", failed="yes"),
+    lambda decision_id: DecisionFailed(2.0, decision_id, reason=None),
+])
+def test_the_fields_the_run_record_keeps_are_typed(event: Any) -> None:
+    # The core never reads `failed` or `reason`, but the run record keeps both (a job that
+    # failed, a failure's text), so a wrong type is named before anything changes.
+    sched = Scheduler(Topology(1, 2), check_invariants=True)
+    sched.handle(PipelineRegistered(0.0, _one_gpu_spec("A")))
+    sched.handle(PipelineAdmitted(0.0, "A"))
+    (grant,) = sched.handle(ClusterRequested(1.0, "A", "actor_train", Priority.ACTOR_TRAIN))
+    with pytest.raises(EventError):
+        sched.handle(event(grant.decision_id))
+    assert "A" in sched.pipelines and grant.decision_id in sched.ledger.inflight
+
+
+def _one_gpu_spec(pipeline_id: str) -> PipelineSpec:
+    return PipelineSpec(pipeline_id, PipelineKind.FULL_FINETUNE,
+                        {"actor_infer": ClusterSpec(1, (0,)), "actor_train": ClusterSpec(1, (0,))})
