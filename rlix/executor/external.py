@@ -25,6 +25,8 @@ import asyncio
 import math
 from typing import TYPE_CHECKING, Any
 
+import ray
+
 from rlix.policy import events as ev
 from rlix.policy.specs import BASE_ADAPTER, ROLLOUT_CLUSTER, PipelineSpec, Priority
 from rlix.runs.codec import spec_from_dict
@@ -38,6 +40,27 @@ if TYPE_CHECKING:
 #: hung and killed: a rank that never comes up (or never goes) would otherwise keep its GPUs
 #: from every other pipeline. Generous, as an engine loading a large model takes minutes.
 DEFAULT_HANDLER_TIMEOUT_S = 900.0
+
+
+#: What the orchestrator calls on an API pipeline's handler.
+HANDLER_METHODS = ("expand", "shrink", "revoke")
+
+
+def _check_handler(handler: Any) -> None:
+    """Refuse a handler the orchestrator cannot call, at registration: taken as it is, every
+    expansion of the pipeline would fail later with an AttributeError that says nothing of
+    the cause (the handler must be a Ray actor's handle)."""
+    if handler is None:
+        return
+    if isinstance(handler, ray.actor.ActorClass):
+        raise TypeError("handler: got an actor class, not an actor; pass an instance of it, e.g. MyHandler.remote()")
+    if not isinstance(handler, ray.actor.ActorHandle):
+        raise TypeError(f"handler: got a {type(handler).__name__} object, not a Ray actor; wrap its class with "
+                        "ray.remote and pass MyHandler.remote() (or None to poll active_ranks)")
+    missing = [name for name in HANDLER_METHODS if not hasattr(handler, name)]
+    if missing:
+        raise TypeError(f"handler: the actor has no {', '.join(missing)} method; subclass "
+                        "rlix.executor.api.RankHandler (it has them all)")
 
 
 class ExternalApi:
@@ -73,6 +96,7 @@ class ExternalApi:
                                                   and 0 < handler_timeout_s < math.inf):
             raise ValueError(f"handler_timeout_s={handler_timeout_s!r}: give a number of seconds above 0, "
                              "or None to wait for a handler forever")
+        _check_handler(handler)
         if isinstance(spec, dict):
             spec = spec_from_dict(spec)
         if spec.pipeline_id in self.pipelines:

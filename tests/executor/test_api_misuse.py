@@ -215,3 +215,24 @@ def test_a_handler_that_hangs_past_its_timeout_has_its_pipeline_killed(client: C
     client.release(waiting, "actor_train")
     client.remove_pipeline(waiting)
     _folder_holds(client, tmp_path / "run")
+
+
+@ray.remote(num_cpus=0)
+class NotAHandler:
+    """An actor without the handler's methods."""
+
+    def ping(self) -> str:
+        return "pong"
+
+
+def test_a_handler_that_is_not_an_actor_is_refused_at_registration(client: Client) -> None:
+    wrong: list[tuple[object, str]] = [
+        (RankHandler(), "got a RankHandler object, not a Ray actor; wrap its class with ray.remote"),
+        (Handler, "got an actor class, not an actor; pass an instance of it, e.g. MyHandler.remote()"),
+        (NotAHandler.remote(), "the actor has no expand, shrink, revoke method"),  # type: ignore[attr-defined]
+    ]
+    for handler, wanted in wrong:
+        with pytest.raises(TypeError) as error:
+            register(client, "wrong", (0, 1), (0,), handler)
+        assert wanted in _one_line(error)
+    assert client.snapshot()["pipelines"] == {}  # nothing was registered
