@@ -5,7 +5,7 @@
     pid = client.allocate_pipeline_id("mine")
     client.register_pipeline(spec, handler=None)    # a PipelineSpec; handler: see below
     client.admit_pipeline(pid)
-    gpus = client.request(pid, "actor_train", 0)    # blocks until the grant is applied
+    gpus = client.request(pid, "actor_train", 0)    # blocks until the grant is applied (Ctrl-C: taken back)
     client.release_and_request(pid, "actor_train", "actor_infer", 6, estimate=64)
     ranks = client.active_ranks(pid)                # handler-less pipelines poll their ranks
     client.progress(pid, 12) ; client.train_step_finished(pid, 1) ; client.remove_pipeline(pid)
@@ -87,11 +87,25 @@ class Client:
         self.handle = handle
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._get(getattr(self.handle, method).remote(*args, **kwargs))
+
+    @staticmethod
+    def _get(ref: Any) -> Any:
         try:
-            return ray.get(getattr(self.handle, method).remote(*args, **kwargs))
+            return ray.get(ref)
         except RayTaskError as exc:
             if isinstance(exc.cause, CALLER_ERRORS):
                 raise exc.cause from None
+            raise
+
+    def _wait_for_grant(self, method: str, pipeline_id: str, cluster: str, *args: Any) -> Any:
+        ref = getattr(self.handle, method).remote(pipeline_id, *args)
+        try:
+            return self._get(ref)
+        except KeyboardInterrupt:
+            # Only the wait was interrupted: left queued, the request would be granted to a
+            # caller no longer waiting (its GPUs held from everyone) and a retry refused.
+            self._call("abandon_request", pipeline_id, cluster)
             raise
 
     def allocate_pipeline_id(self, prefix: str = "pipeline") -> str:
@@ -110,14 +124,15 @@ class Client:
         self._call("admit_pipeline", pipeline_id)
 
     def request(self, pipeline_id: str, cluster: str, priority: int, estimate: float | None = None) -> Any:
-        return self._call("request", pipeline_id, cluster, priority, estimate)
+        """Blocks until the grant is applied; interrupted (Ctrl-C), the request is taken back."""
+        return self._wait_for_grant("request", pipeline_id, cluster, cluster, priority, estimate)
 
     def release(self, pipeline_id: str, cluster: str) -> None:
         self._call("release", pipeline_id, cluster)
 
     def release_and_request(self, pipeline_id: str, released: str, cluster: str, priority: int,
                             estimate: float | None = None) -> Any:
-        return self._call("release_and_request", pipeline_id, released, cluster, priority, estimate)
+        return self._wait_for_grant("release_and_request", pipeline_id, cluster, released, cluster, priority, estimate)
 
     def withdraw(self, pipeline_id: str, cluster: str) -> None:
         self._call("withdraw", pipeline_id, cluster)

@@ -146,6 +146,20 @@ class ExternalApi:
         if future is not None and not future.done():
             future.set_result(None)
 
+    def abandon_request(self, pipeline_id: str, cluster: str) -> None:
+        """The caller stopped waiting for its `request` of `cluster` (Ctrl-C): take the request
+        back, or release the cluster if it was granted meanwhile, as nobody has its GPUs."""
+        record = self.pipelines.get(pipeline_id)
+        if record is None or not record.alive:
+            return
+        if cluster in record.grant_waiters:
+            self.withdraw(pipeline_id, cluster)
+            return
+        holders = self.loop.scheduler.cluster.owner
+        if any(h is not None and h.pipeline_id == pipeline_id and getattr(h, "cluster", None) == cluster
+               for h in holders):
+            self.loop.send(ev.ClusterReleased(self.now(), pipeline_id, cluster))
+
     def progress(self, pipeline_id: str, remaining: float | dict[str, float]) -> None:
         """Rollout work left: one number, or one per adapter."""
         self._api_record(pipeline_id)
@@ -188,7 +202,8 @@ class ExternalApi:
         if priority == Priority.ROLLOUT:
             return None
         if cluster in record.grant_waiters:
-            raise ValueError(f"pipeline {record.pipeline_id!r} already waits for {cluster!r}")
+            raise ValueError(f"pipeline {record.pipeline_id!r} already waits for {cluster!r}: wait for that "
+                             f"request's grant, or take it back with withdraw({record.pipeline_id!r}, {cluster!r})")
         # Made before the event: the grant may be applied while the event is handled.
         future = record.grant_waiters[cluster] = asyncio.get_running_loop().create_future()
         return future

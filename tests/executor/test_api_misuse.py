@@ -5,7 +5,9 @@ the other pipelines going, and the run folder written at the end still holds und
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -236,3 +238,22 @@ def test_a_handler_that_is_not_an_actor_is_refused_at_registration(client: Clien
             register(client, "wrong", (0, 1), (0,), handler)
         assert wanted in _one_line(error)
     assert client.snapshot()["pipelines"] == {}  # nothing was registered
+
+
+def test_a_request_interrupted_by_ctrl_c_is_taken_back(client: Client, tmp_path: Path) -> None:
+    holder = register(client, "holder", (0, 1), (0, 1))
+    waiter = register(client, "waiter", (0, 1), (0, 1))
+    assert client.request(holder, "actor_train", 1) == (0, 1)
+    timer = threading.Timer(1.0, _thread.interrupt_main)  # Ctrl-C while the request waits
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        client.request(waiter, "actor_train", 1)
+    timer.join()
+    client.release(holder, "actor_train")
+    time.sleep(0.5)
+    assert client.snapshot()["holders"] == {}  # not granted to a caller that stopped waiting
+    assert client.request(waiter, "actor_train", 1) == (0, 1)  # asking again is not refused
+    client.release(waiter, "actor_train")
+    for done in (holder, waiter):
+        client.remove_pipeline(done)
+    _folder_holds(client, tmp_path / "run")
