@@ -37,7 +37,7 @@ from ray.exceptions import RayTaskError
 from rlix.executor import session
 from rlix.executor.external import DEFAULT_HANDLER_TIMEOUT_S
 from rlix.executor.orchestrator import ORCHESTRATOR_NAME, Orchestrator
-from rlix.executor.placement import control_options
+from rlix.executor.placement import PlacementError, control_options
 from rlix.executor.workload import PipelineSetup
 from rlix.policy.config import PolicyConfig
 from rlix.policy.errors import PolicyError
@@ -59,7 +59,13 @@ def start_orchestrator(topology: Topology, policy: str = "rlix", config: PolicyC
     """Start the named orchestrator on this driver's node and reserve the topology's GPUs.
     `record`: the Recorder of a cut run that this one continues (see Orchestrator)."""
     handle, ready = launch_orchestrator(topology, policy, config, name, check_invariants, tick_s, record)
-    ray.get(ready)
+    try:
+        Client._get(ready)
+    except BaseException:
+        # Its name would otherwise stay taken by an orchestrator that cannot run, and the
+        # next `rlix.init` would hand the caller that one.
+        ray.kill(handle)
+        raise
     return handle
 
 
@@ -192,6 +198,7 @@ def init(num_gpus: int | None = None, address: str | None = None, topology: Topo
     if topology is None and num_gpus is None and address is None:
         raise ValueError("give num_gpus or a topology (or the address of a running cluster)")
     total = topology.num_gpus if topology is not None else num_gpus
+    joined = ray.is_initialized()
     session.start(num_gpus=total or 0, num_cpus=num_cpus, address=address)
     try:
         return Client(ray.get_actor(ORCHESTRATOR_NAME, namespace=session.NAMESPACE))
@@ -201,7 +208,16 @@ def init(num_gpus: int | None = None, address: str | None = None, topology: Topo
         if num_gpus is None:
             raise ValueError(f"no orchestrator runs at {address}; give a topology to start one")
         topology = Topology(1, num_gpus)
-    return Client(start_orchestrator(topology, policy, config))
+    try:
+        return Client(start_orchestrator(topology, policy, config))
+    except PlacementError as exc:
+        if not joined:
+            raise
+        # The session was there before: its GPUs are the ones Ray was started with, not num_gpus.
+        raise PlacementError(f"{exc} (Ray was already started in this process, without these GPUs: call "
+                             f"rlix.init before ray.init, or start Ray with ray.init(num_gpus={topology.num_gpus}))"
+                             ) from None
+
 
 
 def ml_pipeline(pipeline_id: str, rollout_gpus: tuple[int, ...], train_gpus: tuple[int, ...], *,

@@ -257,3 +257,21 @@ def test_a_request_interrupted_by_ctrl_c_is_taken_back(client: Client, tmp_path:
     for done in (holder, waiter):
         client.remove_pipeline(done)
     _folder_holds(client, tmp_path / "run")
+
+
+def test_an_orchestrator_that_cannot_start_says_why_and_leaves_its_name_free(ray_session: object) -> None:
+    from rlix.executor.api import init, start_orchestrator
+    from rlix.executor.placement import PlacementError
+    from rlix.policy import Topology
+
+    # This process runs Ray already, with 4 GPUs: 8 cannot be had by asking rlix for them.
+    with pytest.raises(PlacementError) as error:
+        init(num_gpus=8)
+    text = _one_line(error)
+    assert "Ray cluster has 0 alive node(s) with at least 8 GPUs" in text
+    assert "call rlix.init before ray.init, or start Ray with ray.init(num_gpus=8)" in text
+    handle = start_orchestrator(Topology(1, 4))  # the failed one's name is free again
+    client = init(num_gpus=4)
+    assert client.snapshot()["holders"] == {}
+    ray.get(handle.shutdown.remote())
+    ray.kill(handle)
