@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import numbers
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -164,6 +165,11 @@ class ExternalApi:
         """Rollout work left: one number, or one per adapter."""
         self._api_record(pipeline_id)
         items = remaining.items() if isinstance(remaining, dict) else [(None, remaining)]
+        for _adapter, value in items:
+            # float() would take "3" and say of None only that it is not a number.
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"remaining={remaining!r}: give the rollout work left as a number, "
+                                "or a dict of one number per adapter")
         for adapter, value in items:
             self.loop.send(ev.RolloutProgressed(self.now(), pipeline_id, float(value), adapter))
 

@@ -91,6 +91,10 @@ def test_bad_calls_raise_the_orchestrators_error_in_one_line(client: Client, tmp
         with pytest.raises(EventError) as error:
             client.progress(pid, remaining)
         assert "must be a finite number" in _one_line(error)
+    for wrong in (None, "3", {"base": None}, True):
+        with pytest.raises(TypeError) as not_a_number:
+            client.progress(pid, wrong)  # type: ignore[arg-type]
+        assert "give the rollout work left as a number, or a dict of one number per adapter" in _one_line(not_a_number)
 
     with pytest.raises(ValueError) as taken:
         client.register_pipeline(PipelineSpec(pid, PipelineKind.FULL_FINETUNE, {
