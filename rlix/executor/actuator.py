@@ -5,8 +5,10 @@
   host's future). The trainer moves its model onto the GPUs as part of the stage that follows.
 - Expand / Shrink: the pipeline's handler actor (the pipeline actor of a program, or the actor
   an API pipeline registered) wakes or stops that rank, then the decision is reported applied;
-  an exception reports it failed (the core undoes it); a dead handler removes the pipeline,
-  which settles the decision. An API pipeline without a handler polls `active_ranks`: its expansions and shrinks
+  an exception reports it failed (the core undoes it, and retries a shrink after its back-off);
+  a dead handler removes the pipeline, which settles the decision, and so do
+  `MAX_FAILED_SHRINKS` shrinks of one pipeline failed in a row (its GPUs go to nobody else while
+  its handler cannot free them, so without that bound everyone waiting for them waits for good). An API pipeline without a handler polls `active_ranks`: its expansions and shrinks
   are applied at once.
 - Revoke (a lost GPU): the handler is told, nothing is reported.
 
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Shrinks of one pipeline's ranks that may fail in a row before the pipeline is taken down.
+MAX_FAILED_SHRINKS = 3
+
 
 class RayActuator:
     def __init__(self, orchestrator: Orchestrator) -> None:
@@ -40,6 +45,8 @@ class RayActuator:
         self.durations: list[tuple[str, float]] = []
         #: What went wrong with decisions reported failed (for logs and tests).
         self.failures: list[str] = []
+        #: Per pipeline, its shrinks failed since its last one applied.
+        self.failed_shrinks: dict[str, int] = {}
 
     def carry_out(self, decision: dec.Grant | dec.Expand | dec.Shrink) -> None:
         orch = self.orch
@@ -108,17 +115,33 @@ class RayActuator:
             return
         except ACTOR_GONE as exc:
             if isinstance(exc, RayTaskError):  # raised inside the handler (e.g. by a worker of its)
-                self._failed(decision, exc)
+                await self._handler_raised(decision, exc)
                 return
             # Not reported: the pipeline is gone, and its removal settles the decision (the
             # loop then carries out whatever waited for it, e.g. another pipeline's expansion).
             await self.orch.pipeline_gone(decision.pipeline_id, f"its actor died ({type(exc).__name__})")
             return
         except Exception as exc:  # the handler raised: report, the core undoes the decision
-            self._failed(decision, exc)
+            await self._handler_raised(decision, exc)
             return
         self.durations.append((type(decision).__name__.lower(), clock() - t0))
+        if isinstance(decision, dec.Shrink):
+            self.failed_shrinks.pop(decision.pipeline_id, None)
         loop.applied(decision.decision_id)
+
+    async def _handler_raised(self, decision: dec.Expand | dec.Shrink, exc: BaseException) -> None:
+        """Report the decision failed, unless it is the pipeline's MAX_FAILED_SHRINKS-th shrink
+        failed in a row: then the pipeline is taken down (its handler killed first), as one
+        whose handler hangs is, since the core would retry for ever meanwhile."""
+        pipeline_id = decision.pipeline_id
+        if isinstance(decision, dec.Shrink):
+            num_failed = self.failed_shrinks[pipeline_id] = self.failed_shrinks.get(pipeline_id, 0) + 1
+            if num_failed >= MAX_FAILED_SHRINKS:
+                del self.failed_shrinks[pipeline_id]
+                await self.orch.pipeline_gone(pipeline_id, f"its handler's shrinks failed {num_failed} times in a row "
+                                              f"(the last, of rank {decision.dp_rank}: {failure_reason(exc)[:200]})")
+                return
+        self._failed(decision, exc)
 
     def _failed(self, decision: dec.Expand | dec.Shrink, exc: BaseException) -> None:
         # One line: a handler's error comes wrapped by Ray with its whole remote traceback.

@@ -15,7 +15,8 @@ A handler is an actor with `async expand(dp_rank, gpus)`, `async shrink(dp_rank,
 reason)` and `async revoke(cluster, dp_rank, gpus)` (`RankHandler` is a base class to start
 from); the orchestrator calls it to carry out the core's rollout decisions. An expand or
 shrink that takes longer than `register_pipeline(..., handler_timeout_s=900)` kills the
-pipeline and its handler, so a hung engine cannot keep its GPUs from the others. A pipeline that
+pipeline and its handler, so a hung engine cannot keep its GPUs from the others; so do three
+of its shrinks failed in a row (one that raises is retried after a back-off). A pipeline that
 follows the built-in step sequence instead supplies a workload class and is launched with
 `client.launch(PipelineSetup(...))`: it then runs the shared program in its own actor, with
 its own tasks and rewards from the `rlix.executor.ml.registry` decorators (see
@@ -254,7 +255,9 @@ class RankHandler:
     """A base for the handler actor of an API pipeline: keeps the set of active ranks.
 
     Subclass it, override `on_expand` / `on_shrink` to load and drop your engine's weights
-    (raise to report the decision failed), wrap it with `ray.remote`, and pass the handle to
+    (raise to report the decision failed: the core undoes it and retries a shrink after a
+    back-off; `MAX_FAILED_SHRINKS` failed in a row take the pipeline down), wrap it with
+    `ray.remote`, and pass the handle to
     `register_pipeline`.
     """
 

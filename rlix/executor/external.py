@@ -11,9 +11,10 @@ A pipeline that does not run an rlix program drives the core itself:
 
 Rollout (`actor_infer` at priority 6) is elastic: `request` returns at once and ranks come and
 go by the handler's `expand(dp_rank, gpus)` / `shrink(dp_rank, gpus, reason)` (an exception
-there reports the decision failed; one that takes longer than `handler_timeout_s`, 900 s by
-default, has its pipeline killed, handler included, since its GPUs cannot be handed on while
-it may still be loading them); without a handler, expansions and shrinks are applied at
+there reports the decision failed, and three shrinks of the pipeline failed in a row have it
+killed; one that takes longer than `handler_timeout_s`, 900 s by default, has its pipeline
+killed, handler included, since its GPUs cannot be handed on while it may still be loading
+them); without a handler, expansions and shrinks are applied at
 once and `active_ranks` tells which ranks the pipeline may use. `withdraw` takes back a
 request not granted yet (`RequestWithdrawn`): a pending gang request leaves the queue, rollout
 demand ends.

@@ -224,6 +224,41 @@ def test_a_handler_that_hangs_past_its_timeout_has_its_pipeline_killed(client: C
 
 
 @ray.remote(num_cpus=0)
+class ShrinkFailingHandler(RankHandler):
+    """Loads its ranks but can never free them: every shrink raises."""
+
+    async def on_shrink(self, dp_rank: int, gpus: tuple[int, ...], reason: str) -> None:
+        raise RuntimeError(f"cannot free rank {dp_rank}")
+
+
+def test_a_handler_whose_shrinks_keep_failing_has_its_pipeline_taken_down(client: Client, tmp_path: Path) -> None:
+    """A failed shrink is undone and retried after its back-off; a handler that can never free
+    its ranks kept their GPUs from everyone for good (a training request behind them waited for
+    ever). After MAX_FAILED_SHRINKS failures in a row the pipeline goes, its handler first."""
+    from rlix.executor.actuator import MAX_FAILED_SHRINKS
+
+    handler = ShrinkFailingHandler.remote()  # type: ignore[attr-defined]
+    stuck = register(client, "stuck", (2, 3), (2, 3), handler)
+    client.request(stuck, "actor_train", 1)
+    client.release_and_request(stuck, "actor_train", "actor_infer", 6, estimate=4.0)
+    _wait_for(lambda: len(client.snapshot()["holders"]) == 2)
+    waiting = register(client, "waiting", (2, 3), (2, 3))
+    assert ray.get(client.handle.request.remote(waiting, "actor_train", 1), timeout=60) == (2, 3)
+    state = client.snapshot()["pipelines"][stuck]
+    assert state["status"] == "failed"
+    assert f"shrinks failed {MAX_FAILED_SHRINKS} times in a row" in state["error"] and "cannot free rank" in state["error"]
+    # Those before the one that took it down were reported (its two ranks' shrinks run at once,
+    # so one more may have failed meanwhile).
+    shrinks = [f for f in client.snapshot()["decision_failures"] if f.startswith(f"Shrink {stuck}/")]
+    assert MAX_FAILED_SHRINKS - 1 <= len(shrinks) <= MAX_FAILED_SHRINKS
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(handler.active_ranks.remote(), timeout=30)
+    client.release(waiting, "actor_train")
+    client.remove_pipeline(waiting)
+    _folder_holds(client, tmp_path / "run")
+
+
+@ray.remote(num_cpus=0)
 class NotAHandler:
     """An actor without the handler's methods."""
 
