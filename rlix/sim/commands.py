@@ -204,6 +204,16 @@ def _duration_s(args: argparse.Namespace) -> float | None:
     return days * 86400.0
 
 
+def _limit_text(args: argparse.Namespace) -> str:
+    """What set a run's time limit, as `print_run` names it: the option that gave it, else the
+    scenario's max_time_s."""
+    if getattr(args, "days", None) is not None:
+        return f"--days {args.days:g}"
+    if getattr(args, "duration_s", None) is not None:
+        return f"--duration-s {args.duration_s:g}"
+    return "the scenario's max_time_s"
+
+
 def run_main(args: argparse.Namespace) -> int:
     from rlix.runs.errors import RunError
     from rlix.runs.stream import open_sink
@@ -234,7 +244,7 @@ def run_main(args: argparse.Namespace) -> int:
         # large cluster, with no simulated clock to show.
         print(f"writing the run folder {out} ...", file=sys.stderr, flush=True)
     result = collect(sim, out=out, overwrite=overwrite, table_format=args.format, alone=not args.no_alone)
-    print_run(scenario.name, result.summary)
+    print_run(scenario.name, result.summary, _limit_text(args))
     print(f"run folder: {result.run_dir}")
     return 0
 

@@ -11,8 +11,9 @@ from rlix.runs.text import format_table
 from rlix.sim.compare import OVERALL_COLUMNS, Comparison, overall_figure
 
 
-def print_run(name: str, summary: dict[str, Any]) -> None:
-    """The one-line figures of a run and a table of its pipelines."""
+def print_run(name: str, summary: dict[str, Any], limit: str = "the scenario's max_time_s") -> None:
+    """The one-line figures of a run and a table of its pipelines. `limit` names what set the
+    run's time limit, for a run that did not finish (`--days 1` when the command gave it)."""
     overall = summary["overall"]
     print(
         f"{name}: policy {summary['policy']}, {summary['num_gpus']} GPUs, "
@@ -42,7 +43,7 @@ def print_run(name: str, summary: dict[str, Any]) -> None:
     )
     if not summary.get("finished", True):
         why = (f"stuck: nothing but ticks after t={summary['stalled_at_s']:.0f} s"
-               if summary.get("stalled_at_s") is not None else "the scenario's max_time_s was reached")
+               if summary.get("stalled_at_s") is not None else f"{limit} was reached")
         print(f"did not finish: {', '.join(summary['unfinished'])} ({why})")
 
 
