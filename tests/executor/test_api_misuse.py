@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -180,12 +181,18 @@ def test_a_handler_that_raises_is_reported_in_one_line(client: Client, tmp_path:
     _folder_holds(client, tmp_path / "run")
 
 
-def test_killing_an_api_pipeline_kills_its_handler_before_its_gpus_go(client: Client, tmp_path: Path) -> None:
-    handler = HangingHandler.remote()  # type: ignore[attr-defined]
+def _rolling_on_gpus_2_3(client: Client, handler: Any) -> str:
+    """A pipeline "stuck" of `handler`, trained once on GPUs 2-3, now holding both for rollout."""
     stuck = register(client, "stuck", (2, 3), (2, 3), handler)
     client.request(stuck, "actor_train", 1)
     client.release_and_request(stuck, "actor_train", "actor_infer", 6, estimate=4.0)
     _wait_for(lambda: len(client.snapshot()["holders"]) == 2)
+    return stuck
+
+
+def test_killing_an_api_pipeline_kills_its_handler_before_its_gpus_go(client: Client, tmp_path: Path) -> None:
+    handler = HangingHandler.remote()  # type: ignore[attr-defined]
+    stuck = _rolling_on_gpus_2_3(client, handler)
     waiting = register(client, "waiting", (2, 3), (2, 3))
     pending = client.handle.request.remote(waiting, "actor_train", 1)
     ready, _ = ray.wait([pending], timeout=2.0)
@@ -213,14 +220,21 @@ def test_a_handler_that_hangs_past_its_timeout_has_its_pipeline_killed(client: C
 
     # No kill_pipeline: the watchdog ends the hung expansion, the handler with it.
     assert ray.get(pending, timeout=60) == (2, 3)
+    error = _taken_down(client, stuck, handler, waiting, tmp_path)
+    assert "expand of rank 0 took longer than 2 s (handler_timeout_s)" in error
+
+
+def _taken_down(client: Client, stuck: str, handler: Any, waiting: str, tmp_path: Path) -> str:
+    """`stuck` failed, its handler killed first, `waiting` granted its GPUs: `stuck`'s error,
+    after `waiting` ends and the run folder holds."""
     state = client.snapshot()["pipelines"][stuck]
     assert state["status"] == "failed"
-    assert "expand of rank 0 took longer than 2 s (handler_timeout_s)" in state["error"]
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(handler.active_ranks.remote(), timeout=30)
     client.release(waiting, "actor_train")
     client.remove_pipeline(waiting)
     _folder_holds(client, tmp_path / "run")
+    return str(state["error"])
 
 
 @ray.remote(num_cpus=0)
@@ -238,24 +252,15 @@ def test_a_handler_whose_shrinks_keep_failing_has_its_pipeline_taken_down(client
     from rlix.executor.actuator import MAX_FAILED_SHRINKS
 
     handler = ShrinkFailingHandler.remote()  # type: ignore[attr-defined]
-    stuck = register(client, "stuck", (2, 3), (2, 3), handler)
-    client.request(stuck, "actor_train", 1)
-    client.release_and_request(stuck, "actor_train", "actor_infer", 6, estimate=4.0)
-    _wait_for(lambda: len(client.snapshot()["holders"]) == 2)
+    stuck = _rolling_on_gpus_2_3(client, handler)
     waiting = register(client, "waiting", (2, 3), (2, 3))
     assert ray.get(client.handle.request.remote(waiting, "actor_train", 1), timeout=60) == (2, 3)
-    state = client.snapshot()["pipelines"][stuck]
-    assert state["status"] == "failed"
-    assert f"shrinks failed {MAX_FAILED_SHRINKS} times in a row" in state["error"] and "cannot free rank" in state["error"]
     # Those before the one that took it down were reported (its two ranks' shrinks run at once,
     # so one more may have failed meanwhile).
     shrinks = [f for f in client.snapshot()["decision_failures"] if f.startswith(f"Shrink {stuck}/")]
     assert MAX_FAILED_SHRINKS - 1 <= len(shrinks) <= MAX_FAILED_SHRINKS
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(handler.active_ranks.remote(), timeout=30)
-    client.release(waiting, "actor_train")
-    client.remove_pipeline(waiting)
-    _folder_holds(client, tmp_path / "run")
+    error = _taken_down(client, stuck, handler, waiting, tmp_path)
+    assert f"shrinks failed {MAX_FAILED_SHRINKS} times in a row" in error and "cannot free rank" in error
 
 
 @ray.remote(num_cpus=0)
