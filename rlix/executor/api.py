@@ -220,7 +220,6 @@ def init(num_gpus: int | None = None, address: str | None = None, topology: Topo
                              ) from None
 
 
-
 def ml_pipeline(pipeline_id: str, rollout_gpus: tuple[int, ...], train_gpus: tuple[int, ...], *,
                 steps: int = 3, adapters: tuple[str, ...] = (), max_staleness: int = 0,
                 num_prompts: int = 4, samples_per_prompt: int = 4, model: str = "tiny",

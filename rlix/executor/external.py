@@ -157,9 +157,8 @@ class ExternalApi:
         if cluster in record.grant_waiters:
             self.withdraw(pipeline_id, cluster)
             return
-        holders = self.loop.scheduler.cluster.owner
-        if any(h is not None and h.pipeline_id == pipeline_id and getattr(h, "cluster", None) == cluster
-               for h in holders):
+        state = self.loop.scheduler.pipelines.get(pipeline_id)
+        if state is not None and cluster in state.holdings:
             self.loop.send(ev.ClusterReleased(self.now(), pipeline_id, cluster))
 
     def progress(self, pipeline_id: str, remaining: float | dict[str, float]) -> None:
