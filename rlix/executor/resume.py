@@ -141,7 +141,7 @@ def _workers_of(raylets: set[str]) -> list[Any]:
 def _gather(run_dir: Path) -> tuple[Path, list[tuple[Path, Path]]]:
     """The live folder of the cut run, with what a written partial run folder holds of it
     (and the moves that put it there, undone if the resume is refused)."""
-    from rlix.runs.paths import is_run_folder
+    from rlix.runs.paths import is_run_folder, is_simulator_summary
 
     live = live_folder(run_dir)
     moved: list[tuple[Path, Path]] = []
@@ -156,7 +156,7 @@ def _gather(run_dir: Path) -> tuple[Path, list[tuple[Path, Path]]]:
             summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             summary = {"finished": False}  # no summary: cut before one was written
-        if isinstance(summary, dict) and "unfinished" in summary:  # only the simulator's summary says it
+        if is_simulator_summary(summary):
             raise ResumeError(f"{run_dir}: a simulator run; rlix-exec resume continues a live run cut short "
                               "(run a simulation again with rlix-sim run)")
         finished = summary.get("finished", True) if isinstance(summary, dict) else False

@@ -37,6 +37,12 @@ log = logging.getLogger(__name__)
 MARKER_FILES = ("summary.json", "events.jsonl")
 
 
+def is_simulator_summary(summary: object) -> bool:
+    """True when a run folder's summary.json (parsed) is the simulator's: only its summary
+    names the pipelines that did not finish (`unfinished`, rlix.sim.api), a live run's never."""
+    return isinstance(summary, dict) and "unfinished" in summary
+
+
 def is_run_folder(folder: Path) -> bool:
     """True when `folder` was written by rlix: a marker file that looks like rlix's."""
     for name in MARKER_FILES:

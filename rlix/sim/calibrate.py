@@ -44,6 +44,7 @@ import pandas as pd
 
 from rlix.runs.errors import RunError
 from rlix.runs.folder import SUMMARY_FILE
+from rlix.runs.paths import is_simulator_summary
 from rlix.runs.reader import load
 from rlix.scenarios.costs import ConstantFit, CostsFile
 from rlix.sim.calibrate_events import decision_spans, driver_overhead
@@ -91,7 +92,7 @@ class Calibration:
 def read_run(path: str | Path, accept_simulated: bool = False) -> RunData:
     """A run folder's tables, or RunError (one line) naming what it lacks."""
     run = load(path)
-    simulated = "unfinished" in run.summary  # only the simulator's summary says which did not finish
+    simulated = is_simulator_summary(run.summary)
     if simulated and not accept_simulated:
         raise RunError("a simulator run: calibrate fits live executor runs (rlix-exec run ... --out DIR)", file=run.path)
     try:
