@@ -8,8 +8,9 @@
   an exception reports it failed (the core undoes it, and retries a shrink after its back-off);
   a dead handler removes the pipeline, which settles the decision, and so do
   `MAX_FAILED_SHRINKS` shrinks of one pipeline failed in a row (its GPUs go to nobody else while
-  its handler cannot free them, so without that bound everyone waiting for them waits for good). An API pipeline without a handler polls `active_ranks`: its expansions and shrinks
-  are applied at once.
+  its handler cannot free them, so without that bound everyone waiting for them waits for good).
+  An API pipeline without a handler polls `active_ranks`: its expansions and shrinks are
+  applied at once.
 - Revoke (a lost GPU): the handler is told, nothing is reported.
 
 Every call runs as its own asyncio task, so a slow expansion never holds up the orchestrator;
