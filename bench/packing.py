@@ -85,9 +85,10 @@ def packing(activity: Any, makespan_s: float, num_gpus: int) -> dict[str, float]
     busy = float(seconds[after["kind"] == "busy"].sum())
     loading = float(seconds[after["kind"] == "loading"].sum())
     idle = num_gpus * (last_work_s - start_s) - busy - loading
+    after_work_s = makespan_s - last_work_s
     return {"inits_end_s": start_s, "busy_gpu_s": busy, "loading_gpu_s": loading, "idle_gpu_s": idle,
-            "makespan_s": makespan_s,
-            "packed_makespan_s": start_s + busy / num_gpus + (makespan_s - last_work_s)}
+            "makespan_s": makespan_s, "after_work_s": after_work_s,
+            "packed_makespan_s": start_s + busy / num_gpus + after_work_s}
 
 
 def one_rank_gpu_s(costs: Any, tp: int, max_batch: int, steps: list[tuple[Any, Any]]) -> float:
@@ -160,8 +161,8 @@ def _rank_count_makespan_s(scenario: Any, activity: Any, steps: list[tuple[float
     gangs = activity[(activity["kind"] == "busy") & ~activity["stage"].isin(["init", "rollout"])]
     gang_s = float((gangs["t_end"] - gangs["t_start"].clip(lower=start_s)).clip(lower=0).sum()) / gang_gpus
     rank_s = sum(gpu_s / tp + load_s for t_done, gpu_s, load_s in steps if t_done > start_s)
-    after_work_s = row["makespan_s"] - float(activity["t_end"].max())
-    return start_s + rank_count_s(scenario.num_gpus, len(scenario.pipelines), tp, gang_gpus, gang_s, rank_s) + after_work_s
+    num_jobs = len(scenario.pipelines)
+    return start_s + rank_count_s(scenario.num_gpus, num_jobs, tp, gang_gpus, gang_s, rank_s) + row["after_work_s"]
 
 
 def run_one(name: str, policy: str, seed: int, free_moves: bool = False) -> dict[str, Any]:
