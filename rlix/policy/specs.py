@@ -264,10 +264,12 @@ class PipelineSpec:
             raise SpecError(f"{pid}.clusters", scoped, "are unmapped, but the home is not a size to place")
         if not self.placed:
             # The core places a sized home in aligned chunks of the lcm of the TP sizes that
-            # follow it, each inside one node (rlix.policy.homes): a size no empty pool holds
-            # would leave the pipeline waiting for its turn for ever.
-            unit = math.lcm(*(self.clusters[name].tp for name in scoped))
-            most = topology.gpus_per_node // unit * unit * topology.num_nodes
+            # follow it, each inside one node: a size no empty pool holds would leave the
+            # pipeline waiting for its turn for ever.
+            from rlix.policy.homes import max_placeable, placement_unit  # homes imports this module
+
+            unit = placement_unit(self)
+            most = max_placeable(unit, topology)
             if size % unit or size > most:
                 raise SpecError(
                     f"{pid}.home_size", size,
