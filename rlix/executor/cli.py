@@ -216,7 +216,11 @@ def kill_command(args: argparse.Namespace) -> int:
         return _fail(f"the Ray cluster at {address} did not answer within {KILL_TIMEOUT_S:.0f} s")
     if "failure" in outcome or "status" not in outcome:
         return _fail(outcome.get("failure", "the kill gave no answer"))
-    print(f"pipeline {outcome['pipeline_id']}: {outcome['status']}")
+    if outcome.get("ended_before"):
+        why = f" ({outcome['error']})" if outcome.get("error") else ""
+        print(f"pipeline {outcome['pipeline_id']}: had already ended, {outcome['status']}{why}; nothing to kill")
+    else:
+        print(f"pipeline {outcome['pipeline_id']}: {outcome['status']}")
     return 0
 
 

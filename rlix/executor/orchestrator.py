@@ -223,14 +223,16 @@ class Orchestrator(ExternalApi):
         """End a pipeline now: its actors are killed and confirmed dead, then its GPUs go back.
         An API pipeline's actor is its handler (with the actors it owns, its engines): killed
         too, since its ranks' GPUs are handed out at once. `reason` is its state_reason
-        (`rlix-exec kill`'s default, or the scenario's fault)."""
+        (`rlix-exec kill`'s default, or the scenario's fault). The answer says whether the
+        pipeline had ended before (`ended_before`: then nothing was done)."""
         record = self.pipelines.get(pipeline_id)
         if record is None:
             launched = ", ".join(sorted(self.pipelines)) or "none launched yet"
             raise KeyError(f"no pipeline {pipeline_id} in this run (its pipelines: {launched})")
-        if record.alive:
+        ended_before = not record.alive
+        if not ended_before:
             await self._remove(record, "killed", reason)
-        return self.describe(pipeline_id)
+        return {**self.describe(pipeline_id), "ended_before": ended_before}
 
     async def pipeline_gone(self, pipeline_id: str, reason: str) -> None:
         record = self.pipelines.get(pipeline_id)

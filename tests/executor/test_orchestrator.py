@@ -155,6 +155,9 @@ def test_rlix_exec_kill(client: Client, ray_session: Any, capsys: pytest.Capture
     assert main(["kill", "long", "--address", ray_session.address]) == 0
     assert "pipeline long: killed" in capsys.readouterr().out
     assert not any(h[0] == "long" for h in client.snapshot()["holders"].values())
+    # Again: nothing is left to kill, and the answer says so rather than "killed" a second time.
+    assert main(["kill", "long", "--address", ray_session.address]) == 0
+    assert "pipeline long: had already ended, killed (killed on request); nothing to kill" in capsys.readouterr().out
     assert main(["kill", "no-such-pipeline", "--address", ray_session.address]) == 2
     assert "no-such-pipeline" in capsys.readouterr().err
 
