@@ -1,0 +1,70 @@
+"""scripts/quickstart.sh refuses a Python older than rlix needs in one line, before it makes or
+installs into a virtualenv: a .venv made by an older Python is never reused to fail in pip again.
+
+The script runs in a copy of scripts/ (it works from the folder above its own), with a stand-in
+interpreter that reports Python 3.10 and logs every call but the version checks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _old_python(path: Path) -> Path:
+    """An interpreter that answers `-c CODE` as Python 3.10 would and logs anything else."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "-c" ]; then\n'
+        f'  exec "{sys.executable}" -c "import sys; sys.version_info = (3, 10, 13, \'final\', 0); exec(sys.argv[1])" "$2"\n'
+        "fi\n"
+        f'echo "$*" >> "{path.parent}/calls"\n'
+        "exit 1\n"
+    )
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _quickstart(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    (root / "scripts").mkdir(exist_ok=True)
+    shutil.copy(REPO / "scripts" / "quickstart.sh", root / "scripts" / "quickstart.sh")
+    return subprocess.run(["bash", str(root / "scripts" / "quickstart.sh")], capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=60)
+
+
+def test_a_venv_of_an_older_python_is_named_not_installed_into(tmp_path: Path) -> None:
+    venv_python = _old_python(tmp_path / ".venv" / "bin" / "python")
+    done = _quickstart(tmp_path, PYTHON=sys.executable)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "quickstart: .venv has Python 3.10 and rlix needs 3.11 or newer: remove .venv and run "
+        "again with PYTHON=python3.11 (or newer)"]
+    assert not (venv_python.parent / "calls").exists()  # no pip, no venv module
+    assert not (tmp_path / ".venv" / ".rlix-quickstart-install").exists()
+
+
+def test_an_older_python_makes_no_venv(tmp_path: Path) -> None:
+    python = _old_python(tmp_path / "bin" / "python3.10")
+    done = _quickstart(tmp_path, PYTHON=str(python))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"quickstart: {python} is Python 3.10 and rlix needs 3.11 or newer: run again with "
+        "PYTHON=python3.11 (or newer)"]
+    assert not (tmp_path / ".venv").exists()
+    assert not (python.parent / "calls").exists()
+
+
+def test_a_missing_python_is_one_line(tmp_path: Path) -> None:
+    done = _quickstart(tmp_path, PYTHON="no-such-python3")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "quickstart: no no-such-python3 on PATH: rlix needs Python 3.11 or newer "
+        "(PYTHON=python3.11 bash scripts/quickstart.sh)"]
+    assert not (tmp_path / ".venv").exists()
