@@ -244,7 +244,7 @@ def run_main(args: argparse.Namespace) -> int:
         # large cluster, with no simulated clock to show.
         print(f"writing the run folder {out} ...", file=sys.stderr, flush=True)
     result = collect(sim, out=out, overwrite=overwrite, table_format=args.format, alone=not args.no_alone)
-    print_run(scenario.name, result.summary, _limit_text(args))
+    print_run(scenario.name, result.summary, _limit_text(args), result.run_dir)
     print(f"run folder: {result.run_dir}")
     return 0
 

@@ -7,13 +7,28 @@ from typing import Any
 
 import pandas as pd
 
+from rlix.runs.breakdown import group_of
 from rlix.runs.text import format_table
 from rlix.sim.compare import OVERALL_COLUMNS, Comparison, overall_figure
 
+#: Past this many pipelines (a stream of jobs: lab-day's 273, lab-day-1024's 1,044) the printed
+#: pipeline tables give one row per group of jobs (the id less a trailing `-<n>`, as
+#: `rlix-sim jobs` groups them), means over its jobs; every job's figures stay in the run
+#: folders' summary.json.
+MAX_PIPELINE_ROWS = 40
+#: The figures of a grouped row that are counted, not averaged: summed over the group's jobs.
+_SUMMED = frozenset({"steps", "preemptions"})
+#: The columns of a grouped row that give their distinct values, not a mean.
+_DISTINCT = frozenset({"kind", "max_staleness"})
 
-def print_run(name: str, summary: dict[str, Any], limit: str = "the scenario's max_time_s") -> None:
-    """The one-line figures of a run and a table of its pipelines. `limit` names what set the
-    run's time limit, for a run that did not finish (`--days 1` when the command gave it)."""
+
+def print_run(name: str, summary: dict[str, Any], limit: str = "the scenario's max_time_s",
+              run_dir: Any = None) -> None:
+    """The one-line figures of a run, its jobs' line (JCT, wait to start, slowdown) and a table
+    of its pipelines: one row per pipeline, or per group of jobs past MAX_PIPELINE_ROWS
+    pipelines (`run_dir`, if given, is named where every job's figures are). `limit` names
+    what set the run's time limit, for a run that did not finish (`--days 1` when the command
+    gave it)."""
     overall = summary["overall"]
     print(
         f"{name}: policy {summary['policy']}, {summary['num_gpus']} GPUs, "
@@ -21,6 +36,9 @@ def print_run(name: str, summary: dict[str, Any], limit: str = "the scenario's m
         f"{overall.get('steps_per_hour', 0):.2f} steps/h, GPU busy {overall.get('busy_share', 0):.1%} "
         f"(idle {overall.get('idle_share', 0):.1%}{_all_active_idle(overall)}{_waiting_idle(overall)})"
     )
+    jobs_line = _jobs_line(overall.get("jobs"))
+    if jobs_line:
+        print(jobs_line)
     rows = [
         {
             "pipeline": pid,
@@ -32,19 +50,68 @@ def print_run(name: str, summary: dict[str, Any], limit: str = "the scenario's m
             "p95_step_s": s.get("p95_step_time_s"),
             "busy": s.get("busy_share"),
             "preemptions": s.get("preemptions"),
+            "queueing_s": s.get("queueing_s"),
+            "jct_s": s.get("jct_s"),
         }
         for pid, s in summary["pipelines"].items()
     ]
-    print(
-        format_table(
-            pd.DataFrame(rows),
-            {"steps_per_h": "{:.2f}", "mean_step_s": "{:.1f}", "p95_step_s": "{:.1f}", "busy": "{:.1%}"},
-        )
-    )
+    frame = pd.DataFrame(rows)
+    formats = {"steps_per_h": "{:.2f}", "mean_step_s": "{:.1f}", "p95_step_s": "{:.1f}", "busy": "{:.1%}",
+               "preemptions": "{:,.0f}", "steps": "{:,.0f}", "queueing_s": "{:,.0f}", "jct_s": "{:,.0f}"}
+    if len(frame) > MAX_PIPELINE_ROWS:
+        where = f"{run_dir}/summary.json" if run_dir is not None else "the run folder's summary.json"
+        print(f"{len(frame):,} pipelines, one row per group of jobs (steps and preemptions summed,"
+              f" the rest means per job; every job: {where}, `pipelines`)")
+        frame = grouped_pipelines(frame, "pipeline").rename(columns={"pipeline": "group"})
+    print(format_table(frame, formats))
     if not summary.get("finished", True):
         why = (f"stuck: nothing but ticks after t={summary['stalled_at_s']:.0f} s"
                if summary.get("stalled_at_s") is not None else f"{limit} was reached")
         print(f"did not finish: {', '.join(summary['unfinished'])} ({why})")
+
+
+def grouped_pipelines(frame: pd.DataFrame, id_column: str, by: tuple[str, ...] = ()) -> pd.DataFrame:
+    """`frame` (a row per pipeline, its id in `id_column`) with one row per group of jobs
+    (rlix.runs.breakdown.group_of; within each value of the `by` columns, in their order of
+    first appearance): the group's name in `id_column`, then `jobs`, its count; the columns in
+    _DISTINCT give their distinct values joined by "/", those in _SUMMED their sum, the others
+    (numbers) their mean over the group's jobs, nulls left out."""
+    keys = [*by, "_group"]
+    frame = frame.assign(_group=frame[id_column].astype(str).map(group_of))
+    grouped = frame.groupby(keys, sort=False, dropna=False)
+    out: dict[str, Any] = {"jobs": grouped.size()}
+    for column in frame.columns:
+        if column in keys or column == id_column:
+            continue
+        values = grouped[column]
+        if column in _SUMMED:
+            out[column] = values.sum(min_count=1)
+        elif column in _DISTINCT:
+            out[column] = values.agg(lambda v: "/".join(dict.fromkeys(str(x) for x in v)))
+        else:
+            out[column] = values.mean()
+    table = pd.DataFrame(out).reset_index().rename(columns={"_group": id_column})
+    return table[[*by, id_column, "jobs", *(c for c in frame.columns if c not in keys and c != id_column)]]
+
+
+def _jobs_line(jobs: dict[str, Any] | None) -> str:
+    """One line of a run's job figures (summary.json's overall.jobs): the jobs finished, the
+    mean and p95 JCT, wait to start and slowdown; "" for a run with no job figures."""
+    if not jobs or not jobs.get("count"):
+        return ""
+
+    def seconds(key: str) -> str:
+        value = jobs.get(key)
+        return "-" if value is None else f"{value:,.0f} s"
+
+    def ratio(key: str) -> str:
+        value = jobs.get(key)
+        return "-" if value is None else f"{value:.2f}"
+
+    return (f"jobs: {jobs['count']:,} ({jobs.get('finished', 0):,} finished), mean JCT {seconds('mean_jct_s')}"
+            f" (p50 {seconds('p50_jct_s')}, p95 {seconds('p95_jct_s')}), wait to start mean"
+            f" {seconds('mean_queueing_s')} (p95 {seconds('p95_queueing_s')}), slowdown mean"
+            f" {ratio('mean_slowdown')} (p95 {ratio('p95_slowdown')})")
 
 
 def _staleness_text(staleness: Any) -> Any:
@@ -111,9 +178,16 @@ def print_comparison(scenario: Any, comparison: Comparison) -> None:
               f" ({terms}; the longest: {binding}); reached: {shares}")
     _print_jct_floor(comparison)
     print()
+    pipelines = comparison.pipeline_frame()
+    if len(pipelines) > MAX_PIPELINE_ROWS * max(1, len(comparison.summaries)):
+        print(f"{pipelines['pipeline_id'].nunique():,} pipelines, one row per policy and group of jobs"
+              " (steps summed, the rest means per job; every job: each policy's run folder's"
+              " summary.json, `pipelines`)")
+        pipelines = grouped_pipelines(pipelines, "pipeline_id", by=("policy",)).rename(
+            columns={"pipeline_id": "group"})
     print(
         format_table(
-            comparison.pipeline_frame(),
+            pipelines,
             {
                 "steps_per_h": "{:.2f}",
                 "unshared_steps_per_h": "{:.2f}",
