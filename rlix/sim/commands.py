@@ -63,7 +63,12 @@ Example:
 DEMO_HELP = """\
 `rlix-sim compare` on a small bundled scenario, `tiny` unless named: two pipelines (one
 full-finetune, one multi-LoRA) on one node of 4 GPUs under every policy, in seconds. Takes every
-option of `compare`. For the main study:
+option of `compare`. Examples:
+
+  rlix-sim demo                        # tiny, every policy
+  rlix-sim demo blog-4on12 --policies rlix,static
+
+For the main study:
 
   rlix-sim compare agentic-4x32
 """
