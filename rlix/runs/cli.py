@@ -133,9 +133,11 @@ def main_check(args: argparse.Namespace) -> int:
     except (InvariantViolation, TableMismatch) as broken:
         print(f"{args.run_dir}: {broken}")
         return 1
-    held = [] if num_allocations is None else [f"1, 2 hold over {num_allocations} allocations"]
+    # Named, not only numbered: the numbers are the design's, which a user may never have read.
+    held = [] if num_allocations is None else [
+        f"one holder per GPU and exact mappings (1, 2) hold over {num_allocations} allocations"]
     if num_rollouts is not None:
-        held.append(f"7, 8 hold over {num_rollouts} rollout attempts")
+        held.append(f"staleness bounds and no lost trajectory (7, 8) hold over {num_rollouts} rollout attempts")
     missing = [name for name, num in (("allocations", num_allocations), ("rollouts", num_rollouts)) if num is None]
     unchecked = f"not checked: {', '.join(missing)} (the folder was written without them)" if missing else ""
     print(f"{args.run_dir}: invariants {'; '.join(held + [unchecked] if unchecked else held)}; "
