@@ -21,10 +21,11 @@ from rlix.traces.options import UsageError, non_negative_int, path_text, positiv
 
 RUN_HELP = """\
 Replay a scenario on the simulated cluster under one policy and write the run folder:
-summary.json, scenario.yaml, events.jsonl, allocations/steps/rollouts tables (Parquet),
-timeline.json (open in Perfetto or chrome://tracing) and PNG plots. The event log and the
-holdings are written as the run goes; --tables keeps only the tables named (the summary is
-the same), so a long run (--days 7) fits in little memory:
+summary.json, scenario.yaml, events.jsonl, the allocations, steps, rollouts, activity, waits
+and jobs tables (Parquet, or --format csv), timeline.json (open in Perfetto or
+chrome://tracing) and PNG plots, and prints the run's figures and its pipelines. The event log
+and the holdings are written as the run goes; --tables keeps only the tables named (the
+summary is the same), so a long run (--days 7) fits in little memory:
 
   rlix-sim run cluster-1024 --days 7 --tables steps --no-alone --out runs/week
 
@@ -35,12 +36,14 @@ path to a scenario YAML file. Example:
 """
 
 COMPARE_HELP = """\
-Run every policy on the same scenario, trace and seed; print one table (throughput, GPU
-busy/loading/idle shares over the run and while every pipeline is active, step times, slowdown
-against running alone, preemptions) and write a comparison plot. Each pipeline is also run
-alone on its home GPUs (for slowdowns) and alone with every GPU its mappings allow (its
-unshared rate). Two slowdowns: "mean/p95 slowdown" are the jobs' (JCT over JCT alone on the
-home, as in summary.json and `rlix-sim jobs`: queueing and inits count); "step slowdown" (per
+Run every policy on the same scenario, trace and seed; print a table of the policies
+(throughput, jobs' JCT, queueing and slowdown, GPU busy/loading/idle shares over the run, while
+every pipeline is active and while jobs wait to start, step times, preemptions), the ceiling
+and JCT floor lines and a table of each policy's pipelines, and write two plots (compare.png:
+the policies side by side; jobs.png: JCT CDF and queue length; not with --json) beside a run
+folder per policy. Each pipeline is also run alone on its home GPUs (for slowdowns) and alone
+with every GPU its mappings allow (its unshared rate). Two slowdowns: "mean/p95 slowdown" are
+the jobs' (JCT over JCT alone on the home, as in summary.json and `rlix-sim jobs`: queueing and inits count); "step slowdown" (per
 pipeline) and "max step slowdown" are a pipeline's mean step time over its mean step time
 alone on its home (sharing's cost to a running step only). mean_wait_s: a pipeline's mean
 wait from a cluster request to its grant. The ceiling is the steps per hour sharing could reach at best: total steps
@@ -327,9 +330,11 @@ def register(commands: Any) -> None:
         "--out",
         metavar="DIR",
         type=path_text,
-        help="run folder (default runs/SCENARIO/POLICY, replaced if present)",
+        help="run folder (default runs/NAME/POLICY, NAME the scenario's name:; a run folder "
+        "there is replaced)",
     )
-    run.add_argument("--overwrite", action="store_true", help="replace --out if it holds files")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace --out if it holds a run folder (a folder of anything else is refused)")
     run.add_argument(
         "--no-alone", action="store_true",
         help="skip the runs of each pipeline alone on its home (no alone_s or slowdown in the job figures)",
@@ -383,7 +388,8 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
         "--out",
         metavar="DIR",
         type=path_text,
-        help="where run folders and the plot go (default runs/SCENARIO/compare), replaced as a whole at "
+        help="where run folders and the plots go (default runs/NAME/compare, NAME the scenario's name:), "
+        "replaced as a whole at "
         "the end; a folder that is not empty must be one compare wrote, with nothing else in it",
     )
     parser.add_argument(
