@@ -56,6 +56,28 @@ class OneLineParser(argparse.ArgumentParser):
         text = " ".join(message.split())
         self.exit(BAD_INPUT_STATUS, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
 
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        # argparse reports arguments no parser took from the top parser ("see rlix-sim
+        # --help", which lists only the sub-commands); the sub-command's parser, whose --help
+        # lists the options it does take, reports them instead.
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The innermost sub-command parser that `parsed` went through (self if none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                choices: dict[str, argparse.ArgumentParser] = action.choices
+                chosen = choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, OneLineParser):
+                    return chosen._chosen(parsed)
+                if chosen is not None:
+                    return chosen
+        return self
+
     def print_help(self, file: SupportsWrite[str] | None = None) -> None:
         # argparse's own print_help swallows a closed pipe, so --help would exit 0 where every
         # other output exits 141; let `main` see it.
