@@ -171,6 +171,8 @@ def _scenario(args: argparse.Namespace) -> Any:
         scenario_costs(scenario)  # checked now, before any run, and naming --costs if it gave them
         return scenario
     except ScenarioError as exc:
+        if exc.path == "seed" and args.seed is not None:  # --seed's value, not the file's
+            raise UsageError(f"--seed: {args.seed}: {exc.problem}") from None
         name = _override_behind(exc.path, args)
         if name is None:
             raise
