@@ -77,6 +77,20 @@ For the main study:
 """
 
 
+def _out_folder(text: str) -> str:
+    """--out of run and compare: a folder the output replaces as a whole (it is written beside
+    the folder and renamed into place), so never the current folder or one that holds it: `--out
+    .` ran the whole simulation and then found its own staging folder in the way."""
+    path_text(text)
+    here = os.path.realpath(os.getcwd())
+    target = os.path.realpath(text)
+    if here == target or here.startswith(target.rstrip(os.sep) + os.sep):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is the current folder or holds it, which the output would replace as a "
+            f"whole; name a folder in it (e.g. --out {os.path.join(text, 'NAME')})")
+    return text
+
+
 def _column(text: str) -> tuple[str, str]:
     name, sep, source = text.partition("=")
     if not sep or not name or not source:
@@ -331,7 +345,7 @@ def register(commands: Any) -> None:
     run.add_argument(
         "--out",
         metavar="DIR",
-        type=path_text,
+        type=_out_folder,
         help="run folder (default runs/NAME/POLICY, NAME the scenario's name:; a run folder "
         "there is replaced)",
     )
@@ -389,7 +403,7 @@ def _add_compare_options(parser: argparse.ArgumentParser, default_scenario: str 
     parser.add_argument(
         "--out",
         metavar="DIR",
-        type=path_text,
+        type=_out_folder,
         help="where run folders and the plots go (default runs/NAME/compare, NAME the scenario's name:), "
         "replaced as a whole at "
         "the end; a folder that is not empty must be one compare wrote, with nothing else in it",
