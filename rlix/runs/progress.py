@@ -28,7 +28,7 @@ def is_terminal(stream: Any) -> bool:
 def sim_progress(label: str, total_s: float | None, stream: TextIO | None = None,
                  quiet: bool = False) -> Progress:
     """Simulated seconds: a bar, or a line at each tenth of `total_s` (each simulated hour
-    when the run has no set length)."""
+    when the run has no set length) and at least every LINE_EVERY_WALL_S wall seconds."""
     stream = sys.stderr if stream is None else stream
     if quiet:
         return _nothing
@@ -48,7 +48,8 @@ def sim_progress(label: str, total_s: float | None, stream: TextIO | None = None
 
 def count_progress(total: int, unit: str, label: str = "", quiet: bool = False,
                    stream: TextIO | None = None) -> Progress:
-    """A count of `total` things done (runs, sweep points): a bar, or a line at each tenth."""
+    """A count of `total` things done (runs, sweep points): a bar, or a line at each tenth
+    and at least every LINE_EVERY_WALL_S wall seconds once the count moves."""
     stream = sys.stderr if stream is None else stream
     if quiet:
         return _nothing
@@ -66,17 +67,27 @@ def count_progress(total: int, unit: str, label: str = "", quiet: bool = False,
     return _lines(stream, max(total / 10, 1.0), lambda done: f"{prefix}{done:.0f}/{total} {unit}s"), lambda: None
 
 
+#: Wall seconds after which a log gets a line even if x has not reached its next mark: a
+#: simulated hour of lab-day-1024 under rlix takes over ten minutes, which a log otherwise
+#: spent silent.
+LINE_EVERY_WALL_S = 60.0
+
+
 def _lines(stream: TextIO, every: float, text: Callable[[float], str]) -> Callable[[float], None]:
-    """An update that writes `text(x)` once x has passed the next multiple of `every`."""
-    start_s = time.monotonic()
+    """An update that writes `text(x)` once x has passed the next multiple of `every`, or has
+    moved on and LINE_EVERY_WALL_S have passed since the last line."""
+    start_s = last_s = time.monotonic()
     next_at = every
+    last_x = float("-inf")
 
     def update(x: float) -> None:
-        nonlocal next_at
-        if x < next_at:
+        nonlocal next_at, last_s, last_x
+        now_s = time.monotonic()
+        if x < next_at and not (x > last_x and now_s - last_s >= LINE_EVERY_WALL_S):
             return
         while next_at <= x:
             next_at += every
-        print(f"{text(x)} after {time.monotonic() - start_s:.1f} s", file=stream, flush=True)
+        last_s, last_x = now_s, x
+        print(f"{text(x)} after {now_s - start_s:.1f} s", file=stream, flush=True)
 
     return update

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from rlix.runs.progress import count_progress, sim_progress
 
 
@@ -60,3 +62,23 @@ def test_a_terminal_gets_a_bar_redrawn_in_place() -> None:
     close()
     assert "\r" in terminal.getvalue() and "sim s" in terminal.getvalue()
     assert "\r" in terminal_counts.getvalue() and "2/4" in terminal_counts.getvalue()
+
+
+def test_a_slow_run_logs_a_line_at_least_every_minute_of_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulated hour that takes ten minutes (lab-day-1024 under rlix) is not ten minutes of
+    silence: a line comes once a minute has passed, if the simulated clock has moved."""
+    from rlix.runs import progress
+
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    log = io.StringIO()
+    update, _ = sim_progress("big", None, log)
+    for t in range(60, 601, 60):  # 10 simulated minutes, 30 wall seconds each
+        clock[0] += 30.0
+        update(float(t))
+    update(600.0)  # the clock has not moved: no line, however long it took
+    clock[0] += 120.0
+    update(600.0)
+    assert _said(log) == [f"big: {t} sim s" for t in (120, 240, 360, 480, 600)]
+    update(3600.0)  # the hour mark as before
+    assert _said(log)[-1] == "big: 3,600 sim s"
