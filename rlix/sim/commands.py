@@ -187,6 +187,8 @@ def _scenario(args: argparse.Namespace) -> Any:
     except ScenarioError as exc:
         if exc.path == "seed" and args.seed is not None:  # --seed's value, not the file's
             raise UsageError(f"--seed: {args.seed}: {exc.problem}") from None
+        if exc.file is None and not exc.path:  # no file, no field (a name no scenario has):
+            raise UsageError(exc.problem) from None  # not "<scenario>: ...", a placeholder
         name = _override_behind(exc.path, args)
         if name is None:
             raise
