@@ -15,7 +15,12 @@ from rlix.traces.options import positive_int
 
 
 def _names(text: str) -> list[str]:
-    return [name.strip() for name in text.split(",") if name.strip()]
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    # Refused, not run twice: a name given twice is a typo, and each run of it costs its time.
+    twice = [name for name in dict.fromkeys(names) if names.count(name) > 1]
+    if twice:
+        raise argparse.ArgumentTypeError(f"given twice: {', '.join(twice)}")
+    return names
 
 
 def policy_names(text: str) -> list[str]:
