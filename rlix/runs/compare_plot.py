@@ -49,6 +49,9 @@ def plot_summaries(
     x = np.arange(len(names))
     _bars(axes[0], x, [o["steps_per_hour"] for o in overall], "steps per hour (all pipelines)")
     if ceiling is not None:
+        # Room above the line for its label, which at the axes' top ran into the title.
+        tallest = max([ceiling, *(o["steps_per_hour"] or 0.0 for o in overall)])
+        axes[0].set_ylim(0, tallest * 1.12)
         axes[0].axhline(ceiling, color="black", linestyle="--", linewidth=1.0)
         axes[0].annotate("ceiling", (x[0] - 0.4, ceiling), xytext=(0, 3), textcoords="offset points",
                          fontsize=8)
