@@ -26,12 +26,23 @@ else
     echo "quickstart: $PY is Python $(version "$PY") and rlix needs 3.11 or newer: run again with PYTHON=python3.11 (or newer)" >&2
     exit 2
   fi
-  "$PY" -m venv .venv
+  # A venv that fails (Debian's python3 without python3-venv has no ensurepip) still leaves
+  # .venv/bin/python, which every later run would take for a made .venv: it goes again.
+  [ -e .venv ] && made_here= || made_here=1
+  if ! "$PY" -m venv .venv; then
+    [ -z "$made_here" ] || rm -rf .venv
+    echo "quickstart: $PY -m venv failed (above; on Debian or Ubuntu: apt-get install python3-venv): run again once it works" >&2
+    exit 2
+  fi
 fi
 stamp=.venv/.rlix-quickstart-install
 # The install builds the compiled engines too: their sources count.
 want="$(cat pyproject.toml setup.py rlix/sim/_engine*.p* | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+    echo "quickstart: .venv has no pip (a venv that failed, e.g. without Debian's python3-venv): remove .venv and run again" >&2
+    exit 2
+  fi
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[sim]'
   echo "$want" > "$stamp"

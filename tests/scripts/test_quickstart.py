@@ -33,6 +33,9 @@ def _old_python(path: Path) -> Path:
 
 def _quickstart(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
     (root / "scripts").mkdir(exist_ok=True)
+    (root / "rlix" / "sim").mkdir(parents=True, exist_ok=True)
+    for source in ("pyproject.toml", "setup.py", "rlix/sim/_engine.pyx"):  # the install stamp's
+        (root / source).touch()
     shutil.copy(REPO / "scripts" / "quickstart.sh", root / "scripts" / "quickstart.sh")
     return subprocess.run(["bash", str(root / "scripts" / "quickstart.sh")], capture_output=True,
                           text=True, env={**os.environ, **env}, timeout=60)
@@ -68,3 +71,49 @@ def test_a_missing_python_is_one_line(tmp_path: Path) -> None:
         "quickstart: no no-such-python3 on PATH: rlix needs Python 3.11 or newer "
         "(PYTHON=python3.11 bash scripts/quickstart.sh)"]
     assert not (tmp_path / ".venv").exists()
+
+
+def _python_without_venv(path: Path) -> Path:
+    """An interpreter of the running version whose `-m venv DIR` fails as Debian's python3
+    does without python3-venv: DIR/bin/python made (with no pip), then exit 1."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "-c" ]; then exec "' + sys.executable + '" "$@"; fi\n'
+        'if [ "$1 $2" = "-m venv" ]; then\n'
+        '  mkdir -p "$3/bin"\n'
+        "  printf '#!/bin/sh\\n"
+        'if [ \"$1\" = \"-c\" ]; then exec \"' + sys.executable + '\" \"$@\"; fi\\n'
+        "echo \"$*\" >> \"$(dirname \"$0\")/../../calls\"\\nexit 1\\n' > \"$3/bin/python\"\n"
+        '  chmod +x "$3/bin/python"\n'
+        "  echo 'The virtual environment was not created successfully because ensurepip is not available.' >&2\n"
+        "  exit 1\n"
+        "fi\n"
+        "exit 1\n"
+    )
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_a_failed_venv_leaves_no_venv_behind(tmp_path: Path) -> None:
+    python = _python_without_venv(tmp_path / "bin" / "python3")
+    done = _quickstart(tmp_path, PYTHON=str(python))
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        f"quickstart: {python} -m venv failed (above; on Debian or Ubuntu: apt-get install "
+        "python3-venv): run again once it works")
+    assert not (tmp_path / ".venv").exists()
+    assert not (tmp_path / "calls").exists()
+
+
+def test_a_venv_without_pip_is_named_not_installed_into(tmp_path: Path) -> None:
+    python = _python_without_venv(tmp_path / "bin" / "python3")
+    subprocess.run([str(python), "-m", "venv", str(tmp_path / ".venv")], capture_output=True)  # as before the fix
+    assert (tmp_path / ".venv" / "bin" / "python").exists()
+    done = _quickstart(tmp_path, PYTHON=str(python))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "quickstart: .venv has no pip (a venv that failed, e.g. without Debian's python3-venv): "
+        "remove .venv and run again"]
+    calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+    assert calls == ["-m pip --version"]  # asked, never installed with
