@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rlix-sim",
         description="Simulate several RL post-training pipelines sharing one GPU pool under an "
         "rlix policy, and work with rollout-length traces.",
+        epilog="A first look: rlix-sim demo (every policy on a 4-GPU scenario, in seconds). "
+        "Each command's --help (rlix-sim demo --help) says what it takes, with an example.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     from rlix.sim import commands as sim_commands
