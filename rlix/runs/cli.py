@@ -50,7 +50,7 @@ def _add_replay(subparsers: argparse._SubParsersAction) -> None:  # type: ignore
         "or exits 0 if every decision is identical. A log that ends before what summary.json "
         "says of the run's end (its steps, shrinks, grants, removals, makespan; whether it "
         "finished) was cut short: an error naming its last line (exit 2).",
-        epilog="example: rlix-sim run tiny --out runs/tiny && rlix-sim replay runs/tiny",
+        epilog="example: rlix-sim run tiny && rlix-sim replay runs/tiny/rlix (the folder run writes)",
     )
     replay.add_argument("run_dir", metavar="RUN_DIR", type=path_text,
                         help="a run folder written by rlix-sim or rlix-exec")
@@ -72,7 +72,7 @@ def _add_check(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
         "only on GPUs held, one job row per pipeline, finished when the log removed it). Exits 1 on the first broken invariant "
         "or table that disagrees with the log; a log that ends before what summary.json says "
         "of the run's end was cut short: an error naming its last line (exit 2), as in replay.",
-        epilog="example: rlix-sim run tiny --out runs/tiny && rlix-sim check runs/tiny",
+        epilog="example: rlix-sim run tiny && rlix-sim check runs/tiny/rlix (the folder run writes)",
     )
     check.add_argument("run_dir", metavar="RUN_DIR", help="a run folder", type=path_text)
     _traceback_option(check)
