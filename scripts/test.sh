@@ -6,11 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+SCRIPT=scripts/test.sh
+source scripts/venv.sh
+make_venv
 stamp=.venv/.rlix-test-install
-# The install builds the compiled engines too: their sources count.
-want="$(cat pyproject.toml setup.py rlix/sim/_engine*.p* | sha256sum | cut -c1-16)"
+want="$(install_stamp)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  check_venv_pip
   .venv/bin/python -m pip install -q --upgrade pip
   # torch first and pinned: the CPU build; an unpinned torch pulls a multi-GB CUDA build.
   .venv/bin/python -m pip install -q torch==2.13.0

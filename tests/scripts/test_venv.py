@@ -1,8 +1,9 @@
-"""scripts/quickstart.sh refuses a Python older than rlix needs in one line, before it makes or
-installs into a virtualenv: a .venv made by an older Python is never reused to fail in pip again.
+"""scripts/quickstart.sh and scripts/test.sh (CI's) refuse a Python older than rlix needs in one
+line, before they make or install into a virtualenv: a .venv made by an older Python, or left
+without pip by a failed venv, is never reused to fail in pip again.
 
-The script runs in a copy of scripts/ (it works from the folder above its own), with a stand-in
-interpreter that reports Python 3.10 and logs every call but the version checks."""
+Each script runs in a copy of scripts/ (it works from the folder above its own), with a
+stand-in interpreter that reports Python 3.10 and logs every call but the version checks."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
+
+SCRIPTS = ["scripts/quickstart.sh", "scripts/test.sh"]
 
 
 def _old_python(path: Path) -> Path:
@@ -31,45 +36,49 @@ def _old_python(path: Path) -> Path:
     return path
 
 
-def _quickstart(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def _run(script: str, root: Path, **env: str) -> subprocess.CompletedProcess[str]:
     (root / "scripts").mkdir(exist_ok=True)
     (root / "rlix" / "sim").mkdir(parents=True, exist_ok=True)
     for source in ("pyproject.toml", "setup.py", "rlix/sim/_engine.pyx"):  # the install stamp's
         (root / source).touch()
-    shutil.copy(REPO / "scripts" / "quickstart.sh", root / "scripts" / "quickstart.sh")
-    return subprocess.run(["bash", str(root / "scripts" / "quickstart.sh")], capture_output=True,
+    for name in ("quickstart.sh", "test.sh", "venv.sh"):
+        shutil.copy(REPO / "scripts" / name, root / "scripts" / name)
+    return subprocess.run(["bash", str(root / script)], capture_output=True,
                           text=True, env={**os.environ, **env}, timeout=60)
 
 
-def test_a_venv_of_an_older_python_is_named_not_installed_into(tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_venv_of_an_older_python_is_named_not_installed_into(script: str, tmp_path: Path) -> None:
     venv_python = _old_python(tmp_path / ".venv" / "bin" / "python")
-    done = _quickstart(tmp_path, PYTHON=sys.executable)
+    done = _run(script, tmp_path, PYTHON=sys.executable)
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
-        "quickstart: .venv has Python 3.10 and rlix needs 3.11 or newer: remove .venv and run "
+        f"{script}: .venv has Python 3.10 and rlix needs 3.11 or newer: remove .venv and run "
         "again with PYTHON=python3.11 (or newer)"]
     assert not (venv_python.parent / "calls").exists()  # no pip, no venv module
-    assert not (tmp_path / ".venv" / ".rlix-quickstart-install").exists()
+    assert not list((tmp_path / ".venv").glob(".rlix-*-install"))
 
 
-def test_an_older_python_makes_no_venv(tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_older_python_makes_no_venv(script: str, tmp_path: Path) -> None:
     python = _old_python(tmp_path / "bin" / "python3.10")
-    done = _quickstart(tmp_path, PYTHON=str(python))
+    done = _run(script, tmp_path, PYTHON=str(python))
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        f"quickstart: {python} is Python 3.10 and rlix needs 3.11 or newer: run again with "
+        f"{script}: {python} is Python 3.10 and rlix needs 3.11 or newer: run again with "
         "PYTHON=python3.11 (or newer)"]
     assert not (tmp_path / ".venv").exists()
     assert not (python.parent / "calls").exists()
 
 
-def test_a_missing_python_is_one_line(tmp_path: Path) -> None:
-    done = _quickstart(tmp_path, PYTHON="no-such-python3")
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_missing_python_is_one_line(script: str, tmp_path: Path) -> None:
+    done = _run(script, tmp_path, PYTHON="no-such-python3")
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "quickstart: no no-such-python3 on PATH: rlix needs Python 3.11 or newer "
-        "(PYTHON=python3.11 bash scripts/quickstart.sh)"]
+        f"{script}: no no-such-python3 on PATH: rlix needs Python 3.11 or newer "
+        f"(PYTHON=python3.11 bash {script})"]
     assert not (tmp_path / ".venv").exists()
 
 
@@ -95,25 +104,27 @@ def _python_without_venv(path: Path) -> Path:
     return path
 
 
-def test_a_failed_venv_leaves_no_venv_behind(tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_failed_venv_leaves_no_venv_behind(script: str, tmp_path: Path) -> None:
     python = _python_without_venv(tmp_path / "bin" / "python3")
-    done = _quickstart(tmp_path, PYTHON=str(python))
+    done = _run(script, tmp_path, PYTHON=str(python))
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
-        f"quickstart: {python} -m venv failed (above; on Debian or Ubuntu: apt-get install "
+        f"{script}: {python} -m venv failed (above; on Debian or Ubuntu: apt-get install "
         "python3-venv): run again once it works")
     assert not (tmp_path / ".venv").exists()
     assert not (tmp_path / "calls").exists()
 
 
-def test_a_venv_without_pip_is_named_not_installed_into(tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_venv_without_pip_is_named_not_installed_into(script: str, tmp_path: Path) -> None:
     python = _python_without_venv(tmp_path / "bin" / "python3")
     subprocess.run([str(python), "-m", "venv", str(tmp_path / ".venv")], capture_output=True)  # as before the fix
     assert (tmp_path / ".venv" / "bin" / "python").exists()
-    done = _quickstart(tmp_path, PYTHON=str(python))
+    done = _run(script, tmp_path, PYTHON=str(python))
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "quickstart: .venv has no pip (a venv that failed, e.g. without Debian's python3-venv): "
+        f"{script}: .venv has no pip (a venv that failed, e.g. without Debian's python3-venv): "
         "remove .venv and run again"]
     calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
     assert calls == ["-m pip --version"]  # asked, never installed with
