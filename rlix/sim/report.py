@@ -16,6 +16,14 @@ from rlix.sim.compare import OVERALL_COLUMNS, Comparison, overall_figure
 #: `rlix-sim jobs` groups them), means over its jobs; every job's figures stay in the run
 #: folders' summary.json.
 MAX_PIPELINE_ROWS = 40
+#: The policies' figures, printed as three tables of one row per policy that each fit a
+#: terminal (one table of them all ran to 273 characters a line).
+POLICY_TABLES = (
+    ("jobs", ("steps/h", "exp/h", "mean JCT s", "p95 JCT s", "mean queue s", "p95 queue s", "mean slowdown",
+              "p95 slowdown", "finished")),
+    ("GPU time", ("steps/h/GPU", "tok/GPU-h", "busy", "loading", "idle", "idle (all active)", "idle (jobs wait)")),
+    ("steps and moves", ("mean step s", "p95 step s", "max step slowdown", "preempt", "recomputed tok")),
+)
 #: The figures of a grouped row that are counted, not averaged: summed over the group's jobs.
 _SUMMED = frozenset({"steps", "preemptions"})
 #: The columns of a grouped row that give their distinct values, not a mean.
@@ -154,16 +162,14 @@ def _print_jct_floor(comparison: Comparison) -> None:
 
 def print_comparison(scenario: Any, comparison: Comparison) -> None:
     """The policies' table, the ceiling, the JCT floor and the pipelines' table."""
-    formats = {key: fmt for key, _label, fmt in OVERALL_COLUMNS}
+    formats = {label: fmt for _key, label, fmt in OVERALL_COLUMNS}
     formats["max step slowdown"] = "{:.2f}x"
     frame = comparison.overall_frame().rename(
         columns={**{k: label for k, label, _f in OVERALL_COLUMNS}, "max_step_slowdown": "max step slowdown"}
     )
-    formats.update({label: fmt for _k, label, fmt in OVERALL_COLUMNS})
-    print(
-        f"{scenario.name}: {scenario.num_gpus} GPUs, {len(scenario.pipelines)} pipelines, seed {scenario.seed}\n"
-    )
-    print(format_table(frame, formats))
+    print(f"{scenario.name}: {scenario.num_gpus} GPUs, {len(scenario.pipelines)} pipelines, seed {scenario.seed}")
+    for title, columns in POLICY_TABLES:
+        print(f"\n{title}\n{format_table(frame[['policy', *columns]], formats)}")
     ceiling = comparison.ceiling_steps_per_hour()
     if ceiling is not None:
         shares = ", ".join(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +246,22 @@ def test_step_slowdowns_are_named_apart_from_the_job_slowdowns(
     assert main(["compare", "tiny", "--quiet", "--policies", "rlix", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "max step slowdown" in out and "max_slowdown" not in out and "step_slowdown" in out
+
+
+def test_the_policies_figures_fit_a_terminal_and_each_appears_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every figure of the policies is printed, in tables narrow enough for a terminal (one
+    table of them all ran to 273 characters a line, wrapping every row)."""
+    from rlix.sim.compare import OVERALL_COLUMNS
+
+    policies = ["rlix", "gap-ratio", "static-backfill"]
+    assert main(["compare", "tiny", "--quiet", "--policies", ",".join(policies), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    tables = out.split("\nceiling: ")[0]
+    assert max(len(line) for line in tables.splitlines()) <= 140
+    heads = [re.split(r"\s{2,}", line.strip()) for line in tables.splitlines() if line.startswith("policy ")]
+    labels = [label for _key, label, _fmt in OVERALL_COLUMNS] + ["max step slowdown", "finished"]
+    assert sorted(cell for head in heads for cell in head[1:]) == sorted(labels)
+    for policy in policies:  # a row of each policy in each table
+        assert sum(line.startswith(f"{policy} ") for line in tables.splitlines()) == len(heads)
