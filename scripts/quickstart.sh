@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up .venv with rlix and its simulator, then runs the main job: every policy on the bundled
-# agentic-4x32 scenario (4 RL pipelines sharing 32 simulated H100s): a table of the policies, one
+# agentic-4x32 scenario (4 RL pipelines sharing 32 simulated H100s): tables of the policies, one
 # of their pipelines, and two plots (runs/agentic-4x32/compare/).
 # Re-running skips the install when pyproject.toml and the compiled engines' sources are
 # unchanged. Extra arguments go to `rlix-sim compare` (e.g. --policies rlix,static).

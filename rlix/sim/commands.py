@@ -36,9 +36,10 @@ path to a scenario YAML file. Example:
 """
 
 COMPARE_HELP = """\
-Run every policy on the same scenario, trace and seed; print a table of the policies
-(throughput, jobs' JCT, queueing and slowdown, GPU busy/loading/idle shares over the run, while
-every pipeline is active and while jobs wait to start, step times, preemptions), the ceiling
+Run every policy on the same scenario, trace and seed; print three tables of the policies
+(jobs: throughput, JCT, queueing and slowdown; GPU time: busy/loading/idle shares over the run,
+while every pipeline is active and while jobs wait to start; steps and moves: step times,
+preemptions, recomputed tokens), the ceiling
 and JCT floor lines and a table of each policy's pipelines, and write two plots (compare.png:
 the policies side by side; jobs.png: JCT CDF and queue length; not with --json) beside a run
 folder per policy. Each pipeline is also run alone on its home GPUs (for slowdowns) and alone
@@ -411,7 +412,7 @@ def register(commands: Any) -> None:
     run.set_defaults(run=run_main)
     cmp = commands.add_parser(
         "compare",
-        help="every policy on the same scenario, one table and plot",
+        help="every policy on the same scenario: tables and plots",
         description=COMPARE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
