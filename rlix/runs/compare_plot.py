@@ -63,12 +63,14 @@ def plot_summaries(
         bottom += values
     axes[1].set_ylim(0, 1)
     axes[1].set_title("share of GPU time")
-    axes[1].legend(fontsize="small", loc="lower right")
+    _legend_above_bars(axes[1], 1.0, ncol=3)
     width = 0.4
-    axes[2].bar(x - width / 2, [o["mean_step_time_s"] or 0.0 for o in overall], width, label="mean")
-    axes[2].bar(x + width / 2, [o["p95_step_time_s"] or 0.0 for o in overall], width, label="p95")
+    mean_step_s = [o["mean_step_time_s"] or 0.0 for o in overall]
+    p95_step_s = [o["p95_step_time_s"] or 0.0 for o in overall]
+    axes[2].bar(x - width / 2, mean_step_s, width, label="mean")
+    axes[2].bar(x + width / 2, p95_step_s, width, label="p95")
     axes[2].set_title("step time (s)")
-    axes[2].legend(fontsize="small")
+    _legend_above_bars(axes[2], max([*mean_step_s, *p95_step_s, 0.0]), ncol=2)
     if slowdowns:
         _slowdown_bars(axes[3], names, slowdowns)
     else:
@@ -93,7 +95,21 @@ def _slowdown_bars(ax: Any, names: list[str], slowdowns: Mapping[str, Mapping[st
     ax.set_xticks(x, pipelines, rotation=30 if len(pipelines) > 3 else 0,
                   ha="right" if len(pipelines) > 3 else "center")
     ax.set_title("mean step time / alone on home")
-    ax.legend(fontsize="x-small", loc="lower center", ncol=2)
+    tallest = max([v for per_run in slowdowns.values() for v in per_run.values() if v == v] + [1.0])
+    _legend_above_bars(ax, tallest, ncol=3)
+
+
+#: A legend row's height as a share of the bars' height (x-small type on a 3.8-inch figure).
+_LEGEND_ROW = 0.11
+
+
+def _legend_above_bars(ax: Any, tallest: float, ncol: int) -> None:
+    """The legend in a band above the tallest bar, the y axis raised to make room for it: a
+    legend placed over the bars hid some of them."""
+    num_rows = -(-len(ax.get_legend_handles_labels()[1]) // ncol)
+    top = tallest * (1.04 + _LEGEND_ROW * num_rows) if tallest > 0 else 1.0
+    ax.set_ylim(0, top)
+    ax.legend(fontsize="x-small", loc="upper center", ncol=ncol, frameon=False, borderaxespad=0.2)
 
 
 def _bars(ax: Any, x: np.ndarray, values: list[Any], title: str) -> None:

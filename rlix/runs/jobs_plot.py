@@ -31,6 +31,17 @@ def queue_length(pipelines: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     return times, waiting
 
 
+def time_unit(max_s: float) -> tuple[float, str]:
+    """(seconds per unit, its name) for an axis whose values reach `max_s` seconds: seconds up
+    to 10 minutes, minutes up to 10 hours, hours beyond, so ticks read as small round numbers
+    (a 3-minute run's queue drawn in hours read 0-0.03 h)."""
+    if max_s <= 600.0:
+        return 1.0, "s"
+    if max_s <= 36_000.0:
+        return 60.0, "min"
+    return 3600.0, "h"
+
+
 def plot_jobs(summaries: dict[str, dict[str, Any]], path: Path) -> Path:
     import matplotlib
 
@@ -38,17 +49,21 @@ def plot_jobs(summaries: dict[str, dict[str, Any]], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (cdf, queue) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for policy, summary in summaries.items():
-        pipelines = summary.get("pipelines", {})
-        jcts = np.sort([f["jct_s"] for f in pipelines.values() if f.get("jct_s") is not None])
+    jcts_of = {policy: np.sort([f["jct_s"] for f in summary.get("pipelines", {}).values()
+                                if f.get("jct_s") is not None]) for policy, summary in summaries.items()}
+    queues_of = {policy: queue_length(summary.get("pipelines", {})) for policy, summary in summaries.items()}
+    jct_unit_s, jct_unit = time_unit(max((float(j[-1]) for j in jcts_of.values() if len(j)), default=0.0))
+    time_unit_s, time_name = time_unit(max(float(times[-1]) for times, _waiting in queues_of.values()))
+    for policy in summaries:
+        jcts = jcts_of[policy]
         if len(jcts):
-            cdf.step(jcts / 60.0, np.arange(1, len(jcts) + 1) / len(jcts), where="post", label=policy)
-        times, waiting = queue_length(pipelines)
-        queue.step(times / 3600.0, waiting, where="post", label=policy)
-    cdf.set_xlabel("job completion time (min)")
+            cdf.step(jcts / jct_unit_s, np.arange(1, len(jcts) + 1) / len(jcts), where="post", label=policy)
+        times, waiting = queues_of[policy]
+        queue.step(times / time_unit_s, waiting, where="post", label=policy)
+    cdf.set_xlabel(f"job completion time ({jct_unit})")
     cdf.set_ylabel("share of jobs finished within")
     cdf.set_title("JCT CDF")
-    queue.set_xlabel("time (h)")
+    queue.set_xlabel(f"time ({time_name})")
     queue.set_ylabel("jobs waiting to start")
     queue.set_title("queue length")
     for ax in (cdf, queue):
