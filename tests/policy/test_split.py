@@ -1,7 +1,13 @@
-"""The proportional split: normalised, within one bundle of ideal, floors, caps, stickiness."""
+"""The proportional split: normalised, within one bundle of ideal, floors, caps, stickiness.
+
+The ideal is held to `reference_ideal`, a water-filling worked out here by bisection from the
+contract alone, never to the `ideal` the split returns: a split whose own ideal were wrong
+(short of the budget, say) would agree with itself.
+"""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,15 +53,61 @@ def test_one_bundle_each_while_capacity_allows(cs: list[Claim], budget: int) -> 
         assert all(split.targets[c.pipeline_id] >= c.tp for c in demanding)
 
 
+def reference_ideal(cs: list[Claim], budget: int) -> dict[str, float]:
+    """The ideal GPUs of demanding claims that all fit one bundle: x_p = clamp(lam * s_p,
+    low_p, cap_p), s_p = demand * tp * weight, cap_p all its ranks, low_p one bundle (or its
+    floor, whole bundles, when every claim's floor fits the budget together), with one lam
+    making the x_p sum to the budget, or every x_p at its cap. lam by bisection."""
+    caps = {c.pipeline_id: float(c.max_ranks * c.tp) for c in cs}
+    floors = {c.pipeline_id: min(float(max(c.floor, c.tp)), caps[c.pipeline_id]) for c in cs}
+    lows = floors if sum(floors.values()) <= budget else {c.pipeline_id: float(c.tp) for c in cs}
+    shares = {c.pipeline_id: c.demand * c.tp * c.weight for c in cs}
+
+    def ideal(lam: float) -> dict[str, float]:
+        return {pid: min(max(lam * s, lows[pid]), caps[pid]) for pid, s in shares.items()}
+
+    if sum(caps.values()) <= budget:
+        return dict(caps)
+    lo, hi = 0.0, max(caps[pid] / s for pid, s in shares.items())  # at hi, everyone is at its cap
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if sum(ideal(mid).values()) < budget:
+            lo = mid
+        else:
+            hi = mid
+    return ideal(hi)
+
+
+def _held_to_the_reference(cs: list[Claim], budget: int) -> None:
+    """When every demanding claim fits one bundle: the split's ideal is the reference's, each
+    target is whole bundles within one bundle of it, and no GPU is left over that a claim
+    short of its ideal (and below its cap) could take as a whole bundle."""
+    demanding = [c for c in cs if c.demand > 0 and c.max_ranks > 0]
+    if not demanding or sum(c.tp for c in demanding) > budget:
+        return
+    split = split_rollout(cs, budget)
+    expected = reference_ideal(demanding, budget)
+    tolerance = 1e-6 * max(budget, 1)
+    for c in demanding:
+        pid = c.pipeline_id
+        assert abs(split.ideal[pid] - expected[pid]) <= tolerance, (pid, split.ideal, expected)
+        assert abs(split.targets[pid] - expected[pid]) < c.tp + tolerance, (pid, split.targets, expected)
+    left = budget - sum(split.targets.values())
+    assert left >= 0
+    for c in demanding:
+        pid = c.pipeline_id
+        short = split.targets[pid] < expected[pid] - tolerance and split.targets[pid] < c.max_ranks * c.tp
+        assert not (short and c.tp <= left), (pid, split.targets, expected, left)
+
+
 @settings(max_examples=400)
 @given(claims(), st.integers(0, 128))
 def test_within_one_bundle_of_the_ideal(cs: list[Claim], budget: int) -> None:
+    _held_to_the_reference(cs, budget)
     demanding = [c for c in cs if c.demand > 0 and c.max_ranks > 0]
     split = split_rollout(cs, budget)
     if sum(c.tp for c in demanding) > budget:
         return
-    for c in demanding:
-        assert abs(split.targets[c.pipeline_id] - split.ideal[c.pipeline_id]) < c.tp + 1e-6
     # The ideal is proportional to demand x tp x weight among pipelines not at a bound.
     free = [c for c in demanding if c.tp < split.ideal[c.pipeline_id] < c.max_ranks * c.tp]
     for a in free:
@@ -122,6 +174,18 @@ def test_floors_hold_when_they_fit_together(cs: list[Claim], budget: int) -> Non
     if sum(wanted.values()) <= budget:
         for pid, floor in wanted.items():
             assert split.targets[pid] >= floor, (pid, floor, split.targets)
+    _held_to_the_reference(cs, budget)
+
+
+def test_the_reference_by_hand() -> None:
+    # 8 GPUs, demand 100 vs 300 at TP 1: 2 and 6; capped at 2 ranks, a gives its excess away.
+    assert reference_ideal([Claim("a", 100, 1, 1.0, 0, 8, 0), Claim("b", 300, 1, 1.0, 0, 8, 1)], 8) == {
+        "a": pytest.approx(2.0), "b": pytest.approx(6.0)}
+    assert reference_ideal([Claim("a", 1000, 1, 1.0, 0, 2, 0), Claim("b", 10, 1, 1.0, 0, 16, 1)], 16) == {
+        "a": pytest.approx(2.0), "b": pytest.approx(14.0)}
+    # a's floor of 4 fits beside b's bundle: 4 and 4.
+    assert reference_ideal([Claim("a", 100, 1, 1.0, 0, 8, 0, floor=4), Claim("b", 300, 1, 1.0, 0, 8, 1)], 8) == {
+        "a": pytest.approx(4.0), "b": pytest.approx(4.0)}
 
 
 def test_a_floor_by_hand() -> None:
