@@ -60,17 +60,18 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
 
     Reuses a session this process already has (tests start one per module). A local session
     writes its address for `rlix-exec kill` unless `record_address` is false (a sweep).
-    `auth_mode` is the joined cluster's (from its address file): Ray turns token auth on for a
-    new local cluster, but a client given an explicit address must be told, or every call is
-    refused as `InvalidAuthToken`; the token itself is found where Ray keeps it. `quiet` keeps
+    `auth_mode` is the joined cluster's ("token" or "disabled"; by default `joined_auth_mode`
+    finds it): Ray turns token auth on for a new local cluster, but a client given an explicit
+    address must be told, or every call is refused as `InvalidAuthToken`; the token itself is
+    found where Ray keeps it. A RAY_AUTH_MODE set in the environment wins. `quiet` keeps
     Ray's own log lines (connecting, signal handlers) off a short command's output.
     """
     if address is not None:  # a dead address fails even where this process has a session up
         check_reachable(address)
         if auth_mode is None:
             auth_mode = joined_auth_mode(address)
-    if auth_mode == "token" and AUTH_MODE_VARIABLE not in os.environ:
-        os.environ[AUTH_MODE_VARIABLE] = "token"
+    if auth_mode in ("token", "disabled") and AUTH_MODE_VARIABLE not in os.environ:
+        os.environ[AUTH_MODE_VARIABLE] = auth_mode
         # Ray reads its config at import: if it was imported already, have it read again (what
         # Ray does itself when it turns token auth on for a new local cluster).
         from ray._raylet import Config  # type: ignore[attr-defined]  # Ray's private config module, untyped
@@ -100,6 +101,9 @@ def start(num_gpus: int, num_cpus: int | None = None, address: str | None = None
             ray.init(address=address, **kwargs)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise SessionError(f"cannot join the Ray cluster at {address!r}: {exc}") from exc
+        except ray.exceptions.AuthenticationError:
+            raise SessionError(f"cannot join the Ray cluster at {address!r}: it uses token authentication and "
+                               "no token was found (~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)") from None
     gcs_address = ray.get_runtime_context().gcs_address
     if address is None and record_address:
         _write_address(gcs_address)
@@ -180,15 +184,58 @@ def process_alive(pid: int) -> bool:
 
 def joined_auth_mode(address: str) -> str | None:
     """How a client must join the cluster at `address`: as this machine's rlix run says (its
-    address file), else with token auth when a Ray token is at hand (~/.ray/auth_token,
-    RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH: Ray's own rule for `ray.init("auto")`; a cluster
-    without auth accepts a token too), else Ray's default."""
+    address file), else as the cluster's head answers a call without a token (`cluster_auth_mode`):
+    "token" if it refuses it, "disabled" if it takes it. Only when that cannot be told (a ray://
+    address, no answer), with token auth when a Ray token is at hand (~/.ray/auth_token,
+    RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH). A RAY_AUTH_MODE the user set is theirs: None.
+
+    Joining a cluster without token auth with a token is no cure-all: Ray's token loader, once
+    it has looked, makes this process demand the token of every call the cluster makes to it,
+    which such a cluster never sends, so every actor the driver creates is cancelled."""
     local = running_local_run()
     if local is not None and local.address == address:
         return local.auth_mode
+    if AUTH_MODE_VARIABLE in os.environ:
+        return None
+    asked = cluster_auth_mode(address)
+    if asked is not None:
+        return asked
     from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]  # Ray's private auth module, untyped
 
     return "token" if AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True) else None
+
+
+#: Run in a child process: whether the GCS at argv[1] takes a call without a token.
+_AUTH_PROBE = """
+import sys
+from ray._raylet import GcsClient
+try:
+    GcsClient(address=sys.argv[1])
+except Exception as error:
+    print("token" if "InvalidAuthToken" in str(error) or type(error).__name__ == "AuthenticationError" else "unknown")
+else:
+    print("disabled")
+"""
+
+
+def cluster_auth_mode(address: str, timeout_s: float = 30.0) -> str | None:
+    """"token" or "disabled": whether the Ray cluster at a host:port `address` wants token
+    auth, asked of its head in a child process that holds no token (in this one, Ray's token
+    loader would keep the token once it looked for one); None if that cannot be told."""
+    import subprocess
+    import sys
+
+    if address == "auto" or "://" in address:
+        return None
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    env[AUTH_MODE_VARIABLE] = "disabled"
+    try:
+        done = subprocess.run([sys.executable, "-c", _AUTH_PROBE, address], env=env, capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    answer = done.stdout.strip().splitlines()[-1:] if done.stdout else []
+    return answer[0] if answer and answer[0] in ("token", "disabled") else None
 
 
 def check_reachable(address: str) -> None:

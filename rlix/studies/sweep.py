@@ -191,8 +191,8 @@ def _ray_session(address: str | None, workers: int) -> Iterator[None]:
     """Ray started locally, or the cluster at `address` joined, for the block; shut down after
     if this call started it. A cluster is joined as `rlix-exec kill` joins one: checked
     reachable first (a dead address makes Ray retry for minutes), with Ray's token auth on
-    when the cluster is this machine's rlix run that has it, or when a token is at hand (what
-    Ray itself does for `ray.init("auto")`; a cluster without auth takes a token too). Ray
+    when the cluster is this machine's rlix run that has it, or when its head refuses a call
+    without a token (session.joined_auth_mode), and off when it takes one. Ray
     takes SIGTERM for itself while it starts (a stack dump, exit 1): after, SIGTERM stops the
     sweep as Ctrl-C does (the rows done are kept, exit 143)."""
     import ray

@@ -10,6 +10,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +98,70 @@ def test_tls_clusters_are_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_USE_TLS", "1")
     with _server(_http1) as address:
         assert address_problem(address) is None
+
+
+#: A driver that joins the cluster at argv[1] as `rlix-exec run --address` does and starts one actor.
+_JOIN_AND_START_AN_ACTOR = """
+import sys
+import ray
+from rlix.executor import session
+session.start(num_gpus=0, address=sys.argv[1], quiet=True)
+
+@ray.remote(num_cpus=0)
+class Echo:
+    def ping(self):
+        return "ran"
+
+print(ray.get(Echo.remote().ping.remote(), timeout=60))
+"""
+
+
+def test_a_cluster_without_token_auth_is_joined_with_a_token_at_hand(tmp_path: Path) -> None:
+    """Ray writes ~/.ray/auth_token for every local cluster (an `rlix-exec run cpu-demo` makes
+    one). Joining a cluster started without token auth must not take that token: Ray's token
+    loader then has the driver demand it of the cluster's calls, which never carry one, and
+    every actor the driver starts is cancelled (the run ended with "the orchestrator actor died")."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from rlix.executor.session import address_problem, cluster_auth_mode
+    from tests.executor.child_env import child_env
+
+    pytest.importorskip("ray")
+    head_home, driver_home = tmp_path / "head", tmp_path / "driver"
+    head_home.mkdir()
+    (driver_home / ".ray").mkdir(parents=True)
+    (driver_home / ".ray" / "auth_token").write_text("b" * 64 + "\n")  # left by some earlier local cluster
+    temp_dir = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # Ray's sockets need a short path
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    env = {**child_env(head_home), "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=1",
+         "--node-ip-address=127.0.0.1", "--include-dashboard=false", f"--temp-dir={temp_dir}"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while address_problem(address) is not None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert cluster_auth_mode(address) == "disabled"
+        done = subprocess.run([sys.executable, "-c", _JOIN_AND_START_AN_ACTOR, address], env=child_env(driver_home),
+                              capture_output=True, text=True, timeout=180)
+        assert done.stdout.split() == ["ran"], done.stderr[-2000:]
+    finally:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops its node's processes
+        head.wait(timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_a_cluster_with_token_auth_is_told_apart(ray_session: Any) -> None:
+    from rlix.executor.session import cluster_auth_mode
+
+    assert cluster_auth_mode(ray_session.address) == "token"  # a local session: token auth, as Ray sets it
