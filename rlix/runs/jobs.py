@@ -18,7 +18,7 @@ A pipeline is a job. From the run tables (both drivers write them):
 Over the run (`overall.jobs` of summary.json): `count`, `finished` (jobs that completed: not
 those still running at the end, nor those killed or crashed), `failed`, `experiments_per_hour`
 (finished jobs per hour from the first arrival to the last finish), the mean, median (p50) and
-p95 of JCT, the mean and p95 of queueing and of slowdown (percentiles by linear interpolation,
+p95 of JCT and of queueing, the mean and p95 of slowdown (percentiles by linear interpolation,
 numpy's default; undefined figures are null). The `jobs` table is one row per pipeline with the
 per-job figures.
 """
@@ -78,7 +78,7 @@ def jobs_overall(rows: pd.DataFrame) -> dict[str, Any]:
         stem = name.removesuffix("_s")
         suffix = "_s" if name.endswith("_s") else ""
         out[f"mean_{stem}{suffix}"] = float(values.mean()) if len(values) else None
-        if name == "jct_s":
+        if name in ("jct_s", "queueing_s"):
             out[f"p50_{stem}{suffix}"] = float(np.percentile(values, 50)) if len(values) else None
         out[f"p95_{stem}{suffix}"] = float(np.percentile(values, 95)) if len(values) else None
     return out
