@@ -53,7 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("scenario", help="bundled scenario name or YAML file")
     run.add_argument("--out", type=path_text,
                      help="run folder (default runs/exec-<scenario>-<time>); checked before the run starts")
-    run.add_argument("--address", help="join this Ray cluster instead of starting one locally")
+    run.add_argument("--address", help="join the Ray cluster at HOST:PORT (its head's GCS port, 6379 by default) "
+                                       "instead of starting one locally; it must have the topology's num_nodes "
+                                       "nodes of gpus_per_node GPUs each, checked before any actor starts")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.add_argument("--policy", choices=sorted(POLICIES), help="override the scenario's policy")
     run.add_argument("--overwrite", action="store_true",

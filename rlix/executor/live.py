@@ -126,6 +126,8 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
 
     started = not ray.is_initialized()
     session.start(num_gpus=topology.num_gpus, num_cpus=ex.num_cpus if ex is not None else None, address=address)
+    if address is not None:  # a joined cluster too small for the topology: one line, nothing written
+        _check_cluster(topology, address, started)
     # The stop signals are the run's from the moment Ray is up (ray.init installs Ray's own
     # SIGTERM handler, which aborts the driver with a stack dump and no record); one that comes
     # before the run begins is held until it does, and then stops it at once.
@@ -133,11 +135,19 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
         t0 = time.monotonic()
         copy = _Copy(cut.recorder if cut is not None else Recorder(topology, scenario.policy.name,
                                                                    scenario.policy_config()), stops=begin)
+        made = _missing_folders(live) if live is not None else []
         if live is not None:
             owner = {"driver_pid": os.getpid(), "raylet_pids": session.raylet_pids() if address is None else []}
             copy.journal = JournalWriter(live / JOURNAL_FILE, scenario.to_yaml(), rlix.__version__, owner)
         try:
             result = _run(the_plan, copy, cut, quiet, check_invariants, timeout_s, started, begin)
+        except ClusterRefused:
+            # Nothing ran: a fresh run leaves nothing behind (a resume's live folder stays, to resume).
+            if copy.journal is not None:
+                copy.journal.close()
+            if cut is None:
+                _remove_made(made)
+            raise
         finally:
             if copy.journal is not None:
                 copy.journal.close()
@@ -156,8 +166,11 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     """The run itself, from the orchestrator's start to a record (finished or cut short);
     `stops` raises the stop signals as RunStopped while it is on."""
 
+    from ray.exceptions import RayTaskError
+
     from rlix.executor.actors import ACTOR_GONE, failure_reason
     from rlix.executor.api import launch_orchestrator
+    from rlix.executor.placement import PlacementError
 
     scenario = the_plan.scenario
     from rlix.executor.machine import MachineMeter
@@ -171,10 +184,17 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
         handle, ready = launch_orchestrator(the_plan.topology, scenario.policy.name, scenario.policy_config(),
                                             check_invariants=check_invariants,
                                             record=cut.recorder if cut is not None else None)
-        _get(ready)  # the orchestrator's set-up: seconds on a busy machine
+        try:
+            _get(ready)  # the orchestrator's set-up: seconds on a busy machine
+        except RayTaskError as exc:  # its GPUs could not be reserved (held by other jobs)
+            if isinstance(exc.cause, PlacementError):
+                raise ClusterRefused(str(exc.cause)) from None
+            raise
         _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0, meter)
         status = _get(handle.wait_done.remote(None))
         recorder = _get(handle.finish_run.remote())
+    except ClusterRefused:
+        raise  # before anything ran: no record to write
     except KeyboardInterrupt:
         stop_reason, by_signal = "interrupted (SIGINT)", True
     except RunStopped as exc:
@@ -202,6 +222,47 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
             machine["worker_cpu"] = list(accounts)
     return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults,
                      machine=machine, failure=failure)
+
+
+class ClusterRefused(ExecutorInputError):
+    """The Ray cluster cannot hold the run's GPUs (too few nodes or GPUs, or held by others)."""
+
+
+def _check_cluster(topology: Any, address: str, started: bool) -> None:
+    """ClusterRefused, the session we joined left, unless the joined cluster has the nodes and
+    GPUs of `topology` (else the orchestrator would fail after the run began)."""
+    import ray
+
+    from rlix.executor import session
+    from rlix.executor.placement import cluster_problem
+
+    problem = cluster_problem(topology, ray.nodes())  # type: ignore[no-untyped-call]  # Ray's ray.nodes() is untyped
+    if problem is not None:
+        if started:
+            session.stop()
+        raise ClusterRefused(f"cannot run on the Ray cluster at {address}: {problem}")
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for path in [folder, *folder.absolute().parents]:
+        if path.exists():
+            break
+        missing.append(path)
+    return missing
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the folders of `_missing_folders` a run made before it was refused: the first
+    (the live folder) whole, the parents while they are empty."""
+    if made:
+        shutil.rmtree(made[0], ignore_errors=True)
+    for path in made[1:]:
+        try:
+            path.rmdir()
+        except OSError:
+            break
 
 
 def live_folder(out_dir: Path) -> Path:

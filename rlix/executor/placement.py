@@ -54,6 +54,19 @@ def node_order(nodes: Sequence[Mapping[str, Any]], gpus_per_node: int) -> list[s
     return [str(n["NodeID"]) for n in sorted(usable, key=key)]
 
 
+def cluster_problem(topology: Topology, nodes: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a Ray cluster of `nodes` (`ray.nodes()`) cannot hold `topology` (too few alive
+    nodes with `gpus_per_node` GPUs each), in one line; None if it can."""
+    gpn = topology.gpus_per_node
+    usable = len(node_order(nodes, gpn))
+    if usable >= topology.num_nodes:
+        return None
+    counts = sorted((int(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive")), reverse=True)
+    return (f"the scenario's topology is {topology.num_nodes} node(s) of {gpn} GPUs (a TP bundle never spans "
+            f"nodes), but the Ray cluster has {len(counts)} alive node(s) with {counts or 'no'} GPUs, "
+            f"{usable} of them with at least {gpn}")
+
+
 @dataclass(frozen=True)
 class GpuPool:
     """The reserved GPUs of the run: node i's placement group and its bundles' physical GPU ids."""
@@ -70,12 +83,11 @@ class GpuPool:
         from ray.util.placement_group import placement_group
 
         gpn = topology.gpus_per_node
-        order = node_order(ray.nodes(), gpn)  # type: ignore[no-untyped-call]  # Ray's ray.nodes() is untyped
-        if len(order) < topology.num_nodes:
-            raise PlacementError(
-                f"the topology needs {topology.num_nodes} node(s) of {gpn} GPUs; the Ray cluster has "
-                f"{len(order)} alive node(s) with at least {gpn} GPUs"
-            )
+        nodes = ray.nodes()  # type: ignore[no-untyped-call]  # Ray's ray.nodes() is untyped
+        problem = cluster_problem(topology, nodes)
+        if problem is not None:
+            raise PlacementError(problem)
+        order = node_order(nodes, gpn)
         node_ids = tuple(order[: topology.num_nodes])
         groups = tuple(
             placement_group([{"GPU": 1.0}] * gpn, strategy="STRICT_PACK", name=group_name(i),
