@@ -15,6 +15,8 @@ caused disagrees:
   each ending (t_end) when its event says;
 - rollouts: completed attempts consumed by every step the log says was trained (by each
   adapter trained, where a crash, kill or cut may have lost the last trajectories handed in);
+  a trajectory closed as aborted or left in flight only when the log has its pipeline go away
+  or the run cut or end then (`closings_agree`): anywhere else it was lost;
 - activity: work only on GPUs the log shows held, and some for every pipeline that trained;
 - jobs: one row for every pipeline the log registered (and none for another that arrived),
   its arrival_s when the log first admitted it, its finish_s when the log last removed it.
@@ -184,6 +186,41 @@ def rollouts_agree(consumed: set[StepKey], tally: EventTally) -> None:
     if unfed:
         shown = _some([f"{pid}/{adapter}" for pid, adapter in unfed])
         raise TableMismatch("rollouts", f"no completed trajectory of {shown}, whose train steps the log finished")
+
+
+#: A live driver closes a removed pipeline's open trajectories a moment before it tells the
+#: core (the executor reads its clock for each): a closing this close to a removal is at it.
+CLOSE_TOL_S = 1.0
+#: The statuses of an attempt that closes a trajectory not completed.
+CLOSING = ("aborted", "in_flight")
+
+
+def closings_agree(part: pd.DataFrame, tally: EventTally, end_s: float) -> None:
+    """Invariant 8 against the log: an attempt `aborted` or `in_flight` (rollout rows with
+    `pipeline_id, adapter, trajectory_id, status, t_start`; both drivers write such a row at
+    the moment they close the trajectory, so it starts and ends then) lies at a removal of its
+    pipeline in the log, at a resume's cut, or at the end of the run (`end_s`). The table
+    alone cannot tell a trajectory dropped mid-run and marked aborted from one whose pipeline
+    went away (`rlix.policy.run_checks` takes an aborted one for the latter); the log can.
+    Pipelines driven through the executor's API (`EventTally.untracked`) are asked nothing."""
+    closing = part[part["status"].isin(CLOSING)]
+    if closing.empty:
+        return
+    cuts = sorted(tally.cuts_s)
+    for pid, adapter, trajectory, status, t in zip(
+            closing["pipeline_id"], closing["adapter"], closing["trajectory_id"], closing["status"],
+            closing["t_start"], strict=True):
+        pid, t = str(pid), float(t)
+        if pid in tally.untracked or t >= end_s - CLOSE_TOL_S:
+            continue
+        if any(abs(t - removed) <= CLOSE_TOL_S for removed in tally.removals_s.get(pid, ())):
+            continue
+        at = bisect.bisect_left(cuts, t - END_EPS_S)
+        if at < len(cuts) and cuts[at] <= t + END_EPS_S:
+            continue
+        raise TableMismatch("rollouts", f"{pid}/{_plain('adapter', adapter)} trajectory {_plain('trajectory_id', trajectory)} "
+                            f"is {status} at t={t} s, when the log has {pid} neither removed nor the run cut "
+                            f"or ended: a trajectory lost (invariant 8)")
 
 
 def completed_steps(part: pd.DataFrame) -> set[StepKey]:

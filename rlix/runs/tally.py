@@ -25,7 +25,7 @@ the metrics): a checker that ran the code it checks would share its bugs.
   its trajectories in every half second and at its clean end, so those of a pipeline that
   crashed, was killed or was cut may be missing its last ones (`trained_whole` leaves them out).
 - Pipelines: registered, first admitted (when: its arrival), still running at the end of the
-  log, removed (when), and the Shrink
+  log, removed (when, each time), the resumes' cuts (when), and the Shrink
   decisions of their rollout ranks by reason, as summary.json counts them.
 """
 
@@ -103,6 +103,10 @@ class EventTally:
     admitted_s: dict[str, float] = field(default_factory=dict)
     #: Per pipeline, when it was last removed.
     removed_s: dict[str, float] = field(default_factory=dict)
+    #: Per pipeline, every time it was removed (a resumed run may remove it in each segment).
+    removals_s: dict[str, list[float]] = field(default_factory=dict)
+    #: When each resume cut the run (its segment line's `at_s`).
+    cuts_s: list[float] = field(default_factory=list)
     #: Shrink decisions per (pipeline, reason).
     shrinks: Counter[tuple[str, str]] = field(default_factory=Counter)
     last_now: float | None = None
@@ -123,6 +127,9 @@ class EventTally:
     def add(self, record: dict[str, Any]) -> None:
         """One record of the log (after the header): an event with its decisions, or a segment."""
         if isinstance(record.get(SEGMENT), dict):
+            at_s = record[SEGMENT].get("at_s")
+            if isinstance(at_s, int | float):
+                self.cuts_s.append(float(at_s))
             # A fresh core took over: decision ids start again, and the old core's decisions
             # in flight are never reported (what they may have held stays possible).
             self._in_flight.clear()
@@ -153,6 +160,7 @@ class EventTally:
             self._given_back(pid, None, float(event["now"]))
             self.running.discard(pid)
             self.removed_s[pid] = float(event["now"])
+            self.removals_s.setdefault(pid, []).append(float(event["now"]))
             trained = self._training.pop(pid, set())
             if not event.get("failed"):
                 self.trained_whole |= trained

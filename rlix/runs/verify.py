@@ -27,8 +27,10 @@ from rlix.policy.errors import PolicyError
 from rlix.policy.run_checks import check_allocations, check_rollouts
 from rlix.runs import codec
 from rlix.runs.crosscheck import (
+    CLOSING,
     activity_agrees,
     allocations_agree,
+    closings_agree,
     completed_steps,
     jobs_agree,
     log_reaches_summary,
@@ -158,9 +160,13 @@ def check(run_dir: str | Path) -> tuple[int | None, int | None]:
     if _has_table(run, "rollouts"):
         counted = [0]
         consumed: set[StepKey] = set()
-        check_rollouts(_rows_by_trajectory(run, counted, consumed), run.specs, grouped_by_trajectory=True)
+        closing: list[pd.DataFrame] = []
+        check_rollouts(_rows_by_trajectory(run, counted, consumed, closing), run.specs, grouped_by_trajectory=True)
         num_rollouts = counted[0]
         rollouts_agree(consumed, tally)
+        end_s = max(float(run.summary.get("makespan_s") or 0.0), tally.last_now or 0.0)
+        for part in closing:
+            closings_agree(part, tally, end_s)
     for name, agree in _AGREE.items():
         if _has_table(run, name):
             agree(getattr(run, name), tally)
@@ -195,16 +201,19 @@ _CHECKED_COLUMNS = ["pipeline_id", "adapter", "trajectory_id", "step_consumed", 
                     "status", "t_start"]
 
 
-def _rows_by_trajectory(run: Run, counted: list[int], consumed: set[StepKey]) -> Iterator[dict[str, Any]]:
+def _rows_by_trajectory(run: Run, counted: list[int], consumed: set[StepKey],
+                        closing: list[pd.DataFrame]) -> Iterator[dict[str, Any]]:
     """The rows of each pipeline in turn, each trajectory's attempts one after another;
-    `counted[0]` counts them, `consumed` gets the steps their completed attempts fed (after
-    the invariant checks saw the pipeline's rows, so a broken row is theirs to report)."""
+    `counted[0]` counts them, `consumed` gets the steps their completed attempts fed and
+    `closing` the rows that close a trajectory not completed (after the invariant checks saw
+    the pipeline's rows, so a broken row is theirs to report)."""
     for part in _rollouts_by_pipeline(run):
         part = part.sort_values(["adapter", "trajectory_id", "t_start"], kind="stable")
         counted[0] += len(part)
         for lo in range(0, len(part), CHECK_SLICE_ROWS):
             yield from _rows(part.iloc[lo : lo + CHECK_SLICE_ROWS])
         consumed |= completed_steps(part)
+        closing.append(part[part["status"].isin(CLOSING)])
 
 
 def _rollouts_by_pipeline(run: Run) -> Iterator[pd.DataFrame]:

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from rlix.runs import RunError, check, replay
+from rlix.runs.crosscheck import CLOSE_TOL_S
 from rlix.sim.cli import main as sim_main
 from tests.runs.run_cli import run_cli_main
 
@@ -279,3 +280,57 @@ def test_check_sees_times_the_log_contradicts(tiny_run: Path, tmp_path: Path, ca
     table, edit, message = MOVED_TIMES[moved]
     _edit_table(folder, table, edit)
     assert message in _check_fails(folder, table, capsys)
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tiny with lora killed at 80 s, mid-rollout: its open trajectories end aborted then."""
+    from rlix.scenarios import load_scenario
+
+    data = load_scenario("tiny").model_dump(mode="json", exclude_none=True)
+    data["faults"] = {"events": [{"at_s": 80.0, "kill": "lora"}]}
+    scenario = tmp_path_factory.mktemp("killed") / "killed.yaml"
+    scenario.write_text(json.dumps(data))  # JSON is YAML
+    out = scenario.parent / "run"
+    assert sim_main(["run", str(scenario), "--no-alone", "--quiet", "--out", str(out)]) == 0
+    return out
+
+
+def _as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    frame["status"] = frame["status"].astype(str)
+    return frame
+
+
+def test_check_sees_a_trajectory_lost_as_aborted(killed_run: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Invariant 8 as the log tells it: the table alone takes an aborted trajectory for one
+    whose pipeline went away. lora's, aborted at its kill, agree with the log; one of ft's,
+    completed at 63.7 s and marked aborted, was lost (ft ran to its end), as is one of lora's
+    aborted 20 s before the kill."""
+    assert run_cli_main("check", str(killed_run)) == 0
+    rollouts = pd.read_parquet(killed_run / "rollouts.parquet")
+    assert set(rollouts.loc[rollouts["status"] == "aborted", "t_start"]) == {80.0}
+
+    def ft_lost(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = _as_text(frame)
+        last = frame[(frame["pipeline_id"] == "ft") & (frame["status"] == "completed")].index[0]
+        frame.loc[last, "status"] = "aborted"
+        return frame
+
+    def lora_early(frame: pd.DataFrame) -> pd.DataFrame:
+        """The first aborted trajectory closed just after its last attempt began, before the kill."""
+        frame = _as_text(frame)
+        first = frame[frame["status"] == "aborted"].index[0]
+        same = frame[["pipeline_id", "adapter", "trajectory_id"]].eq(
+            frame.loc[first, ["pipeline_id", "adapter", "trajectory_id"]]).all(axis=1)
+        t = frame.loc[same & (frame["status"] != "aborted"), "t_start"].max() + 0.1
+        assert t < 80.0 - CLOSE_TOL_S
+        frame.loc[first, ["t_start", "t_end"]] = t
+        return frame
+
+    for edit, who in ((ft_lost, "ft/base"), (lora_early, "lora/")):
+        folder = _copy(killed_run, tmp_path / edit.__name__)
+        _edit_table(folder, "rollouts", edit)
+        out = _check_fails(folder, "rollouts", capsys)
+        assert who in out and "neither removed nor the run cut or ended: a trajectory lost (invariant 8)" in out, out
