@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.policy.test_purity import IMPURE, imports_of
+from tests.policy.test_purity import IMPURE, IMPURE_CALLS, imports_of
 
 PIPELINES = Path(__file__).resolve().parents[2] / "rlix" / "pipelines"
 FILES = sorted(PIPELINES.rglob("*.py"))
@@ -32,4 +32,4 @@ def test_standard_library_and_the_core_only(path: Path) -> None:
 def test_no_io_calls(path: Path) -> None:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            assert node.func.id not in {"open", "print", "input"}, f"{path.name} calls {node.func.id}"
+            assert node.func.id not in IMPURE_CALLS, f"{path.name} calls {node.func.id}"
