@@ -80,11 +80,16 @@ def launch_orchestrator(topology: Topology, policy: str = "rlix", config: Policy
     except ValueError:
         pass
     else:
-        raise RuntimeError(f"an orchestrator named {name!r} is already running in this Ray cluster")
+        raise OrchestratorExists(f"an orchestrator named {name!r} is already running in this Ray cluster "
+                                 "(one rlix run per Ray cluster)")
     handle = RemoteOrchestrator.options(
         name=name, namespace=session.NAMESPACE, max_concurrency=10_000, **control_options()
     ).remote(topology, policy, config, check_invariants, record)
     return handle, handle.setup.remote(tick_s)  # type: ignore[attr-defined]  # a Ray actor method's .remote is not typed
+
+
+class OrchestratorExists(RuntimeError):
+    """Another rlix run's orchestrator holds the name in this Ray cluster."""
 
 
 class Client:

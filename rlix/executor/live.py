@@ -169,7 +169,7 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     from ray.exceptions import RayTaskError
 
     from rlix.executor.actors import ACTOR_GONE, failure_reason
-    from rlix.executor.api import launch_orchestrator
+    from rlix.executor.api import OrchestratorExists, launch_orchestrator
     from rlix.executor.placement import PlacementError
 
     scenario = the_plan.scenario
@@ -181,9 +181,12 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     handle = None
     try:
         stops.on()
-        handle, ready = launch_orchestrator(the_plan.topology, scenario.policy.name, scenario.policy_config(),
-                                            check_invariants=check_invariants,
-                                            record=cut.recorder if cut is not None else None)
+        try:
+            handle, ready = launch_orchestrator(the_plan.topology, scenario.policy.name, scenario.policy_config(),
+                                                check_invariants=check_invariants,
+                                                record=cut.recorder if cut is not None else None)
+        except OrchestratorExists as exc:  # a run that began since the check
+            raise ClusterRefused(str(exc)) from None
         try:
             _get(ready)  # the orchestrator's set-up: seconds on a busy machine
         except RayTaskError as exc:  # its GPUs could not be reserved (held by other jobs)
@@ -230,13 +233,24 @@ class ClusterRefused(ExecutorInputError):
 
 def _check_cluster(topology: Any, address: str, started: bool) -> None:
     """ClusterRefused, the session we joined left, unless the joined cluster has the nodes and
-    GPUs of `topology` (else the orchestrator would fail after the run began)."""
+    GPUs of `topology` and no rlix run going (else the orchestrator would fail after the run
+    began)."""
     import ray
 
     from rlix.executor import session
+    from rlix.executor.orchestrator import ORCHESTRATOR_NAME
     from rlix.executor.placement import cluster_problem
 
     problem = cluster_problem(topology, ray.nodes())  # type: ignore[no-untyped-call]  # Ray's ray.nodes() is untyped
+    if problem is None:
+        try:
+            ray.get_actor(ORCHESTRATOR_NAME, namespace=session.NAMESPACE)
+        except ValueError:
+            pass
+        else:
+            problem = (f"an rlix run is going there already (its orchestrator {ORCHESTRATOR_NAME!r}; one run per "
+                       f"Ray cluster): wait for it to end, or remove its pipelines with `rlix-exec kill PIPELINE "
+                       f"--address {address}`")
     if problem is not None:
         if started:
             session.stop()

@@ -73,3 +73,40 @@ def test_gpus_the_orchestrator_cannot_reserve_are_one_error_and_nothing_written(
     assert not (tmp_path / "runs").exists()
     with pytest.raises(ValueError):
         ray.get_actor("rlix-orchestrator", namespace="rlix")
+
+
+@pytest.fixture()
+def another_run(ray_session: Any) -> Any:
+    """An orchestrator of another run in the cluster, as a second `rlix-exec run --address` finds it."""
+    from rlix.executor.api import start_orchestrator
+    from rlix.policy import Topology
+
+    handle = start_orchestrator(Topology(1, 4), tick_s=0.5)
+    yield handle
+    ray.get(handle.shutdown.remote())
+    ray.kill(handle)
+
+
+def test_a_cluster_with_a_run_going_is_one_line_and_nothing_written(
+    ray_session: Any, another_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlix.executor.cli import main
+
+    out = tmp_path / "runs" / "run"
+    assert main(["run", "cpu-demo", "--out", str(out), "--address", ray_session.address, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "an rlix run is going there already" in err[0], err
+    assert not (tmp_path / "runs").exists()
+    assert ray.get(another_run.info.remote())["pool"] is not None  # the other run is left alone
+
+
+def test_a_run_that_began_since_the_check_is_one_error_and_nothing_written(
+    ray_session: Any, another_run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlix.executor import live
+
+    monkeypatch.setattr(live, "_check_cluster", lambda *args: None)
+    out = tmp_path / "runs" / "run"
+    with pytest.raises(ExecutorInputError, match="already running in this Ray cluster"):
+        live.execute(plan("cpu-demo"), out_dir=out, address=ray_session.address, quiet=True)
+    assert not (tmp_path / "runs").exists()
