@@ -33,6 +33,7 @@ from rlix.runs.metrics import summary
 from rlix.runs.paths import check_out_dir, new_folder, put_in_place
 from rlix.runs.recorder import Recorder
 from rlix.runs.timeline import write_timeline
+from rlix.runs.totals import RunTotals
 from rlix.traces.schema import TABLE_NAMES
 from rlix.traces.tables import TableFormat, write_table
 
@@ -54,6 +55,7 @@ def write_run(
     alone_s: Mapping[str, float] | None = None,
     run_state: Mapping[str, Any] | None = None,
     folders: Mapping[str, Path] | None = None,
+    figures: dict[str, Any] | None = None,
 ) -> Path:
     """Write the run folder of a finished recorder (`finish` called) and return its path.
 
@@ -67,6 +69,8 @@ def write_run(
     (`finished`, `stop_reason`, `faults`, and `states`: pipeline -> (state, reason)); a run
     without one finished. `folders` are moved into the run folder under their names (the
     executor's trained `models`), last, so a failure before leaves them where they were.
+    `figures`, when the caller has them already (`run_figures` of these tables, extras and
+    state), are summary.json as they are: a large run's figures take a while.
     """
     if recorder.sink is not None:  # its folder is mostly written: complete it
         from rlix.runs.stream import finish_streamed
@@ -77,9 +81,8 @@ def write_run(
     if not recorder.finished:  # holdings still open: finish() closes them
         raise RunError("the recorder is not finished: call recorder.finish(now) first")
     built = tables if tables is not None else tables_from_recorder(recorder, dict(specs) if specs is not None else None)
-    figures = summary(built, alone_s=alone_s, prefetch_s=recorder.prefetch_s)
-    figures.update(extra_summary or {})
-    _add_run_state(figures, run_state or {})
+    if figures is None:
+        figures = run_figures(built, recorder, alone_s=alone_s, extra_summary=extra_summary, run_state=run_state)
 
     def write(staging: Path) -> None:
         _write_all(staging, recorder, built, figures, scenario_yaml, format, plots)
@@ -125,6 +128,19 @@ def check_table_format(format: str) -> TableFormat:
     if format in FORMATS:
         return format
     raise RunError(f"tables are written as {' or '.join(FORMATS)}, not {format!r}")
+
+
+def run_figures(tables: RunTables, recorder: Recorder, *, alone_s: Mapping[str, float] | None = None,
+                extra_summary: Mapping[str, Any] | None = None, run_state: Mapping[str, Any] | None = None,
+                totals: RunTotals | None = None) -> dict[str, Any]:
+    """summary.json of a finished run: the figures of its tables (`rlix.runs.metrics.summary`,
+    with the recorder's prefetches, which the tables do not hold), the driver's extras, and
+    how it ended. The one assembly of write_run, a streamed run's finish and the simulator's
+    result, so what a caller is handed is what the folder holds."""
+    figures = summary(tables, alone_s=alone_s, totals=totals, prefetch_s=recorder.prefetch_s)
+    figures.update(extra_summary or {})
+    _add_run_state(figures, run_state or {})
+    return figures
 
 
 def _add_run_state(figures: dict[str, Any], state: Mapping[str, Any]) -> None:

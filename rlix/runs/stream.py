@@ -128,9 +128,8 @@ def finish_streamed(
 ) -> tuple[Path, dict[str, Any], RunTables]:
     """Complete the folder of a finished streaming recorder and move it into place; return
     its path, its summary and the tables held in memory (streamed ones are empty)."""
-    from rlix.runs.folder import SCENARIO_FILE, SUMMARY_FILE, _add_run_state, write_extras
+    from rlix.runs.folder import SCENARIO_FILE, SUMMARY_FILE, run_figures, write_extras
     from rlix.runs.jobs import job_rows
-    from rlix.runs.metrics import summary
     from rlix.runs.paths import check_out_dir, put_in_place
 
     sink = recorder.sink
@@ -144,9 +143,7 @@ def finish_streamed(
         kept = "rollouts" in sink.tables
         trajectories = trajectory_counts(tables.rollouts) if kept else counts_frame(counted)
         totals = sink.cover.totals(tables, trajectories)
-        figures = summary(tables, alone_s=alone_s, totals=totals, prefetch_s=recorder.prefetch_s)
-        figures.update(extra_summary or {})
-        _add_run_state(figures, {})
+        figures = run_figures(tables, recorder, alone_s=alone_s, extra_summary=extra_summary, totals=totals)
         folder = sink.folder
         (folder / SUMMARY_FILE).write_text(json.dumps(figures, indent=2, allow_nan=False) + "\n", encoding="utf-8")
         (folder / SCENARIO_FILE).write_text(scenario_yaml, encoding="utf-8")

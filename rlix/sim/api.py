@@ -248,9 +248,8 @@ def collect(
 ) -> SimResult:
     """The summary and tables of a simulation that has run; with `out`, its run folder; with
     `alone`, each pipeline's time alone on its home in the job figures."""
-    from rlix.runs.folder import _add_run_state
+    from rlix.runs.folder import run_figures
     from rlix.runs.frames import tables_from_recorder
-    from rlix.runs.metrics import summary as summarize
 
     specs = sim.placed_specs()
     alone_s = sim.alone_s
@@ -264,10 +263,7 @@ def collect(
     if sim.recorder.sink is not None:
         return _collect_streamed(sim, specs, plots, overwrite, alone_s)
     run_tables = tables_from_recorder(sim.recorder, specs)
-    # The tables do not hold the prefetches: from the recorder, as the run folder's summary has them.
-    summary = summarize(run_tables, alone_s=alone_s, prefetch_s=sim.recorder.prefetch_s)
-    summary.update(run_status(sim))
-    _add_run_state(summary, {})  # the keys summary.json has, and a streamed run's summary too
+    summary = run_figures(run_tables, sim.recorder, alone_s=alone_s, extra_summary=run_status(sim))
     run_dir = None
     if out is not None:
         from rlix.runs.folder import check_table_format, write_run
@@ -280,9 +276,9 @@ def collect(
             format=check_table_format(table_format),
             plots=plots,
             overwrite=overwrite,
-            extra_summary=run_status(sim),
             tables=run_tables,
             alone_s=alone_s,
+            figures=summary,
         )
     tables = {
         name: run_tables.table(name)

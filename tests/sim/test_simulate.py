@@ -207,3 +207,25 @@ def test_the_summary_returned_gives_the_weights_read_first_as_the_run_folder_doe
     assert {pid: figures["prefetch_s"] for pid, figures in kept.items()} == {
         pid: figures["prefetch_s"] for pid, figures in written.items()}
     assert all(figures["prefetch_s"] > 0 for figures in kept.values())
+
+
+def test_the_result_is_the_folder_and_its_figures_are_made_once(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary `simulate` hands back is summary.json, whole, and the figures are worked
+    out once for both (rlix.runs.folder.run_figures): a large run's take a while."""
+    import json
+
+    import rlix.runs.folder
+    import rlix.runs.metrics
+
+    calls = []
+    real = rlix.runs.metrics.summary
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rlix.runs.metrics, "summary", counted)
+    monkeypatch.setattr(rlix.runs.folder, "summary", counted)
+    result = simulate("tiny", "rlix", out=tmp_path / "run", plots=False)
+    assert len(calls) == 1
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == json.loads(json.dumps(result.summary))
