@@ -27,7 +27,7 @@ as before. The calibration run (or both) also gives the CPU work of a live run
 reporting what its start took; written to cpu_work.json), and when the calibration kept the
 machine's cores busy each config is predicted once more with the simulator's op constants
 scaled until its makespan is the config's CPU work over the cores (`*_error_cpu`). The parts
-are rlix.sim.fidelity's, which notebooks/sim_vs_exec.ipynb shows step by step.
+are rlix.studies.fidelity's, which notebooks/sim_vs_exec.ipynb shows step by step.
 
     .venv/bin/python bench/fidelity.py [--out DIR] [--configs two-gpus,static] [--concurrency-fit three-gpus]
                                        [--steps N] [--backend hf|vllm] [--model tiny|DIR] [--json]
@@ -49,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlix.sim.fidelity import (
+from rlix.studies.fidelity import (
     VARIANTS,
     Variant,
     calibrate,
@@ -62,7 +62,7 @@ from rlix.sim.fidelity import (
     run_sim,
     scenario_data,
 )
-from rlix.sim.fidelity_report import (
+from rlix.studies.fidelity_report import (
     check_out_option,
     chosen_configs,
     json_line_stdout,

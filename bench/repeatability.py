@@ -1,8 +1,8 @@
 """How far apart live runs of one config land: the floor under the fidelity check's errors.
 
 Runs each config live `--repeats` times back to back on the CPU executor (cpu-demo and the
-fidelity check's variants: rlix.sim.fidelity.VARIANTS), the machine's speed gauged before and
-after each run, then reports (rlix.sim.repeatability):
+fidelity check's variants: rlix.studies.fidelity.VARIANTS), the machine's speed gauged before and
+after each run, then reports (rlix.studies.repeatability):
 
 - the spread of each figure over the runs (makespan, mean step time per pipeline, CPU seconds);
 - the floor: every run taken as the prediction of every other, with the fidelity check's
@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-from rlix.sim.fidelity import VARIANTS
-from rlix.sim.fidelity_report import check_out_option, chosen_configs, json_line_stdout
-from rlix.sim.repeatability import pairwise, run_repeats, same_config, summarize
+from rlix.studies.fidelity import VARIANTS
+from rlix.studies.fidelity_report import check_out_option, chosen_configs, json_line_stdout
+from rlix.studies.repeatability import pairwise, run_repeats, same_config, summarize
 
 CONFIGS = {"cpu-demo": None, **VARIANTS}
 

@@ -1,6 +1,6 @@
 """Imports point one way (DESIGN.md, Layout): `sim` and `executor` use `runs`, `pipelines`,
 `scenarios`, `traces` and `policy`; `runs` uses `traces` and `policy`; nothing imports `sim`
-from `executor` or the reverse. Every import of every module counts, those inside functions too.
+from `executor` or the reverse; `studies` (sweeps, the simulator against live runs) may use both. Every import of every module counts, those inside functions too.
 
 `KNOWN` lists the imports that break the rule today, each with why, so that no new one comes in
 unseen; one that is gone must leave the list (`test_known_exceptions_still_exist`).
@@ -25,12 +25,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "runs": frozenset({"runs", "pipelines", "traces", "policy"}),
     "sim": frozenset({"sim", "runs", "pipelines", "scenarios", "traces", "policy"}),
     "executor": frozenset({"executor", "runs", "pipelines", "scenarios", "traces", "policy"}),
+    # Studies put the drivers side by side (a sweep of simulator runs on Ray, the simulator's
+    # predictions against live executor runs): the one package that may use both.
+    "studies": frozenset({"studies", "sim", "executor", "runs", "pipelines", "scenarios", "traces", "policy"}),
 }
 
 #: (module, imported package): imports against the rule that exist today.
 KNOWN: dict[tuple[str, str], str] = {
-    ("sim/fidelity.py", "executor"): "the fidelity study runs the executor live (rlix-exec) beside the simulator",
-    ("sim/repeatability.py", "executor"): "its speed gauge is rlix.executor.machine's",
     ("sim/cli.py", "studies"): "`rlix-sim sweep` is rlix.studies' command",
     ("traces/cli.py", "runs"): "the trace commands check an output file as run folders do (rlix.runs.paths)",
 }

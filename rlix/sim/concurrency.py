@@ -24,7 +24,7 @@ is fitted across runs:
   prefill, stages, weight moves, publish, checkpoint; not start-up, modelled per pipeline
   started together) rescaled by f(C) / f(C_ref): the constants at another config's concurrency.
   The simulator's prediction of that concurrency comes from a first run on the reference
-  constants (rlix.sim.fidelity.predict_with_concurrency iterates to a fixed point).
+  constants (rlix.studies.fidelity.predict_with_concurrency iterates to a fixed point).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ rlix.sim.concurrency cannot see the worker starts: a start is no span of work.
 start, else runs of different worker counts are needed), with the cores the runs got
 (`own_cores`) and the gap between the driver's wall time and the run's makespan (the driver
 starts before the first arrival). `cpu_bound_makespan_s` is then a config's predicted
-makespan, given the loads the simulator makes in it. `predict_cpu_bound` (rlix.sim.fidelity)
+makespan, given the loads the simulator makes in it. `predict_cpu_bound` (rlix.studies.fidelity)
 rescales the simulator's op constants until its makespan matches that figure, so that the
 schedule (each pipeline's steps, the shares) is the simulator's while the speed is the
 machine's. It applies only to runs that were bound by

@@ -1,8 +1,10 @@
-"""Studies: many simulator runs at once (`rlix-sim sweep`), on Ray, one row per point.
+"""Studies: what puts the two drivers side by side, above both in the layering.
 
-Above both drivers in the layering: a sweep runs `rlix.sim.simulate` for each point of a grid
-as Ray tasks, locally (started the executor's way: every listener on loopback) or on an
-existing cluster.
+A sweep (`rlix-sim sweep`) runs `rlix.sim.simulate` for each point of a grid as Ray tasks,
+locally (started the executor's way: every listener on loopback) or on an existing cluster.
+The fidelity check (`fidelity`, `fidelity_configs`, `fidelity_report`; `bench/fidelity.py`)
+calibrates the simulator on live executor runs and predicts others, and `repeatability` runs
+one config live again and again for the floor under its errors.
 """
 
 from rlix.studies.grid import Grid, Point, parse_grid

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlix.scenarios.load import validate_scenario
-from rlix.sim import fidelity
+from rlix.studies import fidelity
 from tests.bench.bench_module import load
 
 

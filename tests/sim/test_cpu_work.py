@@ -1,7 +1,7 @@
 """The CPU-work model of live runs on CPU-declared GPUs (rlix.sim.cpu_work): what a config
 starts and trains, counted from its scenario; the fit recovering known constants and refusing
 runs it cannot tell apart; the makespan it predicts, worked out by hand; and the simulator
-rescaled until it matches that makespan (rlix.sim.fidelity.predict_cpu_bound)."""
+rescaled until it matches that makespan (rlix.studies.fidelity.predict_cpu_bound)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from rlix.sim.cpu_work import (
     steps_trained,
     workers_started,
 )
-from rlix.sim.fidelity import (
+from rlix.studies.fidelity import (
     SECOND_CALIBRATION,
     VARIANTS,
     predict_cpu_bound,

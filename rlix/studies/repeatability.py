@@ -1,6 +1,6 @@
 """How far apart live runs of one config land: the floor under any prediction from one run.
 
-The fidelity check (rlix.sim.fidelity) calibrates on one live run and predicts another. If two
+The fidelity check (rlix.studies.fidelity) calibrates on one live run and predicts another. If two
 live runs of the *same* config differ by x, no model calibrated on one of them can be trusted
 to predict the other closer than x: the error a perfect simulator would still show. This
 module runs a config live several times, back to back, and measures that floor:
@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlix.sim.fidelity import compare, run_live, run_sim
-from rlix.sim.fidelity_configs import Variant, scenario_data
-from rlix.sim.fidelity_report import error_stats
+from rlix.studies.fidelity import compare, run_live, run_sim
+from rlix.studies.fidelity_configs import Variant, scenario_data
+from rlix.studies.fidelity_report import error_stats
 
 #: Samples of the speed gauge before and after each run (each ~0.02-0.03 s of work).
 SPEED_SAMPLES = 41

@@ -1,4 +1,4 @@
-"""The repeatability floor (rlix.sim.repeatability): every run as the prediction of every other,
+"""The repeatability floor (rlix.studies.repeatability): every run as the prediction of every other,
 the spread of each figure, and how CPU work follows the speed gauge, on hand-made run folders
 whose figures are known (the live bench runs the same code on real runs)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlix.sim.repeatability import pairwise, summarize
+from rlix.studies.repeatability import pairwise, summarize
 
 
 def _run(folder: Path, makespan_s: float, steps: dict[str, float], own_cpu_s: float, speed_s: float) -> Path:

@@ -1,6 +1,6 @@
 """The fidelity check's report: the summary of the errors over configs, the bench's table, and
 the notebook's tables (fitted constants, one config's figures, every config's errors, the
-verdict against the targets). The runs themselves are `rlix.sim.fidelity`'s."""
+verdict against the targets). The runs themselves are `rlix.studies.fidelity`'s."""
 
 from __future__ import annotations
 

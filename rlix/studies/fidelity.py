@@ -10,8 +10,8 @@ it has not seen? The parts of `bench/fidelity.py` and `notebooks/sim_vs_exec.ipy
    |pred - meas| / meas.
 3. `plot_side_by_side`: the Gantt of one predicted run over its live run.
 
-The report and the tables of the errors are in `rlix.sim.fidelity_report`; the configs (cpu-demo
-as plain data, the unseen variants) in `rlix.sim.fidelity_configs`.
+The report and the tables of the errors are in `rlix.studies.fidelity_report`; the configs (cpu-demo
+as plain data, the unseen variants) in `rlix.studies.fidelity_configs`.
 
 Both drivers get the same scenario (`scenario_data`), its `engine:` section included: the
 executor's rollout ranks take `max_batch` trajectories a call, balanced or not, as the simulator's
@@ -30,7 +30,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from rlix.sim.fidelity_configs import (  # noqa: F401  (re-exported: the runs take them from here)
+from rlix.studies.fidelity_configs import (  # noqa: F401  (re-exported: the runs take them from here)
     SECOND_CALIBRATION,
     VARIANTS,
     Variant,

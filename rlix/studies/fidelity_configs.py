@@ -1,7 +1,7 @@
 """The configs of the simulator's offline validation: cpu-demo as plain data (`scenario_data`;
 its `engine:` section is the executor's), the unseen variants the calibrated
 simulator must predict (`VARIANTS`) and the second calibration config (`SECOND_CALIBRATION`).
-The runs and the comparison are in rlix.sim.fidelity.
+The runs and the comparison are in rlix.studies.fidelity.
 """
 
 from __future__ import annotations
