@@ -44,9 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run", help="run a scenario on Ray", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run SCENARIO's pipelines on Ray under its policy, training real models, and write its "
                     "run folder\n(the simulator's tables, plus the trained models under models/). Without "
-                    "--address a local Ray\nstarts on loopback with the scenario's GPUs declared. Ctrl-C "
-                    "or SIGTERM stops it within seconds\nand writes the record so far, which "
-                    "`rlix-exec resume` continues.",
+                    "--address a local Ray\nstarts on loopback with the scenario's GPUs declared. With it, the "
+                    "run joins that cluster: its\nnodes must hold the topology, no other rlix run may be going "
+                    "there, and on several nodes --out\nmust be on a file system every node mounts at the same "
+                    "path (all checked before the run).\nCtrl-C or SIGTERM stops it within seconds and writes "
+                    "the record so far, which\n`rlix-exec resume` continues.",
         epilog="examples:\n  rlix-exec run cpu-demo --out runs/demo     # tiny models on CPU, 4 declared GPUs\n"
                "  rlix-exec run my.yaml --address HOST:6379  # join a running Ray cluster\n"
                "  rlix-sim check runs/demo && rlix-sim replay runs/demo")
@@ -72,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         epilog="example:\n  rlix-exec run cpu-demo --out runs/demo     # then Ctrl-C\n"
                "  rlix-exec resume runs/demo")
     resume.add_argument("run_dir", help="the run folder (written or not: a SIGKILLed run leaves .RUN_DIR.live)")
-    resume.add_argument("--address", help="join this Ray cluster instead of starting one locally")
+    resume.add_argument("--address", help="join the Ray cluster at HOST:PORT instead of starting one locally (a "
+                                          "run cut on a cluster is resumed with its --address; checked as run checks it)")
     resume.add_argument("--quiet", action="store_true", help="no progress bars")
     resume.add_argument("--check-invariants", action="store_true", help="check the core's invariants after every event")
     kill = commands.add_parser(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +38,31 @@ def two_nodes() -> Iterator[tuple[Any, Any]]:
     yield cluster, worker_node
     ray.shutdown()
     cluster.shutdown()
+
+
+def test_the_run_folder_must_be_seen_by_every_node(two_nodes: tuple[Any, Any], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trainers on the other node write models and checkpoints into the run's live folder: a
+    parent the node does not share (its own disk) is refused before the run, nothing written.
+    (Runs before the test below, which takes the worker node away.)"""
+    from rlix.executor import live
+    from rlix.executor.run import ExecutorInputError, plan
+    from tests.executor.test_cluster_fit import TWO_NODES
+
+    cluster, worker_node = two_nodes
+    probe = tmp_path / "probe"
+    probe.write_text("token")
+    assert live._nodes_seeing(probe, "token", [worker_node.node_id]) == {worker_node.node_id: True}
+    assert live._nodes_seeing(tmp_path / "absent", "token", [worker_node.node_id]) == {worker_node.node_id: False}
+
+    scenario = tmp_path / "two-nodes.yaml"
+    scenario.write_text(TWO_NODES)
+    # As on a node with a disk of its own: the file written here is not there.
+    monkeypatch.setattr(live, "_nodes_seeing", lambda probe, token, nodes: dict.fromkeys(nodes, False))
+    out = tmp_path / "runs" / "run"
+    with pytest.raises(ExecutorInputError, match=f"the run folder's parent {out.parent} is not shared with node"):
+        live.execute(plan(str(scenario)), out_dir=out, address=cluster.address, quiet=True)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_tp2_ranks_stay_on_one_node_and_a_lost_node_is_revoked(two_nodes: tuple[Any, Any]) -> None:
