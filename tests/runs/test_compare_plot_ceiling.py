@@ -23,24 +23,15 @@ CASES = [((306.41, 296.38, 309.10, 309.10, 171.35), 322.32), ((50.0, 40.0), 45.0
 
 @pytest.mark.parametrize(("bars", "ceiling"), CASES)
 def test_the_ceiling_label_is_inside_the_panel(
-    bars: tuple[float, ...], ceiling: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bars: tuple[float, ...], ceiling: float, tmp_path: Path, saved_figures: list[Any]
 ) -> None:
-    from matplotlib.figure import Figure
 
     from rlix.runs.compare_plot import plot_summaries
 
-    drawn: list[Figure] = []
-    save = Figure.savefig
-
-    def keep(self: Figure, *args: Any, **kwargs: Any) -> None:
-        drawn.append(self)
-        save(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
     names = ["rlix", "gap-ratio", "static", "static-backfill", "sequential"][:len(bars)]
     plot_summaries({name: _summary(v) for name, v in zip(names, bars, strict=True)}, tmp_path / "c.png",
                    ceiling=ceiling)
-    (figure,) = drawn
+    (figure,) = saved_figures
     panel = figure.axes[0]
     label = next(text for text in panel.texts if text.get_text() == "ceiling")
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -29,24 +29,15 @@ CASES = [
 
 
 @pytest.mark.parametrize("summaries", CASES)
-def test_no_legend_covers_a_bar(summaries: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_legend_covers_a_bar(summaries: dict[str, Any], tmp_path: Path, saved_figures: list[Any]) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     from rlix.runs.compare_plot import plot_summaries
 
-    drawn: list[Figure] = []
-    save = Figure.savefig
-
-    def keep(self: Figure, *args: Any, **kwargs: Any) -> None:
-        drawn.append(self)
-        save(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
     slowdowns = {name: {"ft": 1.0 + 0.05 * i, "lora": 0.8 + 0.1 * i} for i, name in enumerate(summaries)}
     plot_summaries(summaries, tmp_path / "c.png", ceiling=320.0, slowdowns=slowdowns)
-    (figure,) = drawn
+    (figure,) = saved_figures
     figure.set_dpi(110)  # as saved
     canvas = FigureCanvasAgg(figure)
     canvas.draw()
