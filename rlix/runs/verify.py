@@ -196,6 +196,9 @@ def _has_table(run: Run, name: TableName) -> bool:
 
 #: Rollout rows turned into Python mappings at a time by `check`.
 CHECK_SLICE_ROWS = 1 << 20
+#: Rollout rows `check` reads from Parquet at a time, whole pipelines (a pipeline with more is
+#: read alone; one of a simulated day of cluster-1024 has about 5.7M).
+CHECK_BATCH_ROWS = 1 << 21
 #: The rollout columns the checks read.
 _CHECKED_COLUMNS = ["pipeline_id", "adapter", "trajectory_id", "step_consumed", "weight_version",
                     "status", "t_start"]
@@ -217,9 +220,12 @@ def _rows_by_trajectory(run: Run, counted: list[int], consumed: set[StepKey],
 
 
 def _rollouts_by_pipeline(run: Run) -> Iterator[pd.DataFrame]:
-    """Each pipeline's rollout rows (the checked columns), conformed to the table's schema as
-    any table read is (`conform_table`): a missing column or a bad value is the one line
-    naming the file that `run.rollouts` gives, not a TypeError deep in the checks."""
+    """Each pipeline's rollout rows (the checked columns), in order of pipeline id, conformed
+    to the table's schema as any table read is (`conform_table`): a missing column or a bad
+    value is the one line naming the file that `run.rollouts` gives, not a TypeError deep in
+    the checks. Read from Parquet a batch of pipelines at a time (`_batches`): a filtered read
+    scans the whole file, so a read per pipeline made a run of a thousand jobs read its table
+    a thousand times."""
     path = table_path(run.path, "rollouts", "parquet")
     if not path.exists():  # CSV tables: read whole (nobody writes 10^8 rows as CSV)
         yield from (part for _pid, part in run.rollouts.groupby("pipeline_id", sort=True, observed=True))
@@ -232,9 +238,9 @@ def _rollouts_by_pipeline(run: Run) -> Iterator[pd.DataFrame]:
         raise RunError(f"cannot read the rollouts for checking: {error}", file=path) from error
     conform_table(schema.empty_table().to_pandas(), "rollouts", path)  # its columns, before any row is read
     columns = list(TABLE_COLUMNS["rollouts"])
-    for pipeline_id in _pipeline_ids(pq, path):
+    for batch in _batches(_pipeline_rows(pq, path), CHECK_BATCH_ROWS):
         try:
-            part = pd.read_parquet(path, columns=columns, filters=[("pipeline_id", "==", pipeline_id)])
+            part = pd.read_parquet(path, columns=columns, filters=[("pipeline_id", "in", batch)])
         except (OSError, ValueError, KeyError) as error:
             raise RunError(f"cannot read the rollouts for checking: {error}", file=path) from error
         try:
@@ -242,28 +248,53 @@ def _rollouts_by_pipeline(run: Run) -> Iterator[pd.DataFrame]:
         except TraceError as error:
             if error.row is None:
                 raise
-            # The row of the file, not of this pipeline's rows: what a user opening it looks for.
-            row = _file_row(pq, path, pipeline_id, error.row)
+            # The row of the file, not of this batch's rows: what a user opening it looks for.
+            row = _file_row(pq, path, batch, error.row)
             raise TraceError(error.message, file=path, row=row, column=error.column) from error
-        yield part[_CHECKED_COLUMNS]
+        positions = part.groupby(part["pipeline_id"].astype(str), sort=False).indices
+        checked = part[_CHECKED_COLUMNS]
+        for pipeline_id in batch:
+            yield checked.iloc[positions.get(pipeline_id, [])]
 
 
-def _file_row(pq: Any, path: Path, pipeline_id: str, part_row: int) -> int:
-    """The 1-based row of the rollouts file at `path` that is row `part_row` (1-based) of
-    `pipeline_id`'s rows (read filtered, in file order). Found only for an error's message."""
+def _batches(rows: dict[str, int], budget: int) -> Iterator[list[str]]:
+    """The pipeline ids of `rows` (id: its row count) in order, cut into runs of at most
+    `budget` rows (a pipeline with more is a batch of its own)."""
+    batch: list[str] = []
+    size = 0
+    for pipeline_id, count in rows.items():
+        if batch and size + count > budget:
+            yield batch
+            batch, size = [], 0
+        batch.append(pipeline_id)
+        size += count
+    if batch:
+        yield batch
+
+
+def _file_row(pq: Any, path: Path, batch: list[str], part_row: int) -> int:
+    """The 1-based row of the rollouts file at `path` that is row `part_row` (1-based) of the
+    rows of the pipelines in `batch` (read filtered, in file order). Found only for an
+    error's message."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     ids = pq.read_table(path, columns=["pipeline_id"]).column(0).cast("string")
-    return int(pc.indices_nonzero(pc.equal(ids, pipeline_id))[part_row - 1].as_py()) + 1
+    return int(pc.indices_nonzero(pc.is_in(ids, value_set=pa.array(batch, pa.string())))[part_row - 1].as_py()) + 1
 
 
-def _pipeline_ids(pq: Any, path: Path) -> list[str]:
-    """The pipelines of the rollouts table at `path` (a Parquet file), in order."""
+def _pipeline_rows(pq: Any, path: Path) -> dict[str, int]:
+    """The pipelines of the rollouts table at `path` (a Parquet file), in order, with their
+    row counts."""
+    import pyarrow.compute as pc
+
     try:
-        names = pq.read_table(path, columns=["pipeline_id"]).column(0).unique().to_pylist()
+        ids = pq.read_table(path, columns=["pipeline_id"]).column(0).cast("string")
     except (OSError, ValueError, KeyError) as error:
         raise RunError(f"cannot read the rollouts for checking: {error}", file=path) from error
-    return sorted(str(n) for n in names if n is not None)
+    counts = pc.value_counts(ids).to_pylist()
+    return {str(c["values"]): int(c["counts"]) for c in sorted(
+        (c for c in counts if c["values"] is not None), key=lambda c: str(c["values"]))}
 
 
 def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:

@@ -159,3 +159,37 @@ def test_check_streams_rollouts_a_slice_at_a_time(
     table.to_parquet(folder / "rollouts.parquet")
     with pytest.raises(InvariantViolation, match="invariant 8.*trajectory 1 was re-queued"):
         check(folder)
+
+
+@pytest.mark.parametrize("batch_rows", [1, 1 << 22])
+def test_check_reads_the_rollouts_a_batch_of_pipelines_at_a_time(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    batch_rows: int,
+) -> None:
+    """A filtered Parquet read scans the whole file, so `check` reads the rollouts once per
+    batch of pipelines, not once per pipeline (a run of 1,044 jobs read its table 1,044
+    times); the rows checked and an error's file row are the same either way."""
+    import rlix.runs.verify as verify
+
+    monkeypatch.setattr(verify, "CHECK_BATCH_ROWS", batch_rows)
+    folder = _copy(run_dir, tmp_path)
+    path = folder / "rollouts.parquet"
+    table = pd.read_parquet(path)
+    num_pipelines = table["pipeline_id"].nunique()
+    assert num_pipelines > 1
+    reads: list[object] = []
+    read_parquet = pd.read_parquet
+
+    def counted(source: object, *args: object, **kwargs: object) -> pd.DataFrame:
+        if Path(str(source)).name == "rollouts.parquet" and kwargs.get("filters"):
+            reads.append(kwargs["filters"])
+        return read_parquet(source, *args, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+    monkeypatch.setattr(verify.pd, "read_parquet", counted)
+    assert check(folder)[1] == len(table)
+    assert len(reads) == (num_pipelines if batch_rows == 1 else 1)
+    table.loc[4, "t_start"] = None  # p1's second row, the file's fifth
+    table.to_parquet(path)
+    assert run_cli_main("check", str(folder)) == 2
+    assert capsys.readouterr().err == (
+        f"rlix-sim: error: {path}, row 5 (1-based), column 't_start': missing value (empty or NaN)\n")
