@@ -117,9 +117,19 @@ def _add_jobs(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 
 def main_replay(args: argparse.Namespace) -> int:
+    from rlix.runs.progress import sim_progress
+    from rlix.runs.reader import read_summary
     from rlix.runs.verify import replay
 
-    result = replay(args.run_dir, check_invariants=args.check_invariants)
+    try:  # the run's length, for the bar; a bad summary.json is replay's own error to give
+        end_s: float | None = float(read_summary(Path(args.run_dir) / "summary.json")["makespan_s"])
+    except (RunError, KeyError, TypeError, ValueError):
+        end_s = None
+    update, close = sim_progress(f"replay {Path(args.run_dir).name}", end_s)
+    try:
+        result = replay(args.run_dir, check_invariants=args.check_invariants, progress=update)
+    finally:
+        close()
     print(result)
     return 0 if result.identical else 1
 

@@ -81,13 +81,20 @@ class ReplayResult:
                 f"({self.num_decisions} decisions): {self.divergence}")
 
 
-def replay(run_dir: str | Path, *, check_invariants: bool = False) -> ReplayResult:
+#: Events replayed between two calls of `replay`'s progress.
+PROGRESS_EVERY_EVENTS = 1000
+
+
+def replay(run_dir: str | Path, *, check_invariants: bool = False,
+           progress: Callable[[float], None] | None = None) -> ReplayResult:
     """Replay the event log of `run_dir` through a fresh core; stop at the first divergence.
 
     With `check_invariants`, the core also checks its invariants after every round (slower);
     a violation is reported as the divergence. RunError if the log cannot be read, or if it
     ends before what summary.json says of the run's end (a log cut short replays identically
-    as far as it goes: rlix.runs.crosscheck.log_reaches_summary).
+    as far as it goes: rlix.runs.crosscheck.log_reaches_summary). `progress`, if given, is
+    called with the simulated (or run) time of the event replayed every
+    PROGRESS_EVERY_EVENTS events (a run of a thousand jobs replays for many minutes).
     """
     path = events_path(run_dir)
     _header, (topology, policy, config) = read_core(path)
@@ -117,6 +124,8 @@ def replay(run_dir: str | Path, *, check_invariants: bool = False) -> ReplayResu
         tally.add(record)  # recorded == replayed here: the core accepted every field it reads
         num_events += 1
         num_decisions += len(replayed)
+        if progress is not None and num_events % PROGRESS_EVERY_EVENTS == 0:
+            progress(float(event.now))
     log_reaches_summary(tally, summary, path, last_line or 1)
     return ReplayResult(path, num_events, num_decisions)
 

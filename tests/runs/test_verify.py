@@ -193,3 +193,22 @@ def test_check_reads_the_rollouts_a_batch_of_pipelines_at_a_time(
     assert run_cli_main("check", str(folder)) == 2
     assert capsys.readouterr().err == (
         f"rlix-sim: error: {path}, row 5 (1-based), column 't_start': missing value (empty or NaN)\n")
+
+
+def test_replay_shows_its_progress_in_the_run_s_time(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A long replay (lab-day-256's takes 1.5 min, lab-day-1024's many more) reports how far
+    it has come in the run's time, as the run itself did: lines at each tenth of the makespan
+    on a log (stderr not a terminal); the verdict stays alone on stdout."""
+    import rlix.runs.verify as verify
+
+    monkeypatch.setattr(verify, "PROGRESS_EVERY_EVENTS", 1)
+    seen: list[float] = []
+    assert replay(run_dir, progress=seen.append).identical
+    makespan_s = json.loads((run_dir / "summary.json").read_text())["makespan_s"]
+    assert seen and seen == sorted(seen) and seen[-1] <= makespan_s
+    assert run_cli_main("replay", str(run_dir)) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("replayed ") and "identical" in captured.out
+    assert f"replay {run_dir.name}: " in captured.err and "sim s (" in captured.err
