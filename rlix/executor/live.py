@@ -131,6 +131,8 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
         _check_cluster(topology, address, started)
         if live is not None:  # trainers on other nodes write models and checkpoints into `live`
             _check_shared(live, topology, address, started, made if cut is None else [])
+        if started:  # this process's run: `rlix-exec kill` on this machine finds it (gone at its end)
+            session.record_joined_run()
     # The stop signals are the run's from the moment Ray is up (ray.init installs Ray's own
     # SIGTERM handler, which aborts the driver with a stack dump and no record); one that comes
     # before the run begins is held until it does, and then stops it at once.

@@ -130,6 +130,14 @@ class LocalRun:
     auth_mode: str
 
 
+def record_joined_run() -> None:
+    """Write this process's joined cluster to ADDRESS_FILE, as a local run does, so that
+    `rlix-exec kill` on this machine finds a run started with --address too; `stop` removes it."""
+    import ray
+
+    _write_address(ray.get_runtime_context().gcs_address)
+
+
 def _write_address(gcs_address: str) -> None:
     record = {"address": gcs_address, "pid": os.getpid(),
               "auth_mode": os.environ.get(AUTH_MODE_VARIABLE, "disabled").lower()}
