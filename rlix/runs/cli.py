@@ -136,13 +136,24 @@ def main_replay(args: argparse.Namespace) -> int:
 
 def main_check(args: argparse.Namespace) -> int:
     from rlix.runs.crosscheck import TableMismatch
+    from rlix.runs.progress import Progress, count_progress
     from rlix.runs.verify import check
 
+    bar: list[Progress] = []  # made at the first pipeline checked, when the rows in all are known
+
+    def progress(done: int, total: int) -> None:
+        if not bar:
+            bar.append(count_progress(total, "attempt", f"check {Path(args.run_dir).name}"))
+        bar[0][0](done)
+
     try:
-        num_allocations, num_rollouts = check(args.run_dir)
+        num_allocations, num_rollouts = check(args.run_dir, progress)
     except (InvariantViolation, TableMismatch) as broken:
         print(f"{args.run_dir}: {broken}")
         return 1
+    finally:
+        for _update, close in bar:
+            close()
     # Named, not only numbered: the numbers are the design's, which a user may never have read.
     held = [] if num_allocations is None else [
         f"one holder per GPU and exact mappings (1, 2) hold over {num_allocations} allocations"]
