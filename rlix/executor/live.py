@@ -65,6 +65,8 @@ class RunResult:
     #: What cut the run short when it was neither a signal nor the orchestrator's death (a
     #: timeout, a bug): `execute` raises it after writing the record.
     failure: Exception | None = None
+    #: Where the topology's nodes were in the Ray cluster (`node_map`): summary.json's `nodes`.
+    nodes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -180,6 +182,7 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
     from rlix.executor.machine import MachineMeter
 
     stop_reason, status, recorder, by_signal = "", {}, None, False
+    nodes: list[dict[str, Any]] = []
     failure: Exception | None = None
     meter = MachineMeter()
     handle = None
@@ -192,7 +195,7 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
         except OrchestratorExists as exc:  # a run that began since the check
             raise ClusterRefused(str(exc)) from None
         try:
-            _get(ready)  # the orchestrator's set-up: seconds on a busy machine
+            nodes = node_map(_get(ready))  # the orchestrator's set-up (its GpuPool): seconds on a busy machine
         except RayTaskError as exc:  # its GPUs could not be reserved (held by other jobs)
             if isinstance(exc.cause, PlacementError):
                 raise ClusterRefused(str(exc.cause)) from None
@@ -228,7 +231,7 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
         if accounts:
             machine["worker_cpu"] = list(accounts)
     return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults,
-                     machine=machine, failure=failure)
+                     machine=machine, failure=failure, nodes=nodes)
 
 
 class ClusterRefused(ExecutorInputError):
@@ -499,5 +502,22 @@ def _write(result: RunResult, out_dir: Path, the_plan: Plan, overwrite: bool, li
 
 
 def _machine(result: RunResult) -> dict[str, Any]:
-    """`machine` in summary.json: how busy the machine was besides the run (calibration reads it)."""
-    return {"machine": result.machine} if result.machine else {}
+    """`machine` in summary.json: how busy the machine was besides the run (calibration reads it);
+    `nodes`: which Ray node each node of the topology was."""
+    extra: dict[str, Any] = {"machine": result.machine} if result.machine else {}
+    if result.nodes:
+        extra["nodes"] = result.nodes
+    return extra
+
+
+def node_map(pool: Any) -> list[dict[str, Any]]:
+    """Each node of the topology as the run's GpuPool placed it: its core GPU ids, the Ray node
+    (id and address) and the physical GPU ids its bundles got, so the allocations and rollouts
+    tables' GPUs can be told apart by machine after the run."""
+    import ray
+
+    addresses = {str(n["NodeID"]): str(n.get("NodeManagerAddress", ""))
+                 for n in ray.nodes()}  # type: ignore[no-untyped-call]  # Ray's ray.nodes() is untyped
+    return [{"node": index, "gpus": list(pool.gpus_of_node(index)), "ray_node_id": node_id,
+             "address": addresses.get(node_id, ""), "physical_gpus": list(pool.physical[index])}
+            for index, node_id in enumerate(pool.node_ids)]

@@ -15,6 +15,7 @@ import ray
 
 from rlix.executor import session
 from rlix.executor.api import Client, start_orchestrator
+from rlix.executor.live import node_map
 from rlix.executor.synthetic import SyntheticWorkload
 from rlix.executor.workload import PipelineSetup
 from rlix.pipelines import AdapterConfig, ProgramConfig
@@ -74,6 +75,10 @@ def test_tp2_ranks_stay_on_one_node_and_a_lost_node_is_revoked(two_nodes: tuple[
     assert pool.node_ids[1] == worker_node.node_id
     for gpus in ((0, 1), (2, 3)):
         assert len(pool.visible_devices(gpus).split(",")) == 2
+    nodes = node_map(pool)  # summary.json's `nodes`: the tables' GPUs told apart by machine
+    assert [(n["node"], n["gpus"], n["ray_node_id"]) for n in nodes] == [
+        (0, [0, 1], pool.node_ids[0]), (1, [2, 3], worker_node.node_id)]
+    assert {n["address"] for n in nodes} == {"127.0.0.1"} and all(len(n["physical_gpus"]) == 2 for n in nodes)
     with pytest.raises(Exception, match="span"):
         pool.visible_devices((1, 2))
 
