@@ -265,7 +265,12 @@ _SETTINGS_FRAME = 0x04
 
 def address_problem(address: str, timeout_s: float = 2.0) -> str | None:
     """Why a host:port `address` is no Ray cluster to join ("nothing answers there", or
-    something that is not a gRPC server does), or None; in at most about twice `timeout_s`."""
+    something that is not a gRPC server does), or None; in at most about three times `timeout_s`.
+
+    The hello carries a call of the GCS (`_gcs_call`): a gRPC server answers it with HTTP
+    status 200 (a Ray head also when it refuses the call for want of a token), while another
+    HTTP/2 server (a proxy, a web server) answers 404 or the like, on which `ray.init` would
+    retry for half a minute. Only a status said plainly and not 200 counts against it."""
     import socket
 
     host, _, port = address.rpartition(":")
@@ -273,18 +278,100 @@ def address_problem(address: str, timeout_s: float = 2.0) -> str | None:
         connection = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s)
     except (OSError, ValueError):
         return "nothing answers there"
+    not_ray = ("something answers there, but not a Ray cluster ({}; a head node's address is its "
+               "GCS port, 6379 unless it was started with another)")
     with connection:
         if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
             return None  # a TLS handshake comes first: a plain-text hello proves nothing there
         try:
-            connection.sendall(_HTTP2_HELLO)
+            connection.sendall(_HTTP2_HELLO + _gcs_call(address))
             head = _receive(connection, 9, timeout_s)
         except OSError:
             head = b""
-    if len(head) == 9 and head[3] == _SETTINGS_FRAME:
+        if not (len(head) == 9 and head[3] == _SETTINGS_FRAME):
+            return not_ray.format("no gRPC server")
+        status = _answer_status(connection, head, timeout_s)
+    if status is not None and status != "200":
+        return not_ray.format(f"an HTTP/2 server that answers a Ray call with HTTP status {status}")
+    return None
+
+
+#: HPACK's static table entries of `:status` (RFC 7541, appendix A): index -> status.
+_STATUS_ENTRIES = {8: "200", 9: "204", 10: "206", 11: "304", 12: "400", 13: "404", 14: "500"}
+_HEADERS_FRAME, _RST_STREAM_FRAME, _GOAWAY_FRAME = 0x01, 0x03, 0x07
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def _gcs_call(address: str) -> bytes:
+    """An HTTP/2 HEADERS and DATA frame on stream 1: a gRPC call of the GCS's GetClusterId with
+    an empty request (HPACK without Huffman coding or indexing: RFC 7541, 6.1 and 6.2.2)."""
+
+    def literal(name_index: int, value: str) -> bytes:
+        text = value.encode()
+        name = bytes([name_index]) if name_index < 15 else bytes([15, name_index - 15])
+        return name + bytes([len(text)]) + text
+
+    block = (b"\x83\x86"  # :method POST, :scheme http
+             + literal(4, "/ray.rpc.NodeInfoGcsService/GetClusterId") + literal(1, address[:100])
+             + literal(31, "application/grpc") + b"\x00\x02te\x08trailers")
+    return _frame(_HEADERS_FRAME, 0x04, 1, block) + _frame(0x00, 0x01, 1, bytes(5))  # END_HEADERS; END_STREAM
+
+
+def _answer_status(connection: Any, first: bytes, timeout_s: float) -> str | None:
+    """The HTTP status of the server's answer on stream 1, when its header block says it in
+    plain text (not Huffman coded), within `timeout_s`; None otherwise."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    head = first
+    while True:
+        length, kind, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
+        stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+        left_s = deadline - time.monotonic()
+        try:
+            payload = _receive(connection, length, max(left_s, 0.01)) if length else b""
+        except OSError:
+            return None
+        if len(payload) < length:
+            return None
+        if kind in (_RST_STREAM_FRAME, _GOAWAY_FRAME):
+            return None
+        if kind == _HEADERS_FRAME and stream == 1:
+            return _status_of(payload, flags)
+        try:
+            head = _receive(connection, 9, max(deadline - time.monotonic(), 0.01))
+        except OSError:
+            return None
+        if len(head) < 9:
+            return None
+
+
+def _status_of(payload: bytes, flags: int) -> str | None:
+    """`:status` when it is the first field of a HEADERS frame's block, said plainly."""
+    if flags & 0x08:  # PADDED: a pad length first
+        payload = payload[1:]
+    if flags & 0x20:  # PRIORITY: 5 bytes first
+        payload = payload[5:]
+    if not payload:
         return None
-    return ("something answers there, but not a Ray cluster (no gRPC server; a head node's address is its "
-            "GCS port, 6379 unless it was started with another)")
+    first = payload[0]
+    if first & 0x80:  # an indexed field
+        return _STATUS_ENTRIES.get(first & 0x7F)
+    if first & 0xC0 == 0x40:  # a literal with incremental indexing
+        index = first & 0x3F
+    elif first & 0xE0 == 0x00:  # a literal without indexing or never indexed
+        index = first & 0x0F
+    else:
+        return None  # a table size update first: not read further
+    rest = payload[1:]
+    if index not in _STATUS_ENTRIES or not rest or rest[0] & 0x80:  # no :status, or Huffman coded
+        return None
+    size = rest[0] & 0x7F
+    value = rest[1:1 + size]
+    return value.decode("ascii", "replace") if len(value) == size else None
 
 
 def _receive(connection: Any, num_bytes: int, timeout_s: float) -> bytes:

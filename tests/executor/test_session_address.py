@@ -60,6 +60,22 @@ def _http1(connection: socket.socket) -> None:
     connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
 
 
+def _http2_404(connection: socket.socket) -> None:
+    """An HTTP/2 server that is not gRPC (a proxy, a web server): SETTINGS, then a 404 for the
+    call (`:status` 404 from HPACK's static table, END_STREAM and END_HEADERS)."""
+    connection.recv(256)
+    connection.sendall(SETTINGS + bytes([0, 0, 1, 1, 5, 0, 0, 0, 1, 0x8D]))
+    time.sleep(0.5)
+
+
+def _grpc_answering(connection: socket.socket) -> None:
+    """A gRPC server that answers the call (status 200 said as a literal, as an encoder may)."""
+    connection.recv(256)
+    block = b"\x48\x03200"
+    connection.sendall(SETTINGS + bytes([0, 0, len(block), 1, 5, 0, 0, 0, 1]) + block)
+    time.sleep(0.5)
+
+
 def _silent(connection: socket.socket) -> None:
     time.sleep(3)
 
@@ -68,10 +84,20 @@ def _closes(connection: socket.socket) -> None:
     pass
 
 
-def test_a_grpc_server_is_joined() -> None:
-    with _server(_grpc) as address:
+@pytest.mark.parametrize("answer", [_grpc, _grpc_answering], ids=["settings only", "status 200"])
+def test_a_grpc_server_is_joined(answer: Callable[[socket.socket], None]) -> None:
+    with _server(answer) as address:
         assert address_problem(address) is None
         check_reachable(address)
+
+
+def test_an_http2_server_that_is_not_grpc_is_refused_in_seconds() -> None:
+    """`ray.init` would retry on it for half a minute, printing a warning every second."""
+    with _server(_http2_404) as address:
+        started = time.monotonic()
+        problem = address_problem(address, timeout_s=1.0)
+        assert problem is not None and "an HTTP/2 server that answers a Ray call with HTTP status 404" in problem
+        assert time.monotonic() - started < 3
 
 
 @pytest.mark.parametrize("answer", [_http1, _silent, _closes], ids=["http/1.1", "silent", "closes"])
@@ -165,3 +191,4 @@ def test_a_cluster_with_token_auth_is_told_apart(ray_session: Any) -> None:
     from rlix.executor.session import cluster_auth_mode
 
     assert cluster_auth_mode(ray_session.address) == "token"  # a local session: token auth, as Ray sets it
+    assert address_problem(ray_session.address) is None  # it answers the call without a token: 200, then status 16
