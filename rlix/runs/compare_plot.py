@@ -83,9 +83,21 @@ def plot_summaries(
     return out_png
 
 
+#: Past this many pipelines the slowdown panel has a bar per group of jobs (the id less a
+#: trailing `-<n>`, as `rlix-sim jobs` groups them), the mean over its jobs: lab-day-256's 273
+#: bars a run, each label on the axis, were a black smear.
+MAX_PIPELINE_BARS = 40
+
+
 def _slowdown_bars(ax: Any, names: list[str], slowdowns: Mapping[str, Mapping[str, float]]) -> None:
-    """Pipelines along x, one bar per run beside each other."""
+    """Pipelines (or, past MAX_PIPELINE_BARS, groups of jobs) along x, one bar per run beside
+    each other."""
     pipelines = sorted({pid for per_run in slowdowns.values() for pid in per_run})
+    title = "mean step time / alone on home"
+    if len(pipelines) > MAX_PIPELINE_BARS:
+        slowdowns = {name: _group_means(per_run) for name, per_run in slowdowns.items()}
+        pipelines = sorted({group for per_run in slowdowns.values() for group in per_run})
+        title += "\n(mean per group of jobs)"
     x = np.arange(len(pipelines))
     width = 0.8 / max(1, len(names))
     for i, name in enumerate(names):
@@ -94,9 +106,20 @@ def _slowdown_bars(ax: Any, names: list[str], slowdowns: Mapping[str, Mapping[st
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(x, pipelines, rotation=30 if len(pipelines) > 3 else 0,
                   ha="right" if len(pipelines) > 3 else "center")
-    ax.set_title("mean step time / alone on home")
+    ax.set_title(title)
     tallest = max([v for per_run in slowdowns.values() for v in per_run.values() if v == v] + [1.0])
     _legend_above_bars(ax, tallest, ncol=3)
+
+
+def _group_means(per_pipeline: Mapping[str, float]) -> dict[str, float]:
+    """The mean of each group's values (nulls left out; null if all are)."""
+    from rlix.runs.breakdown import group_of
+
+    groups: dict[str, list[float]] = {}
+    for pid, value in per_pipeline.items():
+        groups.setdefault(group_of(pid), []).append(value)
+    return {group: float(np.nanmean(values)) if any(v == v for v in values) else float("nan")
+            for group, values in groups.items()}
 
 
 #: A legend row's height as a share of the bars' height (x-small type on a 3.8-inch figure).

@@ -79,3 +79,20 @@ def test_jobs_plot_labels_its_axes_in_the_chosen_units(tmp_path: Path, monkeypat
     plot_jobs({"rlix": day}, tmp_path / "jobs2.png")
     cdf, queue = kept[1].axes
     assert cdf.get_xlabel() == "job completion time (min)" and queue.get_xlabel() == "time (h)"
+
+
+def test_the_slowdown_panel_of_many_jobs_has_a_bar_per_group(tmp_path: Path, saved_figures: list[Any]) -> None:
+    """A stream of jobs (lab-day-256: 273) gets a slowdown bar per template and run, the mean
+    over its jobs, labelled by template, not a bar and an unreadable label per job."""
+    from rlix.runs.compare_plot import MAX_PIPELINE_BARS, plot_summaries
+
+    ids = [f"math-{n}" for n in range(MAX_PIPELINE_BARS)] + ["lora-0", "lora-1"]
+    slowdowns = {"rlix": {pid: 1.0 + (n % 2) * 0.2 for n, pid in enumerate(ids)},
+                 "static": {pid: 2.0 for pid in ids}}
+    summaries = {"rlix": _summary(0.8, 10.0, 20.0), "static": _summary(0.6, 12.0, 22.0)}
+    plot_summaries(summaries, tmp_path / "c.png", slowdowns=slowdowns)
+    (figure,) = saved_figures
+    panel = figure.axes[3]
+    assert [label.get_text() for label in panel.get_xticklabels()] == ["lora", "math"]
+    heights = sorted(round(bar.get_height(), 6) for bar in panel.patches)
+    assert heights == [1.1, 1.1, 2.0, 2.0]
