@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import socket
 import sys
 import time
 from contextlib import nullcontext
@@ -143,7 +144,8 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
         copy = _Copy(cut.recorder if cut is not None else Recorder(topology, scenario.policy.name,
                                                                    scenario.policy_config()), stops=begin)
         if live is not None:
-            owner = {"driver_pid": os.getpid(), "raylet_pids": session.raylet_pids() if address is None else []}
+            owner = {"driver_pid": os.getpid(), "host": socket.gethostname(),
+                     "raylet_pids": session.raylet_pids() if address is None else []}
             copy.journal = JournalWriter(live / JOURNAL_FILE, scenario.to_yaml(), rlix.__version__, owner)
         try:
             result = _run(the_plan, copy, cut, quiet, check_invariants, timeout_s, started, begin)

@@ -103,10 +103,16 @@ def _wait_for_stragglers(owner: dict[str, Any], journal_path: Path) -> None:
     """The cut run's processes must be gone before its files are touched: a SIGKILLed driver's
     Ray workers live on for seconds (until they notice their raylet is gone) and a pipeline
     actor among them could still write a checkpoint. A driver still alive is refused."""
+    import socket
+
     import psutil
 
     from rlix.executor.session import process_alive
 
+    if owner.get("host") not in (None, socket.gethostname()):
+        # The cut run's driver ran on another machine (a node of the cluster it joined): its
+        # pids mean nothing here. Its orchestrator, if still alive, refuses the resume's own.
+        return
     driver = owner.get("driver_pid")
     # Not this process: in a container the resume can be given the dead driver's pid.
     if driver is not None and int(driver) != os.getpid() and process_alive(int(driver)):

@@ -104,3 +104,18 @@ def test_the_resume_is_not_the_cut_runs_driver(tmp_path: Path) -> None:
     """In a container the resume can get the pid the killed driver had: that is not a live run."""
     pytest.importorskip("psutil")
     resume._wait_for_stragglers({"driver_pid": os.getpid(), "raylet_pids": []}, tmp_path / "journal.jsonl")
+
+
+def test_a_driver_of_another_machine_is_not_looked_for_here(tmp_path: Path) -> None:
+    """A run that joined a cluster with --address, its driver's machine lost, is resumed from
+    another node: the pid the driver had there says nothing of this machine's processes (in
+    containers it is often 1, alive everywhere)."""
+    import socket
+
+    pytest.importorskip("psutil")
+    alive = os.getppid()
+    resume._wait_for_stragglers({"driver_pid": alive, "host": "elsewhere.invalid", "raylet_pids": []},
+                                tmp_path / "journal.jsonl")
+    with pytest.raises(resume.ResumeError, match=f"still going \\(driver pid {alive}\\)"):
+        resume._wait_for_stragglers({"driver_pid": alive, "host": socket.gethostname(), "raylet_pids": []},
+                                    tmp_path / "journal.jsonl")
