@@ -109,9 +109,15 @@ def _wait_for_stragglers(owner: dict[str, Any], journal_path: Path) -> None:
 
     from rlix.executor.session import process_alive
 
-    if owner.get("host") not in (None, socket.gethostname()):
+    host = owner.get("host")
+    if host not in (None, socket.gethostname()):
         # The cut run's driver ran on another machine (a node of the cluster it joined): its
-        # pids mean nothing here. Its orchestrator, if still alive, refuses the resume's own.
+        # pids mean nothing here. A driver still running appends to the journal at every poll,
+        # so a journal that grows is a run still going, found before any of its files is
+        # touched (its checkpoints past the record's last point are deleted next).
+        if _grows(journal_path, JOURNAL_QUIET_S):
+            raise ResumeError(f"{journal_path}: its run is still going (its driver on {host} wrote to the "
+                              f"journal within {JOURNAL_QUIET_S:g} s): stop it first")
         return
     driver = owner.get("driver_pid")
     # Not this process: in a container the resume can be given the dead driver's pid.
@@ -129,6 +135,26 @@ def _wait_for_stragglers(owner: dict[str, Any], journal_path: Path) -> None:
             psutil.wait_procs(left, timeout=10)
             return
         time.sleep(0.5)
+
+
+#: How long a journal of a driver on another machine must stay unchanged to count as cut: a
+#: running driver appends to it every poll (rlix.executor.live.POLL_S, half a second).
+JOURNAL_QUIET_S = 3.0
+
+
+def _grows(path: Path, within_s: float) -> bool:
+    """Whether `path` changes (size or modification time) within `within_s` seconds."""
+    def mark() -> tuple[int, int]:
+        stat = path.stat()
+        return stat.st_size, stat.st_mtime_ns
+
+    first = mark()
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        if mark() != first:
+            return True
+    return False
 
 
 def _workers_of(raylets: set[str]) -> list[Any]:

@@ -114,8 +114,38 @@ def test_a_driver_of_another_machine_is_not_looked_for_here(tmp_path: Path) -> N
 
     pytest.importorskip("psutil")
     alive = os.getppid()
+    (tmp_path / "journal.jsonl").write_text("{}\n")  # written once, by the driver now gone
     resume._wait_for_stragglers({"driver_pid": alive, "host": "elsewhere.invalid", "raylet_pids": []},
                                 tmp_path / "journal.jsonl")
     with pytest.raises(resume.ResumeError, match=f"still going \\(driver pid {alive}\\)"):
         resume._wait_for_stragglers({"driver_pid": alive, "host": socket.gethostname(), "raylet_pids": []},
                                     tmp_path / "journal.jsonl")
+
+
+def test_a_driver_of_another_machine_still_writing_its_journal_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume from another node while the run's driver still runs on its own: no pid can say
+    so, but the driver appends to the journal at every poll. The resume refuses before it
+    touches a file (it would next delete the checkpoints past the record's last point)."""
+    import threading
+
+    pytest.importorskip("psutil")
+    monkeypatch.setattr(resume, "JOURNAL_QUIET_S", 1.5)
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text("{}\n")
+    stop = threading.Event()
+
+    def driver() -> None:  # polls every half second, as rlix.executor.live does
+        while not stop.wait(0.5):
+            with journal.open("a") as lines:
+                lines.write("{}\n")
+
+    writer = threading.Thread(target=driver, daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(resume.ResumeError, match="still going \\(its driver on elsewhere.invalid wrote"):
+            resume._wait_for_stragglers({"driver_pid": 1, "host": "elsewhere.invalid", "raylet_pids": []}, journal)
+    finally:
+        stop.set()
+        writer.join()
