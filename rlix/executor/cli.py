@@ -185,9 +185,18 @@ def _print_summary(result: Any, pipeline_ids: list[str]) -> None:
         reward = f"reward {r[0]:.3f} -> {r[-1]:.3f}" if r else "no steps"
         error = f"  ({status['error']})" if status.get("error") else ""
         print(f"  {pid:<12} {status['status']:<9} {len(r):>3} steps  {reward}{error}")
-    statuses = result.recorder.rollouts["status"]
+    print(f"  trajectories: {trajectory_counts(result.recorder.rollouts['status'])}")
+
+
+def trajectory_counts(statuses: list[str]) -> str:
+    """The run's trajectory attempts by how they ended: completed; cut short by a shrink or a
+    dead worker and re-queued (finished elsewhere); ended with their pipeline or the run
+    (aborted, or still in flight at a stop)."""
     completed = sum(1 for status in statuses if status == "completed")
-    print(f"  trajectories: {completed} completed; {len(statuses) - completed} attempts cut short and re-queued")
+    requeued = sum(1 for status in statuses if status == "requeued")
+    text = f"{completed} completed; {requeued} attempts cut short and re-queued"
+    ended = len(statuses) - completed - requeued
+    return text + (f"; {ended} ended with their pipeline or the run" if ended else "")
 
 
 def kill_command(args: argparse.Namespace) -> int:

@@ -65,3 +65,14 @@ def test_each_command_help_says_what_it_does_with_an_example(command: str, examp
     assert usage.startswith(f"usage: rlix-exec {command}")
     assert not description.startswith("positional arguments"), text  # a description comes first
     assert example in text.split("example")[-1], text
+
+
+def test_trajectory_counts_name_attempts_that_ended_with_their_pipeline_apart() -> None:
+    """An attempt aborted with its pipeline (or in flight at a stop) was never re-queued: the
+    line counted it as "cut short and re-queued"."""
+    from rlix.executor.cli import trajectory_counts
+
+    assert trajectory_counts(["completed", "requeued", "completed"]) == (
+        "2 completed; 1 attempts cut short and re-queued")
+    assert trajectory_counts(["completed", "requeued", "aborted", "in_flight", "aborted"]) == (
+        "1 completed; 1 attempts cut short and re-queued; 3 ended with their pipeline or the run")
