@@ -27,6 +27,7 @@ go back. With no run going it says so within seconds.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -57,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="run folder (default runs/exec-<scenario>-<time>); checked before the run starts")
     run.add_argument("--address", help="join the Ray cluster at HOST:PORT (its head's GCS port, 6379 by default) "
                                        "instead of starting one locally; it must have the topology's num_nodes "
-                                       "nodes of gpus_per_node GPUs each, checked before any actor starts")
+                                       "nodes of gpus_per_node GPUs each, checked before any actor starts "
+                                       "(default: $RAY_ADDRESS when set, as for Ray)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.add_argument("--policy", choices=sorted(POLICIES), help="override the scenario's policy")
     run.add_argument("--overwrite", action="store_true",
@@ -75,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                "  rlix-exec resume runs/demo")
     resume.add_argument("run_dir", help="the run folder (written or not: a SIGKILLed run leaves .RUN_DIR.live)")
     resume.add_argument("--address", help="join the Ray cluster at HOST:PORT instead of starting one locally (a "
-                                          "run cut on a cluster is resumed with its --address; checked as run checks it)")
+                                          "run cut on a cluster is resumed with its --address; checked as run checks "
+                                          "it; default: $RAY_ADDRESS when set)")
     resume.add_argument("--quiet", action="store_true", help="no progress bars")
     resume.add_argument("--check-invariants", action="store_true", help="check the core's invariants after every event")
     kill = commands.add_parser(
@@ -92,6 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         return _fail(f"the executor needs {missing}, which is not installed: "
                      f"pip install torch=={TORCH_CPU} && pip install 'rlix[exec]' (on NVIDIA GPUs: 'rlix[gpu]')")
+    if args.command in ("run", "resume") and args.address is None and os.environ.get("RAY_ADDRESS"):
+        # Ray's own default: a driver given RAY_ADDRESS (`ray job submit` sets it) joins that cluster.
+        args.address = os.environ["RAY_ADDRESS"]
+        print(f"rlix-exec: joining the Ray cluster at {args.address} (RAY_ADDRESS; unset it to start Ray "
+              "locally)", file=sys.stderr)
     try:
         command = {"run": run_command, "resume": resume_command, "kill": kill_command}[args.command]
         return command(args)

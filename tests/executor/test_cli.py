@@ -76,3 +76,18 @@ def test_trajectory_counts_name_attempts_that_ended_with_their_pipeline_apart() 
         "2 completed; 1 attempts cut short and re-queued")
     assert trajectory_counts(["completed", "requeued", "aborted", "in_flight", "aborted"]) == (
         "1 completed; 1 attempts cut short and re-queued; 3 ended with their pipeline or the run")
+
+
+def test_ray_address_in_the_environment_is_joined_as_ray_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A driver given RAY_ADDRESS (as `ray job submit` gives it) joins that cluster, and says so;
+    it started a local Ray instead, and a multi-node scenario was refused there. Nothing listens
+    at port 1, so the join fails in one line before any Ray starts, nothing written."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    out = tmp_path / "run"
+    assert main(["run", "cpu-demo", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "joining the Ray cluster at 127.0.0.1:1 (RAY_ADDRESS; unset it to start Ray locally)" in err
+    assert "cannot join the Ray cluster at '127.0.0.1:1'" in err.splitlines()[-1]
+    assert not out.exists()
