@@ -24,6 +24,11 @@ from rlix.runs.paths import check_out_file
 _NOT_PLOT_FORMATS = frozenset({"pgf", "raw", "rgba"})
 #: The file written into a folder given as the plot's path.
 DEFAULT_NAME = "jobs.png"
+#: A bar's row, inches; rows are squeezed below it so that the figure stays under
+#: `MAX_HEIGHT_IN` (at the 110 dpi it is saved at, under the 2^16 pixels Agg can draw: one row
+#: per job of lab-day-1024, 1,044, came to 51,859 px; a few hundred more would not draw).
+ROW_IN = 0.45
+MAX_HEIGHT_IN = 500.0
 
 #: The parts of a bar, in order, with their legend labels and colours.
 PARTS = (("queueing_s", "waiting to start", "#c44e52"),
@@ -102,7 +107,8 @@ def plot_breakdown(groups: pd.DataFrame, path: str | Path, title: str = "") -> P
     import matplotlib.pyplot as plt
 
     rows = np.arange(len(parts))[::-1]  # the first group on top
-    figure, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(parts)), constrained_layout=True)
+    row_in = min(ROW_IN, (MAX_HEIGHT_IN - 1.2) / len(parts))
+    figure, ax = plt.subplots(figsize=(9, 1.2 + row_in * len(parts)), constrained_layout=True)
     left = np.zeros(len(parts))
     for column, label, colour in PARTS:
         ax.barh(rows, parts[column], left=left, color=colour, label=label, height=0.6)
@@ -110,7 +116,8 @@ def plot_breakdown(groups: pd.DataFrame, path: str | Path, title: str = "") -> P
     if parts["alone_s"].notna().any():
         ax.scatter(parts["alone_s"], rows, marker="|", s=400, color="black", zorder=3,
                    label="alone on its home")
-    ax.set_yticks(rows, parts["group"])
+    # Labels as tall as their rows, once rows are squeezed (a stream of thousands of jobs).
+    ax.set_yticks(rows, parts["group"], fontsize=min(10.0, max(1.0, 0.8 * 72 * row_in)))
     ax.set_xlabel("mean per job, s")
     ax.set_title(title or "where jobs' time goes")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / (1 + len(parts))), ncol=4,
