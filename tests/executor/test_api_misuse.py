@@ -312,7 +312,7 @@ def test_an_orchestrator_that_cannot_start_says_why_and_leaves_its_name_free(ray
     with pytest.raises(PlacementError) as error:
         init(num_gpus=8)
     text = _one_line(error)
-    assert "Ray cluster has 0 alive node(s) with at least 8 GPUs" in text
+    assert "the Ray cluster has 1 alive node(s) with [4] GPUs, 0 of them with at least 8" in text
     assert "call rlix.init before ray.init, or start Ray with ray.init(num_gpus=8)" in text
     handle = start_orchestrator(Topology(1, 4))  # the failed one's name is free again
     client = init(num_gpus=4)
