@@ -210,3 +210,25 @@ def put_in_place(new: Path, folder: Path) -> None:
         aside.rename(folder)
         raise
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def missing_parents(folder: str | Path) -> list[Path]:
+    """The folders above `folder` that do not exist yet, deepest first: those a command makes
+    for its output, and removes again (`remove_if_empty`) when it fails or is stopped, so a run
+    that wrote nothing leaves no empty `runs/NAME/` behind."""
+    missing = []
+    parent = Path(os.path.abspath(folder)).parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    return missing
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove `folders` (deepest first) while each is empty; one that is not (something else
+    wrote there meanwhile) is kept, and so is every folder above it."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return

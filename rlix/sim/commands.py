@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlix.policy import POLICIES
+from rlix.runs.paths import missing_parents, remove_if_empty
 from rlix.runs.progress import sim_progress
 from rlix.runs.tablechoice import TABLE_CHOICES, tables_option
 from rlix.sim.choices import policy_names
@@ -241,28 +242,6 @@ def _limit_text(args: argparse.Namespace) -> str:
     return "the scenario's max_time_s"
 
 
-def _missing_parents(folder: Path) -> list[Path]:
-    """The folders above `folder` that do not exist yet, deepest first: those a command makes
-    for its output, and removes again (`_remove_if_empty`) when it fails or is stopped, so a
-    run that wrote nothing leaves no empty `runs/NAME/` behind."""
-    missing = []
-    parent = Path(os.path.abspath(folder)).parent
-    while not parent.exists() and parent != parent.parent:
-        missing.append(parent)
-        parent = parent.parent
-    return missing
-
-
-def _remove_if_empty(folders: list[Path]) -> None:
-    """Remove `folders` (deepest first) while each is empty; one that is not (something else
-    wrote there meanwhile) is kept, and so is every folder above it."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-
-
 def run_main(args: argparse.Namespace) -> int:
     from rlix.runs.errors import RunError
     from rlix.runs.stream import open_sink
@@ -273,7 +252,7 @@ def run_main(args: argparse.Namespace) -> int:
     scenario = _scenario(args)
     out = Path(args.out) if args.out else Path("runs") / scenario.name / scenario.policy.name
     overwrite = args.out is None or args.overwrite
-    created = _missing_parents(out)
+    created = missing_parents(out)
     try:
         try:  # before the run, which can take long, not after it
             sink = open_sink(out, args.tables or ALL_TABLES, args.format, overwrite)
@@ -296,7 +275,7 @@ def run_main(args: argparse.Namespace) -> int:
             print(f"writing the run folder {out} ...", file=sys.stderr, flush=True)
         result = collect(sim, out=out, overwrite=overwrite, table_format=args.format, alone=not args.no_alone)
     except BaseException:
-        _remove_if_empty(created)
+        remove_if_empty(created)
         raise
     print_run(scenario.name, result.summary, _limit_text(args), result.run_dir)
     print(f"run folder: {result.run_dir}")
@@ -334,12 +313,12 @@ def compare_main(args: argparse.Namespace) -> int:
     # The whole compare is written into a hidden sibling and then takes the folder's place, so
     # the folder holds exactly this compare (no run folder of a policy it did not run), and a
     # compare that fails or is stopped midway leaves the earlier one whole.
-    created = _missing_parents(place)
+    created = missing_parents(place)
     place.parent.mkdir(parents=True, exist_ok=True)
     try:
         staging = new_folder(place.parent, f".{place.name}.")
     except BaseException:
-        _remove_if_empty(created)
+        remove_if_empty(created)
         raise
     try:
         try:
@@ -358,7 +337,7 @@ def compare_main(args: argparse.Namespace) -> int:
         put_in_place(staging, place)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        _remove_if_empty(created)
+        remove_if_empty(created)
         raise
     comparison.run_dirs = {policy: out / policy for policy in comparison.run_dirs}
     if args.json:
