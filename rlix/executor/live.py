@@ -14,7 +14,7 @@ Each pipeline's trainers save what they trained after its last step (`Workload.s
 and a checkpoint every `executor.checkpoint_every` steps (`rlix.executor.checkpoints`), into a
 hidden sibling of the run folder, moved in as `models/<pipeline>/` and
 `checkpoints/<pipeline>/` when the folder is written (on a multi-node cluster that sibling must
-be on a file system every node shares: checked before the run, `_check_shared`).
+be on a file system every node shares: checked before the run, `rlix.executor.cluster_checks`).
 
 `summary.json` also gets each pipeline's final `state` (finished / failed / killed / stopped)
 with its `state_reason`, and `faults`: what the run survived (rollout workers replaced).
@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import rlix
+from rlix.executor import cluster_checks
+from rlix.executor.cluster_checks import ClusterRefused
 from rlix.executor.journal import JOURNAL_FILE, JournalWriter, abort_requeued
 from rlix.executor.run import ExecutorInputError, Plan, cache_dir, describe
 from rlix.executor.stops import RunStopped, Stops, stop_on_signals
@@ -129,11 +131,11 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
 
     started = not ray.is_initialized()
     session.start(num_gpus=topology.num_gpus, num_cpus=ex.num_cpus if ex is not None else None, address=address)
-    made = _missing_folders(live) if live is not None else []
+    made = cluster_checks.made_for(live) if live is not None else []
     if address is not None:  # a joined cluster too small for the topology: one line, nothing written
-        _check_cluster(topology, address, started)
+        cluster_checks.check_cluster(topology, address, started)
         if live is not None:  # trainers on other nodes write models and checkpoints into `live`
-            _check_shared(live, topology, address, started, made if cut is None else [])
+            cluster_checks.check_shared(live, topology, address, started, made if cut is None else [])
         if started:  # this process's run: `rlix-exec kill` on this machine finds it (gone at its end)
             session.record_joined_run()
     # The stop signals are the run's from the moment Ray is up (ray.init installs Ray's own
@@ -154,7 +156,7 @@ def execute(the_plan: Plan, out_dir: str | Path | None = None, address: str | No
             if copy.journal is not None:
                 copy.journal.close()
             if cut is None:
-                _remove_made(made)
+                cluster_checks.remove_made(made)
             raise
         finally:
             if copy.journal is not None:
@@ -234,121 +236,6 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
             machine["worker_cpu"] = list(accounts)
     return RunResult(None, status, recorder, 0.0, not stop_reason, stop_reason, by_signal, faults,
                      machine=machine, failure=failure, nodes=nodes)
-
-
-class ClusterRefused(ExecutorInputError):
-    """The Ray cluster cannot hold the run's GPUs (too few nodes or GPUs, or held by others)."""
-
-
-def _check_cluster(topology: Any, address: str, started: bool) -> None:
-    """ClusterRefused, the session we joined left, unless the joined cluster has the nodes and
-    GPUs of `topology` and no rlix run going (else the orchestrator would fail after the run
-    began)."""
-    import ray
-
-    from rlix.executor import session
-    from rlix.executor.orchestrator import ORCHESTRATOR_NAME
-    from rlix.executor.placement import cluster_problem
-
-    problem = cluster_problem(topology, ray.nodes())  # type: ignore[no-untyped-call]  # Ray's ray.nodes() is untyped
-    if problem is None:
-        try:
-            ray.get_actor(ORCHESTRATOR_NAME, namespace=session.NAMESPACE)
-        except ValueError:
-            pass
-        else:
-            problem = (f"an rlix run is going there already (its orchestrator {ORCHESTRATOR_NAME!r}; one run per "
-                       f"Ray cluster): wait for it to end, or remove its pipelines with `rlix-exec kill PIPELINE "
-                       f"--address {address}`")
-    if problem is not None:
-        if started:
-            session.stop()
-        raise ClusterRefused(f"cannot run on the Ray cluster at {address}: {problem}")
-
-
-def _check_shared(live: Path, topology: Any, address: str, started: bool, made: list[Path]) -> None:
-    """ClusterRefused, the session left and the folders in `made` removed, unless every other
-    node of the topology sees the live folder as this machine does: a file written here is read
-    there. Its trainers save models and checkpoints into it, which the driver moves into the
-    run folder at the end; on a disk of its own a node's would be lost without a word."""
-    import secrets
-
-    import ray
-
-    from rlix.executor import session
-    from rlix.executor.placement import node_order
-
-    nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]  # Ray's ray.nodes() is untyped
-    here = ray.get_runtime_context().get_node_id()
-    others = [n for n in node_order(nodes, topology.gpus_per_node)[: topology.num_nodes] if n != here]
-    if not others:
-        return
-    token = secrets.token_hex(8)
-    probe = live / f".shared-{token}"
-    try:
-        live.mkdir(parents=True, exist_ok=True)
-        probe.write_text(token)
-        seen = _nodes_seeing(probe, token, others)
-    finally:
-        probe.unlink(missing_ok=True)
-    blind = [n for n in others if not seen.get(n)]
-    if blind:
-        where = {str(n["NodeID"]): str(n.get("NodeManagerAddress", "")) for n in nodes}
-        named = ", ".join(f"{where.get(n, '?')} ({n[:8]})" for n in blind)
-        if started:
-            session.stop()
-        _remove_made(made)
-        raise ClusterRefused(f"cannot run on the Ray cluster at {address}: the run folder's parent "
-                             f"{live.parent.absolute()} is not shared with node(s) {named}, whose trainers write "
-                             "models and checkpoints into it: on a multi-node cluster put --out on a file system "
-                             "every node mounts at the same path")
-
-
-def _nodes_seeing(probe: Path, token: str, node_ids: list[str], timeout_s: float = 60.0) -> dict[str, bool]:
-    """Whether a task on each of `node_ids` reads `token` from the file `probe`."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    reader = ray.remote(_reads)
-    refs = {n: reader.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
-            .remote(str(probe.absolute()), token) for n in node_ids}
-    seen = {}
-    for node_id, ref in refs.items():
-        try:
-            seen[node_id] = bool(ray.get(ref, timeout=timeout_s))
-        except Exception:  # noqa: BLE001 - a node that cannot answer does not see it either
-            seen[node_id] = False
-    return seen
-
-
-def _reads(path: str, token: str) -> bool:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read() == token
-    except OSError:
-        return False
-
-
-def _missing_folders(folder: Path) -> list[Path]:
-    """`folder` and those of its parents that do not exist yet, deepest first."""
-    missing = []
-    for path in [folder, *folder.absolute().parents]:
-        if path.exists():
-            break
-        missing.append(path)
-    return missing
-
-
-def _remove_made(made: list[Path]) -> None:
-    """Remove the folders of `_missing_folders` a run made before it was refused: the first
-    (the live folder) whole, the parents while they are empty."""
-    if made:
-        shutil.rmtree(made[0], ignore_errors=True)
-    for path in made[1:]:
-        try:
-            path.rmdir()
-        except OSError:
-            break
 
 
 def live_folder(out_dir: Path) -> Path:

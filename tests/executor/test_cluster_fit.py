@@ -64,9 +64,9 @@ def test_gpus_the_orchestrator_cannot_reserve_are_one_error_and_nothing_written(
 ) -> None:
     """What the orchestrator finds at its start (GPUs another job holds, a node gone since
     the check) ends the run as the check would: no run folder of a run that never began."""
-    from rlix.executor import live
+    from rlix.executor import cluster_checks, live
 
-    monkeypatch.setattr(live, "_check_cluster", lambda *args: None, raising=False)  # as if the cluster changed after it
+    monkeypatch.setattr(cluster_checks, "check_cluster", lambda *args: None)  # as if the cluster changed after it
     out = tmp_path / "runs" / "run"
     with pytest.raises(ExecutorInputError, match=r"topology is 2 node\(s\) of 2 GPUs"):
         live.execute(_plan(tmp_path), out_dir=out, address=ray_session.address, quiet=True)
@@ -103,9 +103,9 @@ def test_a_cluster_with_a_run_going_is_one_line_and_nothing_written(
 def test_a_run_that_began_since_the_check_is_one_error_and_nothing_written(
     ray_session: Any, another_run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlix.executor import live
+    from rlix.executor import cluster_checks, live
 
-    monkeypatch.setattr(live, "_check_cluster", lambda *args: None)
+    monkeypatch.setattr(cluster_checks, "check_cluster", lambda *args: None)
     out = tmp_path / "runs" / "run"
     with pytest.raises(ExecutorInputError, match="already running in this Ray cluster"):
         live.execute(plan("cpu-demo"), out_dir=out, address=ray_session.address, quiet=True)

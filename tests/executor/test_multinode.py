@@ -46,20 +46,20 @@ def test_the_run_folder_must_be_seen_by_every_node(two_nodes: tuple[Any, Any], t
     """Trainers on the other node write models and checkpoints into the run's live folder: a
     parent the node does not share (its own disk) is refused before the run, nothing written.
     (Runs before the test below, which takes the worker node away.)"""
-    from rlix.executor import live
+    from rlix.executor import cluster_checks, live
     from rlix.executor.run import ExecutorInputError, plan
     from tests.executor.test_cluster_fit import TWO_NODES
 
     cluster, worker_node = two_nodes
     probe = tmp_path / "probe"
     probe.write_text("token")
-    assert live._nodes_seeing(probe, "token", [worker_node.node_id]) == {worker_node.node_id: True}
-    assert live._nodes_seeing(tmp_path / "absent", "token", [worker_node.node_id]) == {worker_node.node_id: False}
+    assert cluster_checks.nodes_seeing(probe, "token", [worker_node.node_id]) == {worker_node.node_id: True}
+    assert cluster_checks.nodes_seeing(tmp_path / "absent", "token", [worker_node.node_id]) == {worker_node.node_id: False}
 
     scenario = tmp_path / "two-nodes.yaml"
     scenario.write_text(TWO_NODES)
     # As on a node with a disk of its own: the file written here is not there.
-    monkeypatch.setattr(live, "_nodes_seeing", lambda probe, token, nodes: dict.fromkeys(nodes, False))
+    monkeypatch.setattr(cluster_checks, "nodes_seeing", lambda probe, token, nodes: dict.fromkeys(nodes, False))
     out = tmp_path / "runs" / "run"
     with pytest.raises(ExecutorInputError, match=f"the run folder's parent {out.parent} is not shared with node"):
         live.execute(plan(str(scenario)), out_dir=out, address=cluster.address, quiet=True)
