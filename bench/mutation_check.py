@@ -1,9 +1,10 @@
 """Mutation spot-check: do the tests notice when a checker or the split is broken?
 
 A hand list of mutants (one textual change each) over the invariant checker
-(`rlix/policy/invariants.py`), the run-table checker (`rlix/policy/run_checks.py`) and the
-proportional split (`rlix/policy/split.py`). The repository is copied once to a temporary
-folder; each mutant is written into that copy, the tests are run there
+(`rlix/policy/invariants.py`), the run-table checker (`rlix/policy/run_checks.py`), the
+proportional split (`rlix/policy/split.py`) and the modules that decide (`admission.py`,
+`ledger.py`, `donors.py`, `drain.py`, `look_ahead.py` in `rlix/policy`). The repository is
+copied once to a temporary folder; each mutant is written into that copy, the tests are run there
 (`python -m pytest -x -q -p no:cacheprovider tests/policy tests/runs`, importing the copy, no
 bytecode cached), and the file is put back. A mutant is killed when a test fails and that test
 passes again without the mutant (else it is "flaky": the test failed for another reason, e.g. a
@@ -43,6 +44,11 @@ TESTS = ("tests/policy", "tests/runs")
 INV = "rlix/policy/invariants.py"
 RUN = "rlix/policy/run_checks.py"
 SPLIT = "rlix/policy/split.py"
+ADMIT = "rlix/policy/admission.py"
+LEDGER = "rlix/policy/ledger.py"
+DONORS = "rlix/policy/donors.py"
+DRAIN = "rlix/policy/drain.py"
+LOOK = "rlix/policy/look_ahead.py"
 #: Not copied: version control, environments, caches, run output.
 SKIP = (".git", ".venv", "__pycache__", ".hypothesis", ".mypy_cache", ".ruff_cache", ".pytest_cache",
         "*.egg-info", "build", "dist")
@@ -153,6 +159,94 @@ MUTANTS: tuple[Mutant, ...] = (
     swap("split: round up", SPLIT, "bundles = math.floor(x / tp + 1e-9)", "bundles = math.ceil(x / tp - 1e-9)"),
     swap("split: zero demand gets a bundle", SPLIT, "if c.demand > 0 and c.max_ranks > 0]", "if c.max_ranks > 0]"),
     swap("split: ideals past all ranks", SPLIT, "        if hi < value:\n            value = hi", "        pass"),
+    # --- rlix/policy/admission.py: serving requests, reservations ---------------------------
+    swap("admission: a reservation blocks what its request waits on", ADMIT,
+         "            and pipeline_id not in self.exempt[request.seq]\n", ""),
+    swap("admission: no exemption everywhere", ADMIT,
+         "        if not self.reserved_for:\n            self.exempt_everywhere = exempt",
+         "        if False:\n            self.exempt_everywhere = exempt"),
+    swap("admission: back-off inclusive", ADMIT, "backing_off = request.retry_after_s > sched.now",
+         "backing_off = request.retry_after_s >= sched.now"),
+    swap("admission: shrink back-off inclusive", ADMIT, "elif holder.shrink_retry_after_s > sched.now:",
+         "elif holder.shrink_retry_after_s >= sched.now:"),
+    swap("admission: a request waiting for a lost GPU reserves", ADMIT,
+         "if policy.reserve_blocked and not verdict.lost:", "if policy.reserve_blocked:"),
+    swap("admission: futile preemption while backing off", ADMIT,
+         "if policy.futile_preemption and not backing_off:", "if policy.futile_preemption:"),
+    swap("admission: waits-on not transitive", ADMIT,
+         "                to_scan.extend(pipeline.spec.clusters[r.cluster].mapping for r in pipeline.pending.values())",
+         "                pass"),
+    swap("admission: a younger reservation takes the GPU", ADMIT,
+         "self.reserved_for.setdefault(gpu, request)", "self.reserved_for[gpu] = request"),
+    # --- rlix/policy/ledger.py: two-phase decisions -----------------------------------------
+    swap("ledger: a taker does not require the releasing shrink", LEDGER,
+         "                needed.add(shrink_id)", "                pass"),
+    swap("ledger: a failure does not fail its dependents", LEDGER,
+         "            self.failed(dependent)", "            pass"),
+    swap("ledger: no back-off after a failed expand", LEDGER,
+         "holder.retry_after_s = backoff_until", "holder.retry_after_s = sched.now"),
+    swap("ledger: no back-off after a failed shrink", LEDGER,
+         "holder.shrink_retry_after_s = backoff_until", "holder.shrink_retry_after_s = sched.now"),
+    swap("ledger: release on apply ignored", LEDGER,
+         "            if holder.release_when_applied:", "            if False:"),
+    swap("ledger: a hold repeated every round", LEDGER,
+         "if request.hold_reason != reason:", "if True:"),
+    swap("ledger: a failed grant requeued without back-off", LEDGER,
+         "sched.requeue(holder.request, retry_after_s=backoff_until)",
+         "sched.requeue(holder.request, retry_after_s=sched.now)"),
+    # --- rlix/policy/donors.py: which rank gives way ----------------------------------------
+    swap("donors: least work first", DONORS, "return (-pipeline.demand, pipeline.admitted_seq)",
+         "return (pipeline.demand, pipeline.admitted_seq)"),
+    swap("donors: newest first on a tie", DONORS, "return (-pipeline.demand, pipeline.admitted_seq)",
+         "return (-pipeline.demand, -pipeline.admitted_seq)"),
+    swap("donors: a recent receiver takes from donors", DONORS,
+         "found = planner.donor_fit(pipeline, self.donors) if may_receive(sched, pipeline) else None",
+         "found = planner.donor_fit(pipeline, self.donors)"),
+    swap("donors: home back without look-ahead", DONORS,
+         "if found is None and sched.config.look_ahead:", "if found is None:"),
+    swap("donors: home back from a pipeline at its target", DONORS,
+         "d.pipeline_id in holders and d.num_active_gpus > targets.get(d.pipeline_id, 0)",
+         "d.pipeline_id in holders and d.num_active_gpus >= targets.get(d.pipeline_id, 0)"),
+    swap("donors: a hand-over leaves the donor listed", DONORS,
+         "            if donor in donors and not is_donor(sched, donor):\n                donors.remove(donor)\n            return",
+         "            return"),
+    swap("donors: a relocation stamps no rebalance out", DONORS,
+         "            if change < 0:\n                affected.last_rebalanced_out_s", "            if False:\n                affected.last_rebalanced_out_s"),
+    # --- rlix/policy/drain.py: the drain bound ----------------------------------------------
+    swap("drain: a pipeline drains for its own grant", DRAIN,
+         "if not bound or rank.pipeline_id == request.pipeline_id:", "if not bound:"),
+    swap("drain: a rank partly on its home drains", DRAIN,
+         "not set(rank.gpus).issubset(home)", "set(rank.gpus).isdisjoint(home)"),
+    swap("drain: unbounded", DRAIN, "return min(bound, took)", "return took"),
+    swap("drain: the newest hold weighs all", DRAIN,
+         "took if old is None else 0.5 * (old + took)", "took"),
+    swap("drain: init holds measured", DRAIN, "if since != since or hold.priority == Priority.INIT:",
+         "if since != since:"),
+    # Not "a hold released before its grant was applied is measured" (dropping `since != since`):
+    # equivalent, the core refuses such a release (lifecycle._check_release), so it never comes.
+    # --- rlix/policy/look_ahead.py: loans ---------------------------------------------------
+    swap("look-ahead: reclaim at the return, not before", LOOK,
+         "due = back - move_s(borrower.offload_s)", "due = back"),
+    swap("look-ahead: reclaim a round late", LOOK, "                if due > now:", "                if due >= now:"),
+    swap("look-ahead: a late owner expected for ever", LOOK,
+         "return back if sched.now <= back + usual else None", "return back"),
+    swap("look-ahead: training expected a period late", LOOK,
+         "return due if sched.now <= due + 0.5 * period else None", "return due if sched.now <= due + period else None"),
+    swap("look-ahead: a shared home promised", LOOK, "gpus = tuple(g for g in pipeline.spec.home if count[g] == 1)",
+         "gpus = tuple(g for g in pipeline.spec.home if count[g] >= 1)"),
+    swap("look-ahead: payback ignored", LOOK,
+         "horizon = self.sched.now + (1.0 + self.payback) * (", "horizon = self.sched.now + 1.0 * ("),
+    swap("look-ahead: reclaim ignores a shrink back-off", LOOK,
+         "elif rank.status is RANK_ACTIVE and rank.shrink_retry_after_s <= now:", "elif rank.status is RANK_ACTIVE:"),
+    swap("look-ahead: the newest move weighs all", LOOK,
+         "pipeline.load_s = took if pipeline.load_s != pipeline.load_s else 0.5 * (pipeline.load_s + took)",
+         "pipeline.load_s = took"),
+    swap("look-ahead: no wake-ahead lead", LOOK,
+         "self.owners.append((back - lead_s(sched, pipeline), bits, gpus, pipeline))",
+         "self.owners.append((back, bits, gpus, pipeline))"),
+    swap("look-ahead: first absence unknown", LOOK,
+         "    if pipeline.last_away_s != pipeline.last_away_s:\n        pipeline.last_away_s = 0.0",
+         "    if False:\n        pipeline.last_away_s = 0.0"),
 )
 
 

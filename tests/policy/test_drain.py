@@ -69,6 +69,13 @@ def test_a_loan_is_cut_at_once() -> None:
     assert [(s.dp_rank, s.drain_s) for s in shrinks] == [(1, 0.0)]
 
 
+def test_a_rank_partly_on_its_home_is_cut_at_once() -> None:
+    """A's home is 1-2: its rank on 2-3 is half on B's GPU 3, a loan there, so it does not
+    drain (a drain is for a rank wholly on its own home)."""
+    shrinks, _ = preempted("rlix", PolicyConfig(max_drain_s=4.0), a_home=(1, 2))
+    assert [(s.dp_rank, s.drain_s) for s in shrinks] == [(1, 0.0)]
+
+
 def test_a_pipeline_does_not_wait_for_its_own_ranks() -> None:
     """A, at home on 2-3, trained there for 3 s once; rolling out again (staleness 1), its
     next training cuts its own rank on 2-3 at once."""

@@ -14,10 +14,12 @@ from rlix.policy import (
     ClusterReleasedAndRequested,
     ClusterRequested,
     ClusterSpec,
+    DecisionFailed,
     PipelineKind,
     PipelineSpec,
     PolicyConfig,
     Priority,
+    Shrink,
     Tick,
     Topology,
 )
@@ -96,6 +98,22 @@ def test_a_loan_that_pays_is_made_and_reclaimed_its_offload_time_before_the_owne
     assert not any(line.startswith("expand B") for line in lines)  # not lent again so near
 
 
+def test_a_loan_whose_reclaim_failed_is_reclaimed_again_after_its_back_off() -> None:
+    """As above; the reclaim of B's rank 2 fails (its actor did not stop): the rank backs off
+    (5 s) like any rank whose shrink failed, and only then is reclaimed again."""
+    driver = two_homes(PolicyConfig(loan_payback=1.0, wake_ahead=False, retry_backoff_s=5.0))
+    sched = driver.sched
+    at(driver, 50.5)
+    due = sched.wake_at_s
+    shrinks = [x for x in sched.handle(Tick(due)) if isinstance(x, Shrink)]
+    assert [(s.dp_rank, s.reason) for s in shrinks] == [(2, "reclaim"), (3, "reclaim")]
+    sched.handle(DecisionFailed(due + 0.5, shrinks[0].decision_id, "actor did not stop"))
+    for t in (due + 1.0, due + 5.0):
+        assert not any(isinstance(x, Shrink) and x.dp_rank == 2 for x in sched.handle(Tick(t)))
+    again = [x for x in sched.handle(Tick(due + 5.5)) if isinstance(x, Shrink)]
+    assert [(s.dp_rank, s.reason) for s in again] == [(2, "reclaim")]
+
+
 def test_a_loan_that_would_not_pay_is_not_made() -> None:
     driver = two_homes(PolicyConfig(loan_payback=3.0))
     b = driver.sched.pipelines["B"]
@@ -111,6 +129,19 @@ def test_without_look_ahead_the_home_is_lent_and_kept_until_the_owner_returns() 
     assert ranks_on(driver, "B", {0, 1}) == 2
     assert driver.sched.wake_at_s == math.inf
     at(driver, 59.9)
+    assert ranks_on(driver, "B", {0, 1}) == 2
+
+
+def test_an_owner_late_by_more_than_its_last_absence_is_no_longer_expected() -> None:
+    """O, away 10 s last time, is expected back at 60: the loan of its home would not pay
+    (payback 3) and is not made, until O is late by more than 10 s: from then on its home is
+    lent as any free GPU."""
+    driver = two_homes(PolicyConfig(loan_payback=3.0, wake_ahead=False))
+    at(driver, 50.5)
+    assert ranks_on(driver, "B", {0, 1}) == 0
+    at(driver, 70.0)  # late by exactly its last absence: still expected
+    assert ranks_on(driver, "B", {0, 1}) == 0
+    at(driver, 70.5)
     assert ranks_on(driver, "B", {0, 1}) == 2
 
 
@@ -423,6 +454,16 @@ def test_a_loan_that_pays_before_the_owners_training_is_made() -> None:
 def test_without_look_ahead_the_owners_training_cuts_the_loan() -> None:
     driver = trains_every_10_s(PolicyConfig(look_ahead=False), back_at=25.0)
     assert ranks_on(driver, "B", {0, 1}) == 1 and driver.held("B") == 3
+
+
+def test_a_training_late_by_more_than_half_a_period_is_no_longer_expected() -> None:
+    """As above, back at 25: O's training (period 10 s) is due at 30 and keeps GPU 1 from B
+    until it is late by more than half a period; from 35 on GPU 1 is lent as any free GPU."""
+    driver = trains_every_10_s(PolicyConfig(loan_payback=1.0), back_at=25.0)
+    at(driver, 35.0)
+    assert ranks_on(driver, "B", {1}) == 0
+    at(driver, 35.5)
+    assert ranks_on(driver, "B", {1}) == 1
 
 
 @settings(max_examples=40, deadline=None)
