@@ -230,13 +230,12 @@ class Loans:
         #: pipeline that is expected back and has a home of its own. Due free at its expected
         #: return, or its own load time before when it is woken ahead (rlix.policy.wake_ahead).
         self.owners: list[tuple[float, int, tuple[int, ...], PipelineState]] = []
-        #: (expected start of its training, slot bits of its own home, owner) of each rolling
-        #: pipeline with a home of its own and a measured training period (rule 4).
-        self.trainers: list[tuple[float, int, PipelineState]] = []
+        self._rollers = rollers
+        self._trainers: list[tuple[float, int, PipelineState]] | None = None
         self._due: tuple[DueBits, DueBits] | None = None
         if not sched.config.look_ahead:
+            self._trainers = []
             return
-        self._find_trainers(rollers)
         runnable = sched.runnable
         away = sched.away.values()
         # Registration order, as the pipelines are visited everywhere else: reclaims keep one
@@ -250,14 +249,21 @@ class Loans:
                 if gpus:
                     self.owners.append((back - lead_s(sched, pipeline), bits, gpus, pipeline))
 
-    def _find_trainers(self, rollers: list[PipelineState]) -> None:
-        sched = self.sched
-        for pipeline in rollers:
-            due = expected_training_s(sched, pipeline) if pipeline.spec.home else None
-            if due is not None:
-                _gpus, bits = own_home(sched, pipeline)
-                if bits:
-                    self.trainers.append((due, bits, pipeline))
+    @property
+    def trainers(self) -> list[tuple[float, int, PipelineState]]:
+        """(expected start of its training, slot bits of its own home, owner) of each rolling
+        pipeline with a home of its own and a measured training period (rule 4). Found when
+        first asked: most rounds on a large pool lend nothing and never ask."""
+        if self._trainers is None:
+            sched = self.sched
+            self._trainers = []
+            for pipeline in self._rollers:
+                due = expected_training_s(sched, pipeline) if pipeline.spec.home else None
+                if due is not None:
+                    _gpus, bits = own_home(sched, pipeline)
+                    if bits:
+                        self._trainers.append((due, bits, pipeline))
+        return self._trainers
 
     def _due_tables(self) -> tuple[DueBits, DueBits]:
         """The owners' homes by when they are due back, and the trainers' by when they train:

@@ -75,23 +75,36 @@ class RoundPlanner:
         # because free_fit runs once per rank started and every attribute hop shows.
         self.now = sched.now
         self.reserved = sched.reservations.reserved_for
-        # pipeline -> bits of free bundles it may not use this round (reserved, backing off);
-        # neither changes within a round, so each is looked at once
+        # pipeline -> bits of free bundles it may not use this round (reserved, backing off,
+        # forbidden); none changes within a round, so each is looked at once
         self._unusable: dict[str, int] = {}
-        #: pipeline -> bits of bundles it may not be lent this round (rlix.policy.look_ahead)
-        self.forbidden: dict[str, int] = {}
+        # pipeline -> bits of bundles it may not be lent this round (rlix.policy.look_ahead),
+        # asked of the loans on first use: most rollers of a round on a large pool are never
+        # placed, and asking for every one of them cost a sixth of a lab-day round
+        self._forbidden: dict[str, int] = {}
         #: The round's loans (set by the rlix planner when look-ahead keeps any home back):
-        #: asked, only for a first bundle, which homes are due for reclaim now.
+        #: what each pipeline may not be lent, and for a first bundle which homes are due for
+        #: reclaim now.
         self.loans: Loans | None = None
         #: Donors given ranks by a recent rebalance donate too (see is_donor): set while a
         #: pipeline's first bundle is searched for, or an owner takes its own home back.
         self.any_donor = False
 
-    def forbid(self, pipeline_id: str, bits: int) -> None:
-        """Keep `pipeline_id` off the slots of `bits` this round (free_fit skips them)."""
-        if bits:
-            self.forbidden[pipeline_id] = bits
-            self._unusable[pipeline_id] = self._unusable.get(pipeline_id, 0) | bits
+    def forbidden(self, pipeline: PipelineState) -> int:
+        """The slot bits `pipeline` may not be lent this round (rlix.policy.look_ahead)."""
+        loans = self.loans
+        if loans is None:
+            return 0
+        bits = self._forbidden.get(pipeline.pipeline_id)
+        if bits is None:
+            bits = self._forbidden[pipeline.pipeline_id] = loans.blocked_bits(pipeline)
+        return bits
+
+    def _unusable_of(self, pipeline: PipelineState) -> int:
+        unusable = self._unusable.get(pipeline.pipeline_id)
+        if unusable is None:
+            unusable = self._unusable[pipeline.pipeline_id] = self.forbidden(pipeline)
+        return unusable
 
     def _reclaiming(self, pipeline: PipelineState) -> int:
         """Slots of homes whose loans to `pipeline` are being reclaimed: no first bundle there,
@@ -104,7 +117,7 @@ class RoundPlanner:
         and the pipeline's bits, so the search is a few big-int operations, not a scan."""
         cluster = self.cluster
         pid = pipeline.pipeline_id
-        unusable = self._unusable.get(pid, 0) if self._unusable else 0
+        unusable = self._unusable_of(pipeline)
         candidates = cluster.free_bits & pipeline.slot_bits
         if unusable:
             candidates &= ~unusable
@@ -124,12 +137,12 @@ class RoundPlanner:
         free bundle on a home kept back for its owner (rlix.policy.look_ahead). Tried last,
         since its owner is about to return and would wait for this rank's offload."""
         pid = pipeline.pipeline_id
-        forbidden = self.forbidden.get(pid, 0) if self.forbidden else 0
+        forbidden = self.forbidden(pipeline)
         if not forbidden or pipeline.num_active_gpus:
             return None
-        del self.forbidden[pid]
+        self._forbidden[pid] = 0
         allowed = forbidden & ~self._reclaiming(pipeline)
-        self._unusable[pid] = self._unusable.get(pid, 0) & ~allowed
+        self._unusable[pid] = self._unusable_of(pipeline) & ~allowed
         return self.free_fit(pipeline)
 
     def donor_fit(
@@ -150,7 +163,7 @@ class RoundPlanner:
         best: tuple[int, Rank, list[Rank]] | None = None
         keep_tail = self.sched.config.keep_busy_tail
         bits = pipeline.slot_bits
-        forbidden = self.forbidden.get(pid, 0) if self.forbidden else 0
+        forbidden = self.forbidden(pipeline)
         slot_mask = self.cluster.slot_mask
         for donor in donors:
             if not partial and not (donor.slot_bits & bits):
@@ -284,7 +297,7 @@ class RoundPlanner:
         # Not onto a home kept back for its owner (rlix.policy.look_ahead), as donor_fit: a
         # displaced roller put there is reclaimed at once, and with moves that take no time the
         # reclaim and the relocation would undo each other at the same instant for ever.
-        forbidden = self.forbidden.get(oid, 0)
+        forbidden = self.forbidden(owner)
         slot_mask = self.cluster.slot_mask
         for candidate in owner.ranks:
             if forbidden and slot_mask[candidate.slot] & forbidden:

@@ -206,10 +206,8 @@ def plan_rlix(sched: Scheduler) -> None:
     if yields(sched) and hand_over_first_bundles(sched, rollers):
         compute_split(sched, rollers)
     planner = RoundPlanner(sched)
-    if loans.owners or loans.trainers:
-        planner.loans = loans
-        for pipeline in rollers:
-            planner.forbid(pipeline.pipeline_id, loans.blocked_bits(pipeline))
+    if sched.config.look_ahead:
+        planner.loans = loans  # what each roller may not be lent, asked only of those placed
     if sched.config.keep_warm:
         release_wanted(sched, rollers, planner.forbidden)
     # Lending free GPUs can put a pipeline above its target, which makes it a donor for a
@@ -227,7 +225,7 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
     ledger = sched.ledger
     cluster = sched.cluster
     now, reserved = planner.now, planner.reserved
-    forbidden = bool(planner.forbidden)
+    forbidden = planner.loans is not None  # then free_fit, which knows what each may not be lent
     targets = sched.targets
     stickiness = 1.0 + sched.config.rebalance_margin_bundles
     heap: list[tuple[float, int, PipelineState, int]] = []

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING
 from rlix.policy.state import PipelineState, Rank, RankStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rlix.policy.core import Scheduler
 
 
@@ -62,8 +64,8 @@ def warm_ranks(sched: Scheduler) -> list[Rank]:
             if r.status is RankStatus.ACTIVE]
 
 
-def release_wanted(sched: Scheduler, rollers: list[PipelineState], blocked: dict[str, int]) -> None:
-    """Shrink the warm ranks some roller could be lent the GPUs of (`blocked`: per roller, the
+def release_wanted(sched: Scheduler, rollers: list[PipelineState], blocked: Callable[[PipelineState], int]) -> None:
+    """Shrink the warm ranks some roller could be lent the GPUs of (`blocked`: of a roller, the
     slot bits the look-ahead keeps it off this round)."""
     ranks = warm_ranks(sched)
     if not ranks:
@@ -78,5 +80,5 @@ def release_wanted(sched: Scheduler, rollers: list[PipelineState], blocked: dict
         if rank.shrink_retry_after_s > now:
             continue
         bits = cluster.bits_of(slot for gpu in rank.gpus for slot in cluster.slots_by_gpu[gpu])
-        if any(p.slot_bits & bits & ~blocked.get(p.pipeline_id, 0) for p in takers):
+        if any(p.slot_bits & bits & ~blocked(p) for p in takers):
             sched.ledger.shrink(rank, "release")
