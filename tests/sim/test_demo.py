@@ -52,7 +52,7 @@ def test_run_refuses_a_non_empty_out_folder_before_simulating(
 
 def test_the_help_says_what_tiny_is() -> None:
     from rlix.scenarios import load_scenario
-    from rlix.sim.commands import DEMO_HELP
+    from rlix.sim.command_args import DEMO_HELP
 
     topology = load_scenario("tiny").topology_config
     assert topology.num_nodes == 1
