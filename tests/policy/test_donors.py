@@ -3,7 +3,15 @@ then in admission order. Each case is worked out by hand."""
 
 from __future__ import annotations
 
-from rlix.policy import ClusterRequested, RolloutProgressed, Tick, Topology
+from rlix.policy import (
+    ClusterRequested,
+    ClusterSpec,
+    PipelineKind,
+    PipelineSpec,
+    RolloutProgressed,
+    Tick,
+    Topology,
+)
 from tests.policy.drive import Driver, rollout_only
 
 
@@ -57,3 +65,36 @@ def test_a_pipeline_that_just_gave_a_rank_away_takes_none_from_donors() -> None:
     d.send(Tick(191))
     d.apply_all()
     assert {p: d.held(p) for p in "ABC"} == {"A": 1, "B": 3, "C": 2}
+
+
+def test_a_pipeline_a_relocation_took_ranks_from_takes_none_back_within_the_interval() -> None:
+    """A (TP 1 on GPUs 0, 2, 3, 4) and B (TP 1 on 1, 3, 5) hold 0, 2, 4 and 1, 3, 5; C (TP 2)
+    starts at 3 with targets A 3, B 1, C 2. Every bundle of C's holds a rank of A, which is at
+    its target, so a relocation gives C GPUs 0-1 and makes A whole on GPU 3, B's: B gave two
+    ranks away. At 4 B's work grows (targets A 1, B 3): A is now a donor, but B, which gave
+    ranks away at 3, takes none back within the interval (90 s); past it, it does."""
+    d = Driver(Topology(1, 6))
+    d.add(
+        PipelineSpec("A", PipelineKind.FULL_FINETUNE, {"actor_infer": ClusterSpec(1, (0, 2, 3, 4))}),
+        PipelineSpec("B", PipelineKind.FULL_FINETUNE, {"actor_infer": ClusterSpec(1, (1, 3, 5))}),
+        rollout_only("C", 2, 6),
+    )
+    d.send(ClusterRequested(0, "A", "actor_infer", 6, estimate=300))
+    d.apply_all()
+    d.send(ClusterRequested(1, "B", "actor_infer", 6, estimate=300))
+    d.apply_all()
+    d.send(RolloutProgressed(2, "B", 100))
+    assert {p: gpus(d, p) for p in "AB"} == {"A": [0, 2, 4], "B": [1, 3, 5]}
+    lines = d.send(ClusterRequested(3, "C", "actor_infer", 6, estimate=200))
+    d.apply_all()
+    assert d.sched.targets == {"A": 3, "B": 1, "C": 2}
+    assert "expand C0" in lines and {p: gpus(d, p) for p in "ABC"} == {"A": [2, 3, 4], "B": [5], "C": [0, 1]}
+    assert d.send(RolloutProgressed(4, "B", 1000)) == []
+    assert d.sched.targets == {"A": 1, "B": 3, "C": 2}
+    d.send(Tick(94))
+    d.apply_all()
+    assert {p: gpus(d, p) for p in "ABC"} == {"A": [2, 4], "B": [3, 5], "C": [0, 1]}
+
+
+def gpus(d: Driver, pipeline_id: str) -> list[int]:
+    return sorted(g for rank in d.sched.pipelines[pipeline_id].active.values() for g in rank.gpus)
