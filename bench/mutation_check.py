@@ -1,7 +1,8 @@
 """Mutation spot-check: do the tests notice when a checker or the split is broken?
 
 A hand list of mutants (one textual change each) over the invariant checker
-(`rlix/policy/invariants.py`), the run-table checker (`rlix/policy/run_checks.py`), the
+(`rlix/policy/invariants.py`, with invariants 5 and 6 in `invariants_reservations.py` and
+`invariants_split.py`), the run-table checker (`rlix/policy/run_checks.py`), the
 proportional split (`rlix/policy/split.py`) and the modules that decide (`admission.py`,
 `ledger.py`, `donors.py`, `drain.py`, `look_ahead.py` in `rlix/policy`). The repository is
 copied once to a temporary folder; each mutant is written into that copy, the tests are run there
@@ -42,6 +43,9 @@ from rlix.traces.options import positive_int, positive_number
 REPO = Path(__file__).resolve().parent.parent
 TESTS = ("tests/policy", "tests/runs")
 INV = "rlix/policy/invariants.py"
+#: Invariant 5 (reservations, no overtaking) and invariant 6 (the split), beside the checker.
+RES = "rlix/policy/invariants_reservations.py"
+INV_SPLIT = "rlix/policy/invariants_split.py"
 RUN = "rlix/policy/run_checks.py"
 SPLIT = "rlix/policy/split.py"
 ADMIT = "rlix/policy/admission.py"
@@ -82,22 +86,23 @@ def swap(name: str, path: str, old: str, new: str) -> Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    # --- rlix/policy/invariants.py: each check off, then narrower changes -------------------
+    # --- rlix/policy/invariants.py and the modules it composes (invariants_reservations.py:
+    # invariant 5; invariants_split.py: invariant 6): each check off, then narrower changes ---
     off("ownership off", INV, "def check_ownership(sched: Scheduler) -> None:"),
     off("holdings-kept off", INV,
         "    def _check_holdings_kept(self, event: ev.Event, decisions: list[Decision]) -> None:", indent=8),
     off("shrink-reasons off", INV, "def check_shrink_reasons(decisions: list[Decision], strict: bool) -> None:"),
     off("shrink-backoff off", INV, "def check_shrink_backoff(sched: Scheduler, decisions: list[Decision]) -> None:"),
-    off("no-overtaking off", INV,
+    off("no-overtaking off", RES,
         "def check_no_overtaking(sched: Scheduler, decisions: list[Decision], view: ReservationView | None = None) -> None:"),
-    off("split off", INV, "def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:"),
-    off("rebalance-keeps-targets off", INV,
+    off("split off", INV_SPLIT, "def check_split(sched: Scheduler, view: ReservationView | None = None) -> None:"),
+    off("rebalance-keeps-targets off", INV_SPLIT,
         "def check_rebalance_keeps_targets(sched: Scheduler, decisions: list[Decision]) -> None:"),
     off("pacing off", INV, "def check_pacing(sched: Scheduler, decisions: list[Decision]) -> None:"),
     swap("pacing off by one", INV, "if d.max_step > bound:", "if d.max_step > bound + 1:"),
     swap("pacing too strict", INV, "if d.max_step > bound:", "if d.max_step >= bound:"),
-    swap("no-overtaking: expansions pass", INV, "order = (7, 0)", "continue"),
-    swap("no-overtaking: everyone exempt", INV,
+    swap("no-overtaking: expansions pass", RES, "order = (7, 0)", "continue"),
+    swap("no-overtaking: everyone exempt", RES,
          "return pipeline_id in self.waits_on(request) or", "return True or"),
     swap("holdings-kept: removal not checked", INV,
          "        if isinstance(event, ev.PipelineRemoved):\n            for gpu, holder",
@@ -106,28 +111,29 @@ MUTANTS: tuple[Mutant, ...] = (
          'if d.reason not in ("preempt", "rebalance", "release", "reclaim"):', "if False:"),
     swap("drains: a loan drains", INV, "if any(g not in home for g in d.gpus):", "if False:"),
     swap("drains: for its own grant", INV, "if granted_to.get(d.decision_id) == d.pipeline_id:", "if False:"),
-    swap("split: an owner's home only from settled donors", INV,
+    swap("split: an owner's home only from settled donors", INV_SPLIT,
          "takers = above if own and own.issuperset(rank.gpus) else donors", "takers = donors"),
-    swap("split: a recent donor may not take its home back", INV,
-         "own = _own_home(sched, p) if look_ahead and past_margin else set()",
-         "own = _own_home(sched, p) if look_ahead and donors is settled else set()"),
+    swap("split: a recent donor may not take its home back", INV_SPLIT,
+         "own = _own_home(sched, p) if held and look_ahead and past_margin else set()",
+         "own = _own_home(sched, p) if held and look_ahead and donors is settled else set()"),
     swap("shrink-reasons: rebalance alone passes", INV,
          'if d.reason == "rebalance" and d.decision_id not in required_by_expands:', "if False:"),
     swap("shrink-backoff: deadline inclusive", INV,
          "pipeline.ranks[d.dp_rank].shrink_retry_after_s > sched.now",
          "pipeline.ranks[d.dp_rank].shrink_retry_after_s > sched.now + 1"),
-    swap("split: budget unchecked", INV, 'if sum(targets.get(p.pipeline_id, 0) for p in rollers) > budget:',
+    swap("split: budget unchecked", INV_SPLIT, 'if sum(targets.get(p.pipeline_id, 0) for p in rollers) > budget:',
          "if False:"),
-    swap("split: bundle floor unchecked", INV, "if targets.get(p.pipeline_id, 0) < p.tp:", "if False:"),
-    swap("split: nothing takeable", INV, "if _takeable(sched, view, rank, p.pipeline_id, takers):", "if False:"),
-    swap("rebalance-keeps-targets: below target passes", INV,
+    swap("split: bundle floor unchecked", INV_SPLIT, "if targets.get(p.pipeline_id, 0) < p.tp:", "if False:"),
+    swap("split: nothing takeable", INV_SPLIT, "if _takeable(sched, view, rank, p.pipeline_id, takers):", "if False:"),
+    swap("rebalance-keeps-targets: below target passes", INV_SPLIT,
          "if held < min(target, held + moved[pipeline_id]):", "if held < min(target, held + moved[pipeline_id]) - 1:"),
     swap("ownership: lost GPU may be held", INV,
          "if expected_holder is not None and gpu in cluster.offline:", "if False:"),
     swap("ownership: free count unchecked", INV, "if num_free != cluster.num_free:", "if False:"),
     swap("ownership: gang shape unchecked", INV, "if hold.gpus != spec.clusters[name].mapping:", "if False:"),
     # --- rlix/policy/run_checks.py ----------------------------------------------------------
-    off("allocations off", RUN, "def check_allocations(rows: Iterable[Row], specs: Mapping[str, PipelineSpec]) -> None:"),
+    off("allocations off", RUN, "def check_allocations(rows: Iterable[Row], specs: Mapping[str, PipelineSpec],\n"
+        "                      spec_at: Callable[[str, float], PipelineSpec | None] | None = None) -> None:"),
     off("rollouts off", RUN, "*, grouped_by_trajectory: bool = False\n) -> None:"),
     off("trajectory off", RUN, "def _check_trajectory(key: Key, attempts: list[Row]) -> None:"),
     swap("allocations: overlap passes", RUN, "if s1 < e0 - TIME_EPS_S:", "if False:"),
@@ -152,8 +158,8 @@ MUTANTS: tuple[Mutant, ...] = (
          "share = (c.demand / max_demand) * (c.weight / max_weight)"),
     swap("split: shares ignore weight", SPLIT, "share = (c.demand / max_demand) * c.tp * (c.weight / max_weight)",
          "share = (c.demand / max_demand) * c.tp"),
-    swap("split: smallest share gets the scarce bundle", SPLIT, "(c.num_active_gpus == 0, -shares[c.pipeline_id],",
-         "(c.num_active_gpus == 0, shares[c.pipeline_id],"),
+    swap("split: smallest share gets the scarce bundle", SPLIT, "key=lambda c: (-shares[c.pipeline_id], c.order",
+         "key=lambda c: (shares[c.pipeline_id], c.order"),
     swap("split: home floors even when they do not fit", SPLIT, "    if sum(floors) <= budget:\n        lows = floors",
          "    if True:\n        lows = floors"),
     swap("split: round up", SPLIT, "bundles = math.floor(x / tp + 1e-9)", "bundles = math.ceil(x / tp - 1e-9)"),
