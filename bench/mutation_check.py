@@ -216,8 +216,8 @@ MUTANTS: tuple[Mutant, ...] = (
     swap("donors: a hand-over leaves the donor listed", DONORS,
          "            if donor in donors and not is_donor(sched, donor):\n                donors.remove(donor)\n            return",
          "            return"),
-    # Survives (2026-12): no test yet builds a relocation whose replacement displaces a donor's
-    # rank and then asks that donor to receive within the interval.
+    # Killed by test_donors::test_a_pipeline_a_relocation_took_ranks_from_takes_none_back_within_the_interval
+    # (the only one of the deciding modules' mutants that survived every test before it).
     swap("donors: a relocation stamps no rebalance out", DONORS,
          "            if change < 0:\n                affected.last_rebalanced_out_s", "            if False:\n                affected.last_rebalanced_out_s"),
     # --- rlix/policy/drain.py: the drain bound ----------------------------------------------
