@@ -18,9 +18,9 @@ is measured.
     python bench/mutation_check.py --ref HEAD         # the committed tree, not the working one
     python bench/mutation_check.py --list             # the mutants, without running anything
 
-A survivor names a test to write. The whole list took 10 minutes on two cores with every
-mutant killed (the unmutated tests 106 s; a killed mutant stops at its first failing test, in
-2-72 s; a survivor runs them all).
+A survivor names a test to write. The whole list (87 mutants) took 23 minutes on two loaded
+cores with every mutant killed (the unmutated tests 132 s; a killed mutant stops at its first
+failing test, in a few seconds to a minute or two; a survivor runs them all).
 """
 
 from __future__ import annotations
