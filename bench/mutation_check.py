@@ -1,4 +1,4 @@
-"""Mutation spot-check: do the tests notice when a checker or the split is broken?
+"""Mutation spot-check: do the tests notice when a checker, the split or a deciding module is broken?
 
 A hand list of mutants (one textual change each) over the invariant checker
 (`rlix/policy/invariants.py`, with invariants 5 and 6 in `invariants_reservations.py` and

@@ -15,16 +15,23 @@ from rlix.policy import (
 from tests.policy.drive import Driver, rollout_only
 
 
-def first_donor(a_left: int) -> str:
-    """A and B (admitted in that order) roll out on three of six GPUs each, B with 100
-    trajectories left and A with `a_left`; then C starts and takes its first bundle (its
-    target is 2, and A and B are both above theirs, 2 each). Whose rank is shrunk first?"""
+def a_and_b_rolling_out() -> Driver:
+    """A and B (TP 1, admitted in that order) roll out on six GPUs, 100 trajectories each; C
+    (TP 1) is admitted and asks for nothing yet."""
     d = Driver(Topology(1, 6))
     d.add(rollout_only("A", 1, 6), rollout_only("B", 1, 6), rollout_only("C", 1, 6))
     d.send(ClusterRequested(0, "A", "actor_infer", 6, estimate=100))
     d.apply_all()
     d.send(ClusterRequested(1, "B", "actor_infer", 6, estimate=100))
     d.apply_all()
+    return d
+
+
+def first_donor(a_left: int) -> str:
+    """A and B (admitted in that order) roll out on three of six GPUs each, B with 100
+    trajectories left and A with `a_left`; then C starts and takes its first bundle (its
+    target is 2, and A and B are both above theirs, 2 each). Whose rank is shrunk first?"""
+    d = a_and_b_rolling_out()
     d.send(RolloutProgressed(2, "A", a_left))
     assert (d.held("A"), d.held("B")) == (3, 3)
     lines = d.send(ClusterRequested(3, "C", "actor_infer", 6, estimate=100))
@@ -49,12 +56,7 @@ def test_a_pipeline_that_just_gave_a_rank_away_takes_none_from_donors() -> None:
     A 3, B 2, C 1). At 110 A nears its end (targets A 1, B 3, C 2): A is a donor, and C takes
     one of its ranks, but B, which gave a rank away at 100, takes none within the interval
     (90 s): the split does not undo itself for small gains. Past the interval it does."""
-    d = Driver(Topology(1, 6))
-    d.add(rollout_only("A", 1, 6), rollout_only("B", 1, 6), rollout_only("C", 1, 6))
-    d.send(ClusterRequested(0, "A", "actor_infer", 6, estimate=100))
-    d.apply_all()
-    d.send(ClusterRequested(1, "B", "actor_infer", 6, estimate=100))
-    d.apply_all()
+    d = a_and_b_rolling_out()
     d.send(RolloutProgressed(100, "A", 120))
     assert d.send(ClusterRequested(100, "C", "actor_infer", 6, estimate=100))[0].startswith("shrink B")
     d.apply_all()
