@@ -82,9 +82,8 @@ class RoundPlanner:
         # asked of the loans on first use: most rollers of a round on a large pool are never
         # placed, and asking for every one of them cost a sixth of a lab-day round
         self._forbidden: dict[str, int] = {}
-        #: The round's loans (set by the rlix planner when look-ahead keeps any home back):
-        #: what each pipeline may not be lent, and for a first bundle which homes are due for
-        #: reclaim now.
+        #: The round's loans (set by the rlix planner under look-ahead): what each pipeline
+        #: may not be lent, and for a first bundle which homes are due for reclaim now.
         self.loans: Loans | None = None
         #: Donors given ranks by a recent rebalance donate too (see is_donor): set while a
         #: pipeline's first bundle is searched for, or an owner takes its own home back.
@@ -100,7 +99,9 @@ class RoundPlanner:
             bits = self._forbidden[pipeline.pipeline_id] = loans.blocked_bits(pipeline)
         return bits
 
-    def _unusable_of(self, pipeline: PipelineState) -> int:
+    def unusable(self, pipeline: PipelineState) -> int:
+        """The bits of free bundles `pipeline` may not use this round, as far as known: those
+        the look-ahead forbids it (less any `kept_back_fit` allowed) and backing-off ones seen."""
         unusable = self._unusable.get(pipeline.pipeline_id)
         if unusable is None:
             unusable = self._unusable[pipeline.pipeline_id] = self.forbidden(pipeline)
@@ -117,7 +118,7 @@ class RoundPlanner:
         and the pipeline's bits, so the search is a few big-int operations, not a scan."""
         cluster = self.cluster
         pid = pipeline.pipeline_id
-        unusable = self._unusable_of(pipeline)
+        unusable = self.unusable(pipeline)
         candidates = cluster.free_bits & pipeline.slot_bits
         if unusable:
             candidates &= ~unusable
@@ -142,7 +143,7 @@ class RoundPlanner:
             return None
         self._forbidden[pid] = 0
         allowed = forbidden & ~self._reclaiming(pipeline)
-        self._unusable[pid] = self._unusable_of(pipeline) & ~allowed
+        self._unusable[pid] = self.unusable(pipeline) & ~allowed
         return self.free_fit(pipeline)
 
     def donor_fit(

@@ -225,7 +225,6 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
     ledger = sched.ledger
     cluster = sched.cluster
     now, reserved = planner.now, planner.reserved
-    forbidden = planner.loans is not None  # then free_fit, which knows what each may not be lent
     targets = sched.targets
     stickiness = 1.0 + sched.config.rebalance_margin_bundles
     heap: list[tuple[float, int, PipelineState, int]] = []
@@ -239,13 +238,14 @@ def _move_to_targets(sched: Scheduler, rollers: list[PipelineState], planner: Ro
     while item is not None:
         _, seq, pipeline, target = item
         # planner.free_fit, its common case inlined (this runs once per rank started): the
-        # free bundle with the lowest GPU ids is the answer unless GPUs are reserved or that
-        # rank is backing off, and then free_fit itself searches on.
+        # free bundle with the lowest GPU ids is the answer unless GPUs are reserved, that
+        # rank is backing off or the pipeline may not use some free bundles, and then
+        # free_fit itself searches on.
         rank = None
         candidates = cluster.free_bits & pipeline.slot_bits
         if candidates:
             rank = pipeline.rank_by_slot[cluster.slot_of_bit[(candidates & -candidates).bit_length() - 1]]
-            if reserved or rank.retry_after_s > now or forbidden:
+            if reserved or rank.retry_after_s > now or planner.unusable(pipeline):
                 rank = planner.free_fit(pipeline)
         if rank is not None:
             ledger.expand(rank)
