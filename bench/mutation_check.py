@@ -4,10 +4,10 @@ A hand list of mutants (one textual change each) over the invariant checker
 (`rlix/policy/invariants.py`, with invariants 5 and 6 in `invariants_reservations.py` and
 `invariants_split.py`), the run-table checker (`rlix/policy/run_checks.py`), the
 proportional split (`rlix/policy/split.py`) and the modules that decide (`admission.py`,
-`ledger.py`, `donors.py`, `drain.py`, `look_ahead.py` in `rlix/policy`). The repository is
-copied once to a temporary folder; each mutant is written into that copy, the tests are run there
-(`python -m pytest -x -q -p no:cacheprovider tests/policy tests/runs`, importing the copy, no
-bytecode cached), and the file is put back. A mutant is killed when a test fails and that test
+`ledger.py`, `donors.py`, `drain.py`, `look_ahead.py`, `rollout.py` in `rlix/policy`). The
+repository is copied once to a temporary folder; each mutant is written into that copy, the
+tests are run there (`python -m pytest -x -q -p no:cacheprovider tests/policy tests/runs`,
+importing the copy, no bytecode cached), and the file is put back. A mutant is killed when a test fails and that test
 passes again without the mutant (else it is "flaky": the test failed for another reason, e.g. a
 timing under load), survived when all pass. The unmutated copy runs first: if it fails, nothing
 is measured.
@@ -18,9 +18,10 @@ is measured.
     python bench/mutation_check.py --ref HEAD         # the committed tree, not the working one
     python bench/mutation_check.py --list             # the mutants, without running anything
 
-A survivor names a test to write. The whole list (87 mutants) took 23 minutes on two loaded
-cores with every mutant killed (the unmutated tests 132 s; a killed mutant stops at its first
-failing test, in a few seconds to a minute or two; a survivor runs them all).
+A survivor names a test to write. The whole list (87 mutants then, before the rollout.py one)
+took 23 minutes on two loaded cores with every mutant killed (the unmutated tests 132 s; a
+killed mutant stops at its first failing test, in a few seconds to a minute or two; a survivor
+runs them all).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ LEDGER = "rlix/policy/ledger.py"
 DONORS = "rlix/policy/donors.py"
 DRAIN = "rlix/policy/drain.py"
 LOOK = "rlix/policy/look_ahead.py"
+ROLLOUT = "rlix/policy/rollout.py"
 #: Not copied: version control, environments, caches, run output.
 SKIP = (".git", ".venv", "__pycache__", ".hypothesis", ".mypy_cache", ".ruff_cache", ".pytest_cache",
         "*.egg-info", "build", "dist")
@@ -255,6 +257,13 @@ MUTANTS: tuple[Mutant, ...] = (
     swap("look-ahead: first absence unknown", LOOK,
          "    if pipeline.last_away_s != pipeline.last_away_s:\n        pipeline.last_away_s = 0.0",
          "    if False:\n        pipeline.last_away_s = 0.0"),
+    # --- rlix/policy/rollout.py: the inlined free fit ---------------------------------------
+    # After kept_back_fit a first-bundle pipeline's forbidden bits are 0 but a home due for
+    # reclaim stays unusable; asking forbidden lends it there (changed agentic-4x32 and
+    # lab-day). Killed by test_kept_back_fast_path.
+    swap("rollout: the fast path asks forbidden, not unusable", ROLLOUT,
+         "if reserved or rank.retry_after_s > now or planner.unusable(pipeline):",
+         "if reserved or rank.retry_after_s > now or planner.forbidden(pipeline):"),
 )
 
 
