@@ -198,13 +198,16 @@ def _run(the_plan: Plan, copy: _Copy, cut: Cut | None, quiet: bool, check_invari
                                                 record=cut.recorder if cut is not None else None)
         except OrchestratorExists as exc:  # a run that began since the check
             raise ClusterRefused(str(exc)) from None
+        stops.check()  # a stop Ray's C++ core swallowed while it waited (rlix.executor.stops)
         try:
             nodes = node_map(_get(ready))  # the orchestrator's set-up (its GpuPool): seconds on a busy machine
         except RayTaskError as exc:  # its GPUs could not be reserved (held by other jobs)
             if isinstance(exc.cause, PlacementError):
                 raise ClusterRefused(str(exc.cause)) from None
             raise
-        _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0, meter)
+        stops.check()
+        _drive(handle, the_plan, quiet, timeout_s, copy, cut.recorder.end_s if cut is not None else 0.0, meter,
+               stops)
         status = _get(handle.wait_done.remote(None))
         recorder = _get(handle.finish_run.remote())
     except ClusterRefused:
@@ -267,10 +270,10 @@ def _with_folders(the_plan: Plan, live: Path) -> Plan:
 
 
 def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, copy: _Copy,
-           clock_start: float = 0.0, meter: Any = None) -> None:
+           clock_start: float = 0.0, meter: Any = None, stops: Stops | None = None) -> None:
     """Launch pipelines at their arrival times, carry out kills, show progress until done (a
     resumed run's clock starts at the cut: what was due before is due at once, earlier kills
-    were carried out)."""
+    were carried out). A stop that Ray's code swallowed is raised again at the next poll."""
     from rlix.executor.progress import Progress
 
     start = time.monotonic() - clock_start
@@ -293,6 +296,8 @@ def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, co
                 return
             if timeout_s is not None and elapsed > timeout_s:
                 raise TimeoutError(f"the run did not finish within {timeout_s} s")
+            if stops is not None:
+                stops.check()
             time.sleep(POLL_S)
     finally:
         progress.close()

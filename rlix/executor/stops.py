@@ -5,6 +5,15 @@ signals for itself (`stop_on_signals`) and decides when one may interrupt: while
 it raises `RunStopped` where the driver waits; before that it is held until the run begins;
 while a piece of the record is taken into the driver's copy and journal (`Stops.held`) it waits
 for the piece to be whole; while the run folder is written, and after, it is ignored.
+
+What a signal handler raises lands in whatever code runs at that instant, and Ray's is not
+ours. While Ray's C++ core waits (on an object, an actor's start) it runs the handlers through
+its `check_signals`, which turns KeyboardInterrupt and SystemExit into its own status and lets
+any other exception go as "ignored": the wait goes on and the stop is lost (a SIGTERM sent as
+Ray came up, on a loaded machine, once left the run to go on to its end). From `ray.get`'s
+Python part it comes wrapped in a SystemError (`rlix.executor.live._get` unwraps it). So a
+raised stop is kept, and the driver asks for it again (`Stops.check`) where it is in its own
+code: after the orchestrator's launch and set-up, and at every poll of the run.
 """
 
 from __future__ import annotations
@@ -27,13 +36,21 @@ class Stops:
         self.raising = False
         self.over = False
         self.pending: int | None = None
+        #: The signal raised as RunStopped, kept in case what it landed in swallowed it.
+        self.stopped: int | None = None
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.raising:
-            raise RunStopped(f"{'interrupted' if signum == signal.SIGINT else 'stopped'} "
-                             f"({signal.Signals(signum).name})")
+            self.stopped = signum
+            raise RunStopped(_reason(signum))
         if not self.over and self.pending is None:
             self.pending = signum
+
+    def check(self) -> None:
+        """Raise again a stop already raised while on (the module docstring: the code it landed
+        in may have swallowed it); nothing if none was."""
+        if self.raising and self.stopped is not None:
+            raise RunStopped(_reason(self.stopped))
 
     def on(self) -> None:
         self.raising = True
@@ -53,6 +70,10 @@ class Stops:
         finally:
             if raising and not self.over:
                 self.on()
+
+
+def _reason(signum: int) -> str:
+    return f"{'interrupted' if signum == signal.SIGINT else 'stopped'} ({signal.Signals(signum).name})"
 
 
 @contextmanager

@@ -161,3 +161,46 @@ def test_a_trajectory_requeued_just_before_a_stop_ends_aborted_at_the_cut() -> N
     assert [(last[("p1", t)]["status"], last[("p1", t)]["t_end"]) for t in (7, 8)] == [("aborted", 74.0)] * 2
     assert last[("p0", 1)]["status"] == "completed"
     check_rollouts(rows, specs())
+
+
+def test_a_stop_swallowed_where_it_landed_is_raised_again() -> None:
+    stops = Stops()
+    stops.check()  # nothing raised: nothing to raise again
+    stops.on()
+    stops.check()
+    try:
+        stops(signal.SIGTERM, None)
+    except RunStopped:
+        pass  # as Ray's C++ core does with what a handler raises while it waits
+    with pytest.raises(RunStopped, match=r"stopped \(SIGTERM\)"):
+        stops.check()
+    stops.off()
+    stops.check()  # the run is over: a stop is no longer raised
+
+
+def test_a_run_whose_stop_ray_swallowed_in_the_launch_stops_before_it_drives(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlix.executor import api
+
+    stops = Stops()
+
+    def launch_that_swallows(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        try:
+            stops(signal.SIGTERM, None)  # the signal lands in Ray's code, which goes on
+        except Exception:  # noqa: BLE001 - what the library does, not what rlix does
+            pass
+        return object(), object()
+
+    def drive(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the run went on after its stop")
+
+    monkeypatch.setattr(api, "launch_orchestrator", launch_that_swallows)
+    monkeypatch.setattr(live, "_get", lambda ref: ref)
+    monkeypatch.setattr(live, "node_map", lambda pool: [])
+    monkeypatch.setattr(live, "_drive", drive)
+    monkeypatch.setattr(live, "_last_word", lambda handle, copy: None)
+    monkeypatch.setattr(live, "_shut_down", lambda handle, started, num_nodes: None)
+    the_plan = type("P", (), {"scenario": _plan().scenario, "topology": TOPOLOGY})()
+    copy = live._Copy(Recorder(TOPOLOGY, "rlix", PolicyConfig()), stops=stops)
+    result = live._run(the_plan, copy, None, True, False, None, False, stops)
+    assert result.by_signal and result.stop_reason == "stopped (SIGTERM)"
+    assert not result.finished
