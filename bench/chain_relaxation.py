@@ -45,9 +45,11 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from rlix.policy.specs import ROLLOUT_CLUSTER, PipelineKind
-from rlix.sim.choices import add_study_arguments, means_over_seeds
-from rlix.sim.parallel import run_all
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling bench, packing
+
+from rlix.policy.specs import PipelineKind  # noqa: E402
+from rlix.sim.choices import add_study_arguments, means_over_seeds  # noqa: E402
+from rlix.sim.parallel import run_all  # noqa: E402
 
 DEFAULT_SCENARIOS = ("blog-4on12",)
 PRICES = ("longest", "one-rank", "one-rank+load")
@@ -161,15 +163,13 @@ def _start_gang(jobs: list[_Job], t: float, release_s: float) -> _Job | None:
 
 def _model(scenario: Any) -> tuple[int, int, int]:
     """(rollout TP, ranks, ranks beside a gang) of a scenario the model fits; ValueError else."""
-    specs = scenario.pipeline_specs(scenario.policy.name).values()
-    tps = {spec.rollout.tp for spec in specs}
-    widths = {len(cluster.mapping) or spec.home_size for spec in specs for name, cluster in spec.clusters.items()
-              if name != ROLLOUT_CLUSTER}
-    kinds = {p.kind for p in scenario.pipelines}
-    if len(tps) != 1 or len(widths) != 1 or 2 * min(widths) <= scenario.num_gpus or kinds != {PipelineKind.FULL_FINETUNE}:
+    from packing import wide_gangs
+
+    shape = wide_gangs(scenario)
+    if shape is None or {p.kind for p in scenario.pipelines} != {PipelineKind.FULL_FINETUNE}:
         raise ValueError(f"{scenario.name}: the chain model needs full-finetune jobs whose training gangs"
                          " all take more than half the pool, and one rollout TP")
-    (tp,), (width,) = tps, widths
+    tp, width = shape
     return tp, scenario.num_gpus // tp, (scenario.num_gpus - width) // tp
 
 
@@ -177,11 +177,9 @@ def chains_of_run(scenario: Any, folder: Path, price: str) -> tuple[list[Chain],
     """Each job's chain from a run folder (the stage seconds and trajectories are the same under
     every policy), and when the first init started (the weights read)."""
     import pandas as pd
+    from packing import one_rank_gpu_s
 
     from rlix.sim.costs import CostModel
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from packing import one_rank_gpu_s
 
     tp = _model(scenario)[0]
     rollouts = pd.read_parquet(folder / "rollouts.parquet")

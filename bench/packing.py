@@ -144,11 +144,9 @@ def rank_count_s(num_gpus: int, num_jobs: int, tp: int, gang_gpus: int, gang_s: 
     return (rank_s + (ranks - ranks_in_gangs) * gang_s) / ranks
 
 
-def _rank_count_makespan_s(scenario: Any, activity: Any, steps: list[tuple[float, float, float]],
-                           row: dict[str, float]) -> float | None:
-    """The rank count's makespan (module docstring), or None where it does not apply: the
-    pipelines' rollouts of different TP, or training gangs that are not all of one width over
-    half the pool (then they need not run one after another)."""
+def wide_gangs(scenario: Any) -> tuple[int, int] | None:
+    """(rollout TP, gang GPUs) when every pipeline rolls out at one TP and every training gang
+    is of one width over half the pool (so the gangs run one after another); None else."""
     specs = scenario.pipeline_specs(scenario.policy.name).values()
     tps = {spec.rollout.tp for spec in specs}
     # A cluster on a home the policy places has no GPUs listed before the run: its home's size.
@@ -157,6 +155,18 @@ def _rank_count_makespan_s(scenario: Any, activity: Any, steps: list[tuple[float
     if len(tps) != 1 or len(widths) != 1 or 2 * min(widths) <= scenario.num_gpus:
         return None
     (tp,), (gang_gpus,) = tps, widths
+    return tp, gang_gpus
+
+
+def _rank_count_makespan_s(scenario: Any, activity: Any, steps: list[tuple[float, float, float]],
+                           row: dict[str, float]) -> float | None:
+    """The rank count's makespan (module docstring), or None where it does not apply: the
+    pipelines' rollouts of different TP, or training gangs that are not all of one width over
+    half the pool (then they need not run one after another)."""
+    shape = wide_gangs(scenario)
+    if shape is None:
+        return None
+    tp, gang_gpus = shape
     start_s = row["inits_end_s"]
     gangs = activity[(activity["kind"] == "busy") & ~activity["stage"].isin(["init", "rollout"])]
     gang_s = float((gangs["t_end"] - gangs["t_start"].clip(lower=start_s)).clip(lower=0).sum()) / gang_gpus
