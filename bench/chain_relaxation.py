@@ -40,7 +40,7 @@ import argparse
 import json
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -77,11 +77,11 @@ class _Job:
     step: int = 0
     phase_end_s: float = 0.0
     released: int = 0  # steps 0..released-1 may roll out
-    left: list[float] | None = None
+    left: list[float] = field(default_factory=list)  # each step's rollout seconds still to run
 
     def chain_left_s(self) -> float:
         c, s = self.chain, self.step
-        rollout = self.left[s] if self.left is not None and s < len(c.rollout_s) else 0.0
+        rollout = self.left[s] if s < len(c.rollout_s) else 0.0
         return sum(c.gang_s[s:]) + sum(c.publish_s[s:]) + rollout
 
 
@@ -117,7 +117,6 @@ def greedy_makespan(chains: list[Chain], release_s: float, num_ranks: int,
             raise ValueError("the model is stuck: a step waits for a rollout no rank may run")
         dt = min(nexts) - t
         for j in holders:
-            assert j.left is not None
             for s in range(j.released):
                 if j.left[s] > EPS:
                     j.left[s] = max(0.0, j.left[s] - dt)
@@ -127,7 +126,6 @@ def greedy_makespan(chains: list[Chain], release_s: float, num_ranks: int,
 
 def _open(job: _Job) -> list[float]:
     """The unfinished rollout seconds of a job's released steps."""
-    assert job.left is not None
     return [x for x in job.left[:job.released] if x > EPS]
 
 
@@ -153,7 +151,7 @@ def _start_gang(jobs: list[_Job], t: float, release_s: float) -> _Job | None:
             if j.phase == "init_wait":
                 j.phase, j.phase_end_s = "init", t + j.chain.init_s
                 return j
-    ready = [j for j in jobs if j.phase == "batch" and j.left is not None and j.left[j.step] <= EPS]
+    ready = [j for j in jobs if j.phase == "batch" and j.left[j.step] <= EPS]
     if not ready:
         return None
     j = min(ready, key=lambda j: (-j.chain_left_s(), j.chain.job))

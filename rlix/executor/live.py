@@ -270,7 +270,7 @@ def _with_folders(the_plan: Plan, live: Path) -> Plan:
 
 
 def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, copy: _Copy,
-           clock_start: float = 0.0, meter: Any = None, stops: Stops | None = None) -> None:
+           clock_start: float, meter: Any, stops: Stops) -> None:
     """Launch pipelines at their arrival times, carry out kills, show progress until done (a
     resumed run's clock starts at the cut: what was due before is due at once, earlier kills
     were carried out). A stop that Ray's code swallowed is raised again at the next poll."""
@@ -296,8 +296,7 @@ def _drive(handle: Any, the_plan: Plan, quiet: bool, timeout_s: float | None, co
                 return
             if timeout_s is not None and elapsed > timeout_s:
                 raise TimeoutError(f"the run did not finish within {timeout_s} s")
-            if stops is not None:
-                stops.check()
+            stops.check()
             time.sleep(POLL_S)
     finally:
         progress.close()

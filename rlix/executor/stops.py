@@ -7,13 +7,13 @@ while a piece of the record is taken into the driver's copy and journal (`Stops.
 for the piece to be whole; while the run folder is written, and after, it is ignored.
 
 What a signal handler raises lands in whatever code runs at that instant, and Ray's is not
-ours. While Ray's C++ core waits (on an object, an actor's start) it runs the handlers through
-its `check_signals`, which turns KeyboardInterrupt and SystemExit into its own status and lets
-any other exception go as "ignored": the wait goes on and the stop is lost (a SIGTERM sent as
-Ray came up, on a loaded machine, once left the run to go on to its end). From `ray.get`'s
-Python part it comes wrapped in a SystemError (`rlix.executor.live._get` unwraps it). So a
-raised stop is kept, and the driver asks for it again (`Stops.check`) where it is in its own
-code: after the orchestrator's launch and set-up, and at every poll of the run.
+ours: `ray.get` hands it back wrapped in a SystemError (`rlix.executor.live._get` unwraps it),
+and in Ray's source the `check_signals` its C++ core runs the handlers through while it waits
+keeps only KeyboardInterrupt and SystemExit, leaving anything else to be printed as ignored
+while the wait goes on. A SIGTERM sent as Ray came up, on a loaded machine, once left a run to
+go on to its end; where it was lost was not found again. So a raised stop is kept, and the
+driver asks for it again (`Stops.check`) where it is in its own code: after the orchestrator's
+launch and set-up, and at every poll of the run.
 """
 
 from __future__ import annotations
