@@ -55,6 +55,7 @@ DONORS = "rlix/policy/donors.py"
 DRAIN = "rlix/policy/drain.py"
 LOOK = "rlix/policy/look_ahead.py"
 ROLLOUT = "rlix/policy/rollout.py"
+PLACE = "rlix/policy/placement.py"
 #: Not copied: version control, environments, caches, run output.
 SKIP = (".git", ".venv", "__pycache__", ".hypothesis", ".mypy_cache", ".ruff_cache", ".pytest_cache",
         "*.egg-info", "build", "dist")
@@ -264,6 +265,21 @@ MUTANTS: tuple[Mutant, ...] = (
     swap("rollout: the fast path asks forbidden, not unusable", ROLLOUT,
          "if reserved or rank.retry_after_s > now or planner.unusable(pipeline):",
          "if reserved or rank.retry_after_s > now or planner.forbidden(pipeline):"),
+    # The homes blocked for every roller are those due by the earliest horizon; from the
+    # latest, a roller whose loan would pay is kept off them. Killed by test_kept_back_fast_path.
+    swap("look_ahead: homes blocked for all by the latest horizon", LOOK,
+         "earliest = min(horizons)", "earliest = max(horizons)"),
+    # kept_back_fit reads the pipeline's unusable bits after letting its forbidden bits go: a
+    # free fit that skipped them (every candidate blocked for all) leaves nothing kept, and a
+    # home due for reclaim is lent. Killed by test_kept_back_fast_path.
+    swap("placement: kept_back_fit reads unusable after letting forbidden go", PLACE,
+         "unusable = self.unusable(pipeline)  # before the forbidden bits are let go: from them\n"
+         "        self._forbidden[pid] = 0\n"
+         "        allowed = forbidden & ~self._reclaiming(pipeline)\n"
+         "        self._unusable[pid] = unusable & ~allowed",
+         "self._forbidden[pid] = 0\n"
+         "        allowed = forbidden & ~self._reclaiming(pipeline)\n"
+         "        self._unusable[pid] = self.unusable(pipeline) & ~allowed"),
 )
 
 

@@ -233,6 +233,8 @@ class Loans:
         self._rollers = rollers
         self._trainers: list[tuple[float, int, PipelineState]] | None = None
         self._due: tuple[DueBits, DueBits] | None = None
+        self._blocked_for_all: int | None = None
+        self._rolling: frozenset[str] | None = None
         if not sched.config.look_ahead:
             self._trainers = []
             return
@@ -282,6 +284,44 @@ class Loans:
         back_by, training_by = self._due_tables()
         pid = borrower.pipeline_id
         return back_by.upto(horizon, pid) | training_by.upto(horizon, pid)
+
+    def blocked_for_every_roller(self) -> int:
+        """Slots no roller of the round may be lent: the homes of owners not rolling out, due
+        back by the earliest horizon of any roller (rule 1). Each roller's `blocked_bits`
+        holds them (its horizon is no earlier, and none of those homes is its own), so where a
+        roller's free candidates all lie in them it has nothing to be lent, and its own
+        figure need not be worked out: on a pool of hundreds of jobs, GPUs kept for owners
+        about to return are free round after round, and every roller is asked."""
+        if self._blocked_for_all is None:
+            self._blocked_for_all = self._work_out_blocked_for_all()
+        return self._blocked_for_all
+
+    def _work_out_blocked_for_all(self) -> int:
+        rollers = self._rollers
+        if not self.owners or not rollers:
+            return 0
+        factor = 1.0 + self.payback
+        horizons = [factor * (move_s(p.load_s) + move_s(p.offload_s)) for p in rollers]
+        earliest = min(horizons)
+        if earliest != earliest or any(h != h for h in horizons):
+            return 0  # a nan horizon blocks nothing for its roller (DueBits.upto)
+        horizon = self.sched.now + earliest
+        rolling = self._rolling_ids()
+        bits = 0
+        for back, home, _gpus, owner in self.owners:
+            # Due at the horizon counts, as in rule 1; an owner due at nan is never due.
+            if back <= horizon and owner.pipeline_id not in rolling:
+                bits |= home
+        return bits
+
+    def rolls(self, pipeline_id: str) -> bool:
+        """Whether the pipeline is one of the round's rollers."""
+        return pipeline_id in self._rolling_ids()
+
+    def _rolling_ids(self) -> frozenset[str]:
+        if self._rolling is None:
+            self._rolling = frozenset(p.pipeline_id for p in self._rollers)
+        return self._rolling
 
     def reclaiming_bits(self, borrower: PipelineState) -> int:
         """Slots of homes whose loans to `borrower` rule 2 reclaims now (a subset of its

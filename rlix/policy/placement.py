@@ -99,6 +99,26 @@ class RoundPlanner:
             bits = self._forbidden[pipeline.pipeline_id] = loans.blocked_bits(pipeline)
         return bits
 
+    def blocked_for_every_roller(self) -> int:
+        """The slot bits no roller of the round may be lent (`Loans.blocked_for_every_roller`)."""
+        return self.loans.blocked_for_every_roller() if self.loans is not None else 0
+
+    def nothing_free_for(self, pipeline: PipelineState) -> bool:
+        """Whether `free_fit` surely finds nothing for `pipeline`, known without its own blocked
+        bits: no free bundle in its mapping, or all of them on homes no roller may be lent.
+        Stays true for the rest of the round's lending, which only takes free bundles."""
+        candidates = self.cluster.free_bits & pipeline.slot_bits
+        return not candidates or self._kept_from_all(pipeline, candidates)
+
+    def _kept_from_all(self, pipeline: PipelineState, candidates: int) -> bool:
+        """Every one of `candidates` lies on homes no roller may be lent, and `pipeline` is a
+        roller whose forbidden bits are its own (not yet asked, nor let go by `kept_back_fit`):
+        they hold those homes, so none of the candidates is its to take."""
+        loans = self.loans
+        pid = pipeline.pipeline_id
+        return (loans is not None and pid not in self._forbidden
+                and not candidates & ~loans.blocked_for_every_roller() and loans.rolls(pid))
+
     def unusable(self, pipeline: PipelineState) -> int:
         """The bits of free bundles `pipeline` may not use this round, as far as known: those
         the look-ahead forbids it (less any `kept_back_fit` allowed) and backing-off ones seen."""
@@ -118,8 +138,14 @@ class RoundPlanner:
         and the pipeline's bits, so the search is a few big-int operations, not a scan."""
         cluster = self.cluster
         pid = pipeline.pipeline_id
-        unusable = self.unusable(pipeline)
         candidates = cluster.free_bits & pipeline.slot_bits
+        if not candidates:
+            return None
+        unusable = self._unusable.get(pid)
+        if unusable is None:
+            if self._kept_from_all(pipeline, candidates):
+                return None
+            unusable = self.unusable(pipeline)
         if unusable:
             candidates &= ~unusable
         while candidates:
@@ -141,9 +167,10 @@ class RoundPlanner:
         forbidden = self.forbidden(pipeline)
         if not forbidden or pipeline.num_active_gpus:
             return None
+        unusable = self.unusable(pipeline)  # before the forbidden bits are let go: from them
         self._forbidden[pid] = 0
         allowed = forbidden & ~self._reclaiming(pipeline)
-        self._unusable[pid] = self.unusable(pipeline) & ~allowed
+        self._unusable[pid] = unusable & ~allowed
         return self.free_fit(pipeline)
 
     def donor_fit(

@@ -209,7 +209,7 @@ def plan_rlix(sched: Scheduler) -> None:
     if sched.config.look_ahead:
         planner.loans = loans  # what each roller may not be lent, asked only of those placed
     if sched.config.keep_warm:
-        release_wanted(sched, rollers, planner.forbidden)
+        release_wanted(sched, rollers, planner.forbidden, planner.blocked_for_every_roller)
     # Lending free GPUs can put a pipeline above its target, which makes it a donor for a
     # pipeline that could not be served before; so move, fill, and move again until the fill
     # has nothing left to lend (each pass lends at least one bundle, so this ends).
@@ -273,8 +273,10 @@ def fill_free(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlan
     planner = planner or RoundPlanner(sched)
     ledger = sched.ledger
     keep_tail = sched.config.keep_busy_tail
+    # Those with surely nothing to take are left out first: on a pool of hundreds of jobs the
+    # free GPUs are often kept for owners about to return, from every roller.
     order = sorted(
-        (p for p in rollers if p.demand > 0 and not (keep_tail and p.in_tail)),
+        (p for p in rollers if p.demand > 0 and not (keep_tail and p.in_tail) and not planner.nothing_free_for(p)),
         key=lambda p: (p.num_active_gpus / _share(p), p.admitted_seq),
     )
     lent = False

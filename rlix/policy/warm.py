@@ -64,9 +64,15 @@ def warm_ranks(sched: Scheduler) -> list[Rank]:
             if r.status is RankStatus.ACTIVE]
 
 
-def release_wanted(sched: Scheduler, rollers: list[PipelineState], blocked: Callable[[PipelineState], int]) -> None:
+def release_wanted(
+    sched: Scheduler,
+    rollers: list[PipelineState],
+    blocked: Callable[[PipelineState], int],
+    blocked_for_all: Callable[[], int] | None = None,
+) -> None:
     """Shrink the warm ranks some roller could be lent the GPUs of (`blocked`: of a roller, the
-    slot bits the look-ahead keeps it off this round)."""
+    slot bits the look-ahead keeps it off this round; `blocked_for_all`: the bits in every
+    roller's, so a rank wholly on them is kept without asking each roller for its own)."""
     ranks = warm_ranks(sched)
     if not ranks:
         return
@@ -76,9 +82,11 @@ def release_wanted(sched: Scheduler, rollers: list[PipelineState], blocked: Call
         return
     cluster = sched.cluster
     now = sched.now
+    kept_from_all = blocked_for_all() if blocked_for_all is not None else 0
     for rank in ranks:
         if rank.shrink_retry_after_s > now:
             continue
         bits = cluster.bits_of(slot for gpu in rank.gpus for slot in cluster.slots_by_gpu[gpu])
-        if any(p.slot_bits & bits & ~blocked(p) for p in takers):
+        open_bits = bits & ~kept_from_all
+        if open_bits and any(p.slot_bits & open_bits and p.slot_bits & bits & ~blocked(p) for p in takers):
             sched.ledger.shrink(rank, "release")

@@ -4,7 +4,12 @@ pipeline may not use some free bundles (`RoundPlanner.unusable`), not only when 
 forbids it some (`RoundPlanner.forbidden`). `kept_back_fit` clears the pipeline's forbidden
 bits for the rest of the round and leaves only the homes due for reclaim unusable, so after
 it `forbidden` is 0 while `unusable` is not. Asking `forbidden` there changed agentic-4x32 and
-lab-day (bench/mutation_check.py keeps that mutant). A golden run worked out by hand."""
+lab-day (bench/mutation_check.py keeps that mutant). A golden run worked out by hand.
+
+On the same pool, the round's planner checked directly: the homes blocked for every roller
+(`Loans.blocked_for_every_roller`, which lets a free fit skip a roller's own blocked bits) are
+those due by the earliest roller's horizon, and `kept_back_fit` after such a skip still keeps
+a home due for reclaim unusable."""
 
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ from rlix.policy import (
     Tick,
     Topology,
 )
+from rlix.policy.look_ahead import Loans
+from rlix.policy.placement import RoundPlanner
 from tests.policy.drive import Driver
 
 
@@ -89,3 +96,49 @@ def test_after_a_kept_back_first_bundle_the_fast_path_keeps_off_a_home_due_for_r
     lines = driver.send(ClusterRequested(49.5, "P", "actor_infer", Priority.ROLLOUT, 100.0))
     assert sched.targets == {"P": 4}
     assert lines == ["expand P2", "expand P3"]  # O2's kept-back home only; O1's stays free
+
+
+def test_a_free_fit_that_skips_the_blocked_bits_leaves_kept_back_fit_the_homes_due_for_reclaim() -> None:
+    """Where every free bundle lies on homes no roller may be lent, `free_fit` answers None
+    without working out the roller's own blocked bits (`Loans.blocked_for_every_roller`), so
+    nothing is kept for the roller yet. `kept_back_fit` must still read those bits before it
+    lets them go: its first bundle goes on O2's home, kept back only, and O1's home, due for
+    reclaim, stays unusable for the rest of the round. Read after they were let go, they
+    are 0 and the next free fit takes GPU 0, on O1's home. (In a round, a free fit reached
+    only through reserved GPUs answers so; lab-day's decisions changed when it did.)"""
+    driver = two_owners_away()
+    sched = driver.sched
+    p = sched.pipelines["P"]
+    sched.now = 49.5  # the moment of the golden run above, as its round would see it
+    p.start_rollout(100.0)
+    planner = RoundPlanner(sched)
+    planner.loans = Loans(sched, [p])
+    home_bits = sched.cluster.bits_of(range(4))  # P's TP-1 slots are GPUs 0-3, one each
+    assert planner.blocked_for_every_roller() == home_bits  # O1 back at 50, O2 at 55 <= 55.5
+    assert planner.free_fit(p) is None
+    first = planner.kept_back_fit(p)
+    assert first is not None and first.gpus == (2,)
+    again = planner.free_fit(p)  # nothing expanded: GPU 2 is still the lowest allowed
+    assert again is not None and again.gpus == (2,)
+
+
+def test_only_homes_due_by_the_earliest_rollers_horizon_are_blocked_for_every_roller() -> None:
+    """Two rollers at 49.5: P (loads in 2 s, offloads in 1: a loan pays past 55.5) and Q, whose
+    moves take 0.1 s each (past 49.9). O1 is back at 50 and O2 at 55: both homes are blocked
+    for P, neither for Q, so no bundle is blocked for every roller. Q's free fit takes GPU 0
+    and P's finds nothing (all four GPUs blocked for it). Counted from the latest horizon
+    instead, both homes would be blocked for all and Q would be kept off free GPUs it may use."""
+    driver = two_owners_away()
+    driver.add(PipelineSpec("Q", PipelineKind.FULL_FINETUNE, {"actor_infer": ClusterSpec(1, (0, 1, 2, 3))}))
+    sched = driver.sched
+    p, q = sched.pipelines["P"], sched.pipelines["Q"]
+    sched.now = 49.5
+    for roller in (p, q):
+        roller.start_rollout(100.0)
+    q.load_s = q.offload_s = 0.1  # as the core would have measured them
+    planner = RoundPlanner(sched)
+    planner.loans = Loans(sched, [p, q])
+    assert planner.blocked_for_every_roller() == 0
+    found = planner.free_fit(q)
+    assert found is not None and found.gpus == (0,)
+    assert planner.free_fit(p) is None

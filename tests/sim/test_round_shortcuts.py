@@ -6,7 +6,10 @@ replace. Two are found from the few GPUs that matter instead of from every pipel
 - a pipeline in its tail is held at its busy ranks outside reserved GPUs (`_tail_targets`),
   found from the reserved GPUs' holders, not by testing every busy rank against them;
 - with no job waiting, the job order returns the admitted jobs kept by the core
-  (`Scheduler.admitted_ids`) instead of sorting every pipeline into running and waiting.
+  (`Scheduler.admitted_ids`) instead of sorting every pipeline into running and waiting;
+- a free fit (and the release of a warm rank) whose free bundles all lie on homes no roller
+  may be lent (`Loans.blocked_for_every_roller`) answers without working out the roller's
+  own blocked bits; the scan is every roller's own bits, as with those bits taken as none.
 
 Each is checked against the scan it replaced, written out here, on an hour of lab-day (jobs
 stacked on shared homes, loans taken back, training requests reserving GPUs under busy
@@ -26,7 +29,8 @@ import yaml
 from rlix.policy import rollout
 from rlix.policy.core import Scheduler
 from rlix.policy.donors import Donors
-from rlix.policy.look_ahead import own_home, own_home_slots
+from rlix.policy.look_ahead import Loans, own_home, own_home_slots
+from rlix.policy.placement import RoundPlanner
 from rlix.sim import simulate
 
 
@@ -78,7 +82,7 @@ def hour_of_lab_day(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_shortcuts_decide_as_the_scans_do(hour_of_lab_day: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = {"home_back_found": 0, "tail_on_reserved": 0}
+    seen = {"home_back_found": 0, "tail_on_reserved": 0, "free_fit_skipped": 0}
     fast_home_back = Donors._home_back
 
     def counting_home_back(self: Donors, pipeline: Any, planner: Any) -> Any:
@@ -95,19 +99,31 @@ def test_shortcuts_decide_as_the_scans_do(hour_of_lab_day: Path, tmp_path: Path,
             for p in rollers)
         return fast_tail_targets(sched, rollers, demands, budget)
 
+    fast_free_fit = RoundPlanner.free_fit
+
+    def counting_free_fit(self: RoundPlanner, pipeline: Any) -> Any:
+        candidates = self.cluster.free_bits & pipeline.slot_bits
+        seen["free_fit_skipped"] += bool(
+            candidates and self.loans is not None and pipeline.pipeline_id not in self._forbidden
+            and not candidates & ~self.loans.blocked_for_every_roller())
+        return fast_free_fit(self, pipeline)
+
     with monkeypatch.context() as patch:
         patch.setattr(Donors, "_home_back", counting_home_back)
         patch.setattr(rollout, "_tail_targets", counting_tail_targets)
+        patch.setattr(RoundPlanner, "free_fit", counting_free_fit)
         fast = simulate(hour_of_lab_day, out=tmp_path / "fast", plots=False, tables={"jobs"})
     with monkeypatch.context() as patch:
         patch.setattr(Donors, "_home_back", _home_back_by_scan)
         patch.setattr(rollout, "_tail_targets", _tail_targets_by_scan)
         # An id no job has: the job order never takes its shortcut and sorts every round.
         patch.setattr(Scheduler, "admitted_ids", lambda self: frozenset({"\0no job"}))
+        patch.setattr(Loans, "blocked_for_every_roller", lambda self: 0)
         scan = simulate(hour_of_lab_day, out=tmp_path / "scan", plots=False, tables={"jobs"})
     assert fast.summary["finished"] and scan.summary["finished"]
-    # The run went where the two ways could part: owners took home back from holders, and
-    # pipelines in their tail had busy ranks on reserved GPUs.
-    assert seen["home_back_found"] > 10 and seen["tail_on_reserved"] > 10, seen
+    # The run went where the two ways could part: owners took home back from holders,
+    # pipelines in their tail had busy ranks on reserved GPUs, and free fits found every free
+    # bundle on homes kept for their owners.
+    assert seen["home_back_found"] > 10 and seen["tail_on_reserved"] > 10 and seen["free_fit_skipped"] > 10, seen
     events = [(folder / "events.jsonl").read_bytes() for folder in (tmp_path / "fast", tmp_path / "scan")]
     assert events[0] == events[1]
