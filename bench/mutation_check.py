@@ -272,6 +272,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # kept_back_fit reads the pipeline's unusable bits after letting its forbidden bits go: a
     # free fit that skipped them (every candidate blocked for all) leaves nothing kept, and a
     # home due for reclaim is lent. Killed by test_kept_back_fast_path.
+    # The last split is reused only for the same claims and budget; keyed on the budget
+    # alone it goes stale. Killed by test_split_memo.
+    swap("rollout: the split reused for the same budget alone", ROLLOUT,
+         "if memo is not None and memo[0] == key:", "if memo is not None and memo[0][0] == key[0]:"),
     swap("placement: kept_back_fit reads unusable after letting forbidden go", PLACE,
          "unusable = self.unusable(pipeline)  # before the forbidden bits are let go: from them\n"
          "        self._forbidden[pid] = 0\n"

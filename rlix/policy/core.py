@@ -59,6 +59,7 @@ from rlix.policy.warm import may_stay_warm, requested_gpus
 
 if TYPE_CHECKING:
     from rlix.policy.invariants import InvariantChecker
+    from rlix.policy.split import Claim, Split
 
 
 class Scheduler:
@@ -94,6 +95,8 @@ class Scheduler:
         #: The rollout split of the last round: target GPUs and ideal (unrounded) GPUs.
         self.targets: dict[str, int] = {}
         self.ideal: dict[str, float] = {}
+        #: The last split worked out, with what it was worked out from (rlix.policy.rollout).
+        self.split_memo: tuple[tuple[int, tuple[Claim, ...]], Split] | None = None
         self.reservations = Reservations()
         self.runnable: frozenset[str] = frozenset()
         #: Pipelines away between steps (rlix.policy.look_ahead), kept by note_left/note_back.

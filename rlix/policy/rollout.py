@@ -111,7 +111,15 @@ def compute_split(sched: Scheduler, rollers: list[PipelineState]) -> None:
         for p, demand in zip(rollers, demands, strict=True)
         if p.pipeline_id not in fixed
     ]
-    split = split_rollout(claims, budget - sum(fixed.values()))
+    # The split is a function of its claims and budget alone, and a round often has the last
+    # one's (a report of where work runs, an applied move): then it is not worked out again.
+    key = (budget - sum(fixed.values()), tuple(claims))
+    memo = sched.split_memo
+    if memo is not None and memo[0] == key:
+        split = memo[1]
+    else:
+        split = split_rollout(claims, key[0])
+        sched.split_memo = (key, split)
     if fixed:
         sched.targets = {**split.targets, **fixed}
         sched.ideal = {**split.ideal, **{pid: float(n) for pid, n in fixed.items()}}

@@ -45,11 +45,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(slots=True)
-class Claim:
-    """One rolling pipeline's input to the split."""
+class Claim(NamedTuple):
+    """One rolling pipeline's input to the split. A tuple, so that a round's claims compare
+    with the last round's at C speed (`rlix.policy.rollout.compute_split` reuses the split
+    when they and the budget are the same: the split is a function of them alone)."""
 
     pipeline_id: str
     demand: float
