@@ -268,7 +268,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # The homes blocked for every roller are those due by the earliest horizon; from the
     # latest, a roller whose loan would pay is kept off them. Killed by test_kept_back_fast_path.
     swap("look_ahead: homes blocked for all by the latest horizon", LOOK,
-         "earliest = min(horizons)", "earliest = max(horizons)"),
+         "self.sched.now + min(factor", "self.sched.now + max(factor"),
     # kept_back_fit reads the pipeline's unusable bits after letting its forbidden bits go: a
     # free fit that skipped them (every candidate blocked for all) leaves nothing kept, and a
     # home due for reclaim is lent. Killed by test_kept_back_fast_path.

@@ -300,12 +300,10 @@ class Loans:
         rollers = self._rollers
         if not self.owners or not rollers:
             return 0
+        # As blocked_bits works each one out; never nan (move_s makes an unmeasured time 0, the
+        # payback is a finite number), so the earliest is a roller's own.
         factor = 1.0 + self.payback
-        horizons = [factor * (move_s(p.load_s) + move_s(p.offload_s)) for p in rollers]
-        earliest = min(horizons)
-        if earliest != earliest or any(h != h for h in horizons):
-            return 0  # a nan horizon blocks nothing for its roller (DueBits.upto)
-        horizon = self.sched.now + earliest
+        horizon = self.sched.now + min(factor * (move_s(p.load_s) + move_s(p.offload_s)) for p in rollers)
         rolling = self._rolling_ids()
         bits = 0
         for back, home, _gpus, owner in self.owners:
