@@ -217,7 +217,7 @@ def plan_rlix(sched: Scheduler) -> None:
     if sched.config.look_ahead:
         planner.loans = loans  # what each roller may not be lent, asked only of those placed
     if sched.config.keep_warm:
-        release_wanted(sched, rollers, planner.forbidden, planner.blocked_for_every_roller)
+        release_wanted(sched, rollers, planner)
     # Lending free GPUs can put a pipeline above its target, which makes it a donor for a
     # pipeline that could not be served before; so move, fill, and move again until the fill
     # has nothing left to lend (each pass lends at least one bundle, so this ends).

@@ -37,9 +37,8 @@ from typing import TYPE_CHECKING
 from rlix.policy.state import PipelineState, Rank, RankStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from rlix.policy.core import Scheduler
+    from rlix.policy.placement import RoundPlanner
 
 
 def requested_gpus(sched: Scheduler) -> frozenset[int]:
@@ -64,15 +63,10 @@ def warm_ranks(sched: Scheduler) -> list[Rank]:
             if r.status is RankStatus.ACTIVE]
 
 
-def release_wanted(
-    sched: Scheduler,
-    rollers: list[PipelineState],
-    blocked: Callable[[PipelineState], int],
-    blocked_for_all: Callable[[], int] | None = None,
-) -> None:
-    """Shrink the warm ranks some roller could be lent the GPUs of (`blocked`: of a roller, the
-    slot bits the look-ahead keeps it off this round; `blocked_for_all`: the bits in every
-    roller's, so a rank wholly on them is kept without asking each roller for its own)."""
+def release_wanted(sched: Scheduler, rollers: list[PipelineState], planner: RoundPlanner) -> None:
+    """Shrink the warm ranks some roller could be lent the GPUs of (`planner.forbidden`: of a
+    roller, the slot bits the look-ahead keeps it off this round; a rank wholly on the bits in
+    every roller's, `planner.blocked_for_every_roller`, is kept without asking each roller)."""
     ranks = warm_ranks(sched)
     if not ranks:
         return
@@ -82,7 +76,8 @@ def release_wanted(
         return
     cluster = sched.cluster
     now = sched.now
-    kept_from_all = blocked_for_all() if blocked_for_all is not None else 0
+    kept_from_all = planner.blocked_for_every_roller()
+    blocked = planner.forbidden
     for rank in ranks:
         if rank.shrink_retry_after_s > now:
             continue
